@@ -1,0 +1,1 @@
+"""Benchmarks of mpicomp: ``python -m mpicomp.bench --help``."""

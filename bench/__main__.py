@@ -1,0 +1,38 @@
+"""``python -m mpicomp.bench SUBCOMMAND [options]``: the benchmarks' command line.
+
+Subcommands: ``codecs`` (codec speed and accuracy, ``mpicomp.bench.codecs``)
+and ``accuracy`` (bitplane vs zfp PSNR, ``mpicomp.bench.accuracy``).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import accuracy, codecs
+
+SUBCOMMANDS = {
+    "codecs": (codecs, "codec encode/decode speed and error on one buffer"),
+    "accuracy": (accuracy, "bitplane vs zfp 1D/3D PSNR at equal bits per value"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m mpicomp.bench", description="mpicomp benchmarks"
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
+    for name, (module, summary) in SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=summary, description=summary)
+        module.add_arguments(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    module, _ = SUBCOMMANDS[args.command]
+    return module.main(args, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""Synthetic data shared by the benchmarks.
+
+Every generator is deterministic for a given ``(n, dtype, seed)``: values are
+drawn in float64 from ``numpy.random.default_rng(seed)`` and rounded once to
+the requested dtype, so float32 and float64 runs see the same numbers.
+
+``gradient``
+    ``N(0, 1) * exp(2 * N(0, 1))`` per value: a Gaussian with a log-normal
+    scale, i.e. noisy data whose magnitude varies over orders of magnitude,
+    as training gradients do. Heavy-tailed: about 2e-8 of the values exceed
+    float16's range (65520), so large buffers may not be castable to float16
+    (seed 0 at 2**24 values is).
+``gaussian``
+    iid ``N(0, 1)``.
+``smooth``
+    A sum of 4 sines with periods between 100 and 10,000 samples, random
+    amplitudes in ``[0.1, 1]`` and random phases: locally smooth data, the
+    case transform codecs such as zfp are built for.
+
+>>> from mpicomp.bench.data import generate
+>>> x = generate("gradient", 1000, "float32", seed=1)
+>>> x.dtype.name, x.shape
+('float32', (1000,))
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["KINDS", "DTYPES", "generate"]
+
+KINDS = ("gradient", "gaussian", "smooth")
+DTYPES = ("float32", "float64")
+
+
+def generate(kind: str, n: int, dtype: Any = "float32", seed: int = 0) -> np.ndarray:
+    """Return ``n`` values of the synthetic data set ``kind`` as a 1-D array of ``dtype``."""
+    if kind not in KINDS:
+        raise ValueError(f"data kind must be one of {list(KINDS)}, got {kind!r}")
+    dt = np.dtype(dtype)
+    if dt.name not in DTYPES:
+        raise TypeError(f"dtype must be one of {list(DTYPES)}, got {dt.name}")
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"n must be an integer >= 0, got {n!r}")
+    rng = np.random.default_rng(seed)
+    if kind == "gaussian":
+        x = rng.standard_normal(n)
+    elif kind == "gradient":
+        x = rng.standard_normal(n)
+        scale = rng.standard_normal(n)
+        scale *= 2.0
+        np.exp(scale, out=scale)
+        x *= scale
+    else:
+        periods = np.exp(rng.uniform(np.log(100.0), np.log(10_000.0), 4))
+        amplitudes = rng.uniform(0.1, 1.0, 4)
+        phases = rng.uniform(0.0, 2 * np.pi, 4)
+        t = np.arange(n, dtype=np.float64)
+        x = np.zeros(n)
+        for period, amplitude, phase in zip(periods, amplitudes, phases):
+            x += amplitude * np.sin(t * (2 * np.pi / period) + phase)
+    return x.astype(dt, copy=False)

@@ -1,0 +1,86 @@
+"""Fixed-width integer helpers shared by the CPU and GPU kernels.
+
+Block codecs do their integer work in 64-bit registers. ``wrap_int`` and
+``wrap_uint`` bring a result back to the width of the codec's integer type
+(32 bits for float32 data, 64 for float64), reproducing two's-complement
+wraparound exactly as C code on ``int32_t``/``uint32_t`` would. The width is
+picked at compile time from ``proto`` (a float scalar or array of the data's
+dtype), so the float64 variants compile to nothing.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+from numba.core import types
+from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
+from numba.extending import overload
+
+__all__ = ["wrap_int", "wrap_uint", "is_single", "as_float", "ctz64", "clz64"]
+
+
+def _is32(proto) -> bool:
+    dt = getattr(proto, "dtype", proto)
+    return dt in (types.float32, types.int32, types.uint32)
+
+
+def wrap_int(v, proto):
+    """Signed ``v`` wrapped to the codec integer width (pure-Python fallback)."""
+    bits = 32 if np.dtype(getattr(proto, "dtype", type(proto))).itemsize == 4 else 64
+    v = int(v) & ((1 << bits) - 1)
+    return v - (1 << bits) if v >> (bits - 1) else v
+
+
+def wrap_uint(v, proto):
+    """Unsigned ``v`` wrapped to the codec integer width (pure-Python fallback)."""
+    bits = 32 if np.dtype(getattr(proto, "dtype", type(proto))).itemsize == 4 else 64
+    return int(v) & ((1 << bits) - 1)
+
+
+def is_single(proto):
+    """True when ``proto`` is (an array of) a 32-bit type."""
+    return np.dtype(getattr(proto, "dtype", type(proto))).itemsize == 4
+
+
+@overload(wrap_int, inline="always")
+def _wrap_int(v, proto):
+    if _is32(proto):
+        return lambda v, proto: np.int64(np.int32(v))
+    return lambda v, proto: np.int64(v)
+
+
+@overload(wrap_uint, inline="always")
+def _wrap_uint(v, proto):
+    if _is32(proto):
+        return lambda v, proto: np.uint64(v) & np.uint64(0xFFFFFFFF)
+    return lambda v, proto: np.uint64(v)
+
+
+@overload(is_single, inline="always")
+def _is_single(proto):
+    if _is32(proto):
+        return lambda proto: True
+    return lambda proto: False
+
+
+def as_float(v, proto):
+    """``v`` converted to the float type of ``proto`` (pure-Python fallback)."""
+    return np.dtype(getattr(proto, "dtype", type(proto))).type(v)
+
+
+@overload(as_float, inline="always")
+def _as_float(v, proto):
+    if _is32(proto):
+        return lambda v, proto: np.float32(v)
+    return lambda v, proto: np.float64(v)
+
+
+@njit(inline="always")
+def ctz64(v):
+    """Number of trailing zero bits of the uint64 ``v`` (64 for 0)."""
+    return np.int64(trailing_zeros(np.uint64(v)))
+
+
+@njit(inline="always")
+def clz64(v):
+    """Number of leading zero bits of the uint64 ``v`` (64 for 0)."""
+    return np.int64(leading_zeros(np.uint64(v)))

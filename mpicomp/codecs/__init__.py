@@ -1,0 +1,36 @@
+"""Codecs: fixed-size, header-free encodings of float buffers.
+
+>>> import numpy as np
+>>> from mpicomp.codecs import get_codec
+>>> c = get_codec("zfp", rate=8.0, dims=1)
+>>> x = np.linspace(0, 1, 1000, dtype=np.float32)
+>>> buf = c.encode(x)
+>>> buf.size == c.encoded_nbytes(x.size, x.dtype)
+True
+>>> y = c.decode(buf, out=np.empty_like(x))
+"""
+from ..errors import UncompressibleError, UnknownCodecError
+from .base import Codec
+from .registry import get_codec, register_codec, registered_codecs
+from .none import NoneCodec
+from .zfp import ZfpCodec
+from .bitplane import BitplaneCodec
+from .cast import CastCodec
+
+register_codec(NoneCodec)
+register_codec(ZfpCodec)
+register_codec(BitplaneCodec)
+register_codec(CastCodec)
+
+__all__ = [
+    "Codec",
+    "NoneCodec",
+    "ZfpCodec",
+    "BitplaneCodec",
+    "CastCodec",
+    "UncompressibleError",
+    "UnknownCodecError",
+    "get_codec",
+    "register_codec",
+    "registered_codecs",
+]

@@ -1,0 +1,193 @@
+"""The codec contract shared by every codec.
+
+A codec turns a flat float buffer into a byte stream of a size known in
+advance from ``(count, dtype, parameters)`` alone, and back. The stream
+carries no header: every rank builds the same codec from the same config, so
+receive buffers can be sized without exchanging sizes.
+"""
+from __future__ import annotations
+
+import abc
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..errors import UncompressibleError
+
+__all__ = ["Codec"]
+
+
+class Codec(abc.ABC):
+    """Abstract codec (the numcodecs shape, fixed-size and header-free).
+
+    Subclasses set ``codec_id`` and ``dtypes``, validate their parameters in
+    ``__init__`` and implement ``_nbytes``, ``_encode`` and ``_decode``.
+    """
+
+    codec_id: ClassVar[str]
+    #: dtypes the codec accepts, as NumPy dtypes
+    dtypes: ClassVar[tuple[np.dtype, ...]] = (np.dtype(np.float32), np.dtype(np.float64))
+    #: True when decode(encode(x)) may differ from x
+    lossy: ClassVar[bool] = True
+
+    # -- public API ---------------------------------------------------------
+    def encoded_nbytes(self, count: int, dtype: Any) -> int:
+        """Exact size in bytes of the stream for ``count`` values of ``dtype``."""
+        count = _check_count(count)
+        return self._nbytes(count, self._check_dtype(dtype))
+
+    def bits_per_value(self, count: int, dtype: Any) -> float:
+        """Exact bits per value on the wire for this count and dtype, padding included."""
+        count = _check_count(count)
+        if count == 0:
+            return 0.0
+        return 8.0 * self.encoded_nbytes(count, dtype) / count
+
+    def encode(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Encode a contiguous array; return a 1-D uint8 array of ``encoded_nbytes`` bytes.
+
+        ``out``, when given, is a 1-D contiguous uint8 array of at least that
+        many bytes; the stream is written to its head and that head returned.
+        Raises :class:`~mpicomp.errors.UncompressibleError` when the buffer
+        holds values the format cannot carry (see each codec's docs).
+        """
+        flat = self._check_input(x)
+        n = self._nbytes(flat.size, flat.dtype)
+        stream = _check_stream_out(out, n)
+        self._encode(flat, stream)
+        return stream
+
+    def decode(
+        self,
+        buf: np.ndarray,
+        out: np.ndarray | None = None,
+        *,
+        count: int | None = None,
+        dtype: Any = None,
+    ) -> np.ndarray:
+        """Decode ``buf`` into ``out`` (which fixes count and dtype) and return ``out``.
+
+        Without ``out``, pass ``count`` and ``dtype`` and a new 1-D array is returned.
+        """
+        if out is None:
+            if count is None or dtype is None:
+                raise TypeError("decode needs either out= or both count= and dtype=")
+            out = np.empty(_check_count(count), dtype=self._check_dtype(dtype))
+        flat = self._check_input(out, name="out", writable=True)
+        n = self._nbytes(flat.size, flat.dtype)
+        stream = _as_stream(buf, n)
+        self._decode(stream, flat)
+        return out
+
+    def get_config(self) -> dict[str, Any]:
+        """JSON-safe parameters; ``get_codec(c.get_config())`` rebuilds an equal codec."""
+        return {"id": self.codec_id, **self._params()}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "Codec":
+        params = dict(config)
+        codec_id = params.pop("id", cls.codec_id)
+        if codec_id != cls.codec_id:
+            raise ValueError(f"config id {codec_id!r} does not match codec {cls.codec_id!r}")
+        return cls(**params)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.get_config() == self.get_config()
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self.get_config().items())))
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self._params().items())
+        return f"{type(self).__name__}({args})"
+
+    # -- for subclasses -----------------------------------------------------
+    @abc.abstractmethod
+    def _params(self) -> dict[str, Any]:
+        """The constructor's parameters, JSON-safe."""
+
+    @abc.abstractmethod
+    def _nbytes(self, count: int, dtype: np.dtype) -> int:
+        """Stream size for validated arguments."""
+
+    @abc.abstractmethod
+    def _encode(self, x: np.ndarray, out: np.ndarray) -> None:
+        """Encode the 1-D contiguous ``x`` into the uint8 ``out`` of exact size."""
+
+    @abc.abstractmethod
+    def _decode(self, buf: np.ndarray, out: np.ndarray) -> None:
+        """Decode the uint8 ``buf`` of exact size into the 1-D contiguous ``out``."""
+
+    def _uncompressible(self, reason: str, detail: str) -> UncompressibleError:
+        return UncompressibleError(self.codec_id, reason, detail)
+
+    def _check_dtype(self, dtype: Any) -> np.dtype:
+        try:
+            dt = np.dtype(dtype)
+        except TypeError as exc:
+            raise TypeError(f"codec {self.codec_id!r}: {dtype!r} is not a dtype") from exc
+        if dt not in self.dtypes:
+            raise TypeError(
+                f"codec {self.codec_id!r} supports dtypes {[d.name for d in self.dtypes]}, "
+                f"got {dt.name}"
+            )
+        return dt
+
+    def _check_input(self, x: Any, name: str = "x", writable: bool = False) -> np.ndarray:
+        if not isinstance(x, np.ndarray):
+            raise TypeError(
+                f"codec {self.codec_id!r}: {name} must be a numpy.ndarray, got {type(x).__name__}"
+            )
+        self._check_dtype(x.dtype)
+        if not x.flags.c_contiguous:
+            raise ValueError(f"codec {self.codec_id!r}: {name} must be C-contiguous")
+        if writable and not x.flags.writeable:
+            raise ValueError(f"codec {self.codec_id!r}: {name} must be writable")
+        return x.reshape(-1)
+
+
+def _check_count(count: Any) -> int:
+    if isinstance(count, (bool, np.bool_)) or not isinstance(count, (int, np.integer)):
+        raise TypeError(f"count must be an integer, got {type(count).__name__}")
+    if count < 0:
+        raise ValueError(f"count must be >= 0, got {count}")
+    return int(count)
+
+
+def _check_stream_out(out: np.ndarray | None, n: int) -> np.ndarray:
+    if out is None:
+        return np.empty(n, dtype=np.uint8)
+    if not isinstance(out, np.ndarray) or out.dtype != np.uint8 or out.ndim != 1:
+        raise TypeError("out must be a 1-D numpy.ndarray of dtype uint8")
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError("out must be contiguous and writable")
+    if out.size < n:
+        raise ValueError(f"out must hold at least {n} bytes, got {out.size}")
+    return out[:n]
+
+
+def _as_stream(buf: Any, n: int) -> np.ndarray:
+    if isinstance(buf, np.ndarray):
+        if not buf.flags.c_contiguous:
+            raise ValueError("buf must be contiguous")
+        stream = buf.reshape(-1).view(np.uint8)
+    else:
+        try:
+            stream = np.frombuffer(buf, dtype=np.uint8)
+        except TypeError as exc:
+            raise TypeError(
+                f"buf must be a numpy array or a bytes-like object, got {type(buf).__name__}"
+            ) from exc
+    if stream.size < n:
+        raise ValueError(f"buf must hold at least {n} bytes for this count/dtype, got {stream.size}")
+    return stream[:n]
+
+
+def check_rate(codec_id: str, rate: Any, low: float, high: float) -> float:
+    """Validate a rate in bits per value: a real number with ``low <= rate <= high``."""
+    if isinstance(rate, (bool, np.bool_)) or not isinstance(rate, (int, float, np.integer, np.floating)):
+        raise TypeError(f"codec {codec_id!r}: rate must be a number of bits per value, got {rate!r}")
+    rate = float(rate)
+    if not (low <= rate <= high):
+        raise ValueError(f"codec {codec_id!r}: rate must be in [{low:g}, {high:g}] bits per value, got {rate:g}")
+    return rate

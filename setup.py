@@ -1,0 +1,22 @@
+"""mpicomp: compression-assisted MPI collectives for Python.
+
+The CPU/GPU kernels live in the top-level ``kernels/`` folder and install as
+the subpackage ``mpicomp.kernels`` so that nothing installs a top-level module
+named ``kernels``.
+"""
+from setuptools import setup
+
+setup(
+    name="mpicomp",
+    version="0.1.0",
+    description="Compression-assisted MPI collectives (zfp, bit-plane, casts) for mpi4py",
+    python_requires=">=3.10",
+    packages=["mpicomp", "mpicomp.codecs", "mpicomp.bench", "mpicomp.kernels"],
+    package_dir={"mpicomp.kernels": "kernels", "mpicomp.bench": "bench"},
+    install_requires=["numpy>=1.24", "numba>=0.59", "mpi4py>=4.0"],
+    extras_require={
+        "mpich": ["mpich"],
+        "test": ["pytest>=8", "pytest-mpi>=0.6", "pytest-timeout", "zfpy>=1.0.1"],
+        "gpu": ["cupy-cuda12x"],
+    },
+)

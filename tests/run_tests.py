@@ -1,0 +1,338 @@
+#!/usr/bin/env python3
+"""Run the test suite serially and under ``mpiexec -n 2, 3, 4``; print one honest summary.
+
+Stages (``--stages``, default ``serial,2,3,4``):
+
+* ``serial``: ``python -m pytest --with-mpi tests`` in one process (MPI
+  singleton); every test runs.
+* ``N``: ``mpiexec -n N python -m pytest --with-mpi -m mpi tests``; only the
+  tests marked ``@pytest.mark.mpi`` run, on every rank.
+
+Every rank writes a JSON report (see ``tests/conftest.py``). The run fails
+(exit status 1) when any rank of any stage has a failed test or an error,
+when a rank never reports or does not finish (crash, hang), when a stage
+times out, when mpiexec or pytest exits non-zero without a test failure to
+explain it, or when a stage runs no tests at all. Ranks other than 0 write
+their output to a log (printed when that rank fails) and run with ``-q``.
+
+The last line printed is ``total: P passed, F failed, S skipped`` where a
+test counts once per rank that ran it; ``failed`` includes errors and each
+stage/rank problem above; ``skipped`` includes xfailed, ``passed`` xpassed.
+
+Unknown options are passed to pytest (``-k EXPR``, ``-x``, ``-o timeout=30``,
+test paths, ...). ``-m EXPR`` selects in the serial stage and is combined as
+``mpi and (EXPR)`` in the MPI stages.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = "tests"
+RANK_EXEC = "--_rank-exec"  # internal: run by mpiexec on each rank
+BACKSTOP_S = 30  # subprocess timeout beyond MPIEXEC_TIMEOUT
+LOG_TAIL_LINES = 40
+
+# pytest exit codes
+PYTEST_EXIT = {0: "ok", 1: "tests failed", 2: "interrupted", 3: "internal error",
+               4: "usage error", 5: "no tests collected"}
+
+
+# -- per-rank launcher (runs under mpiexec) ---------------------------------
+def _env_rank() -> int | None:
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        value = os.environ.get(var)
+        if value is not None and value.strip().isdigit():
+            return int(value)
+    return None
+
+
+def rank_exec(argv: list[str]) -> None:
+    """``--_rank-exec LOGDIR STAGE -- PYTEST_ARGS``: exec pytest; ranks > 0 log to a file."""
+    logdir, stage, sep, *pytest_args = argv
+    assert sep == "--", argv
+    rank = _env_rank()
+    if rank not in (None, 0):
+        log = os.open(os.path.join(logdir, f"{stage}-rank{rank}.log"),
+                      os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        pytest_args = ["-q", "-p", "no:cacheprovider", *pytest_args]
+    os.execv(sys.executable, [sys.executable, "-m", "pytest", *pytest_args])
+
+
+# -- the runner -------------------------------------------------------------
+def find_mpiexec() -> str | None:
+    local = Path(sys.executable).parent / "mpiexec"  # the venv's (mpich wheel)
+    if local.is_file() and os.access(local, os.X_OK):
+        return str(local)
+    return shutil.which("mpiexec") or shutil.which("mpirun")
+
+
+def parse_args(argv: list[str]):
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="Other options and paths are passed to pytest.")
+    p.add_argument("--stages", default="serial,2,3,4",
+                   help="comma-separated stages: 'serial' and/or rank counts (default %(default)s)")
+    p.add_argument("--timeout", type=float, default=1200.0,
+                   help="seconds per stage before it is killed and counted failed (default %(default)s)")
+    p.add_argument("-k", dest="keyword", help="pytest -k expression (all stages)")
+    p.add_argument("-m", dest="markexpr",
+                   help="pytest -m expression (serial); MPI stages use 'mpi and (EXPR)'")
+    p.add_argument("--allow-empty", action="store_true",
+                   help="do not count a stage that runs no tests as a failure")
+    p.add_argument("--report-dir", help="keep the per-rank JSON reports and logs here")
+    args, extra = p.parse_known_args(argv)
+    if extra and extra[0] == "--":
+        extra = extra[1:]
+    stages = []
+    for s in args.stages.split(","):
+        s = s.strip()
+        if s == "serial":
+            stages.append(s)
+        elif s.isdigit() and int(s) >= 1:
+            stages.append(str(int(s)))
+        elif s:
+            p.error(f"bad stage {s!r}: use 'serial' or a number of ranks")
+    if not stages:
+        p.error("no stages selected")
+    return args, extra, stages
+
+
+def user_gave_paths(extra: list[str]) -> bool:
+    """True when the pass-through args name test files/dirs (then 'tests' is not added)."""
+    for a in extra:
+        if not a.startswith("-") and (ROOT / a.split("::")[0]).exists():
+            return True
+    return False
+
+
+def pytest_args_for(stage: str, args, extra: list[str]) -> list[str]:
+    out = ["--with-mpi"]
+    if stage == "serial":
+        if args.markexpr:
+            out += ["-m", args.markexpr]
+    else:
+        out += ["-m", f"mpi and ({args.markexpr})" if args.markexpr else "mpi"]
+    if args.keyword:
+        out += ["-k", args.keyword]
+    out += extra
+    if not user_gave_paths(extra):
+        out.append(TESTS)
+    return out
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_stage(stage: str, args, extra, report_dir: str, run_id: str, mpiexec: str | None):
+    """Run one stage; return (returncode or None, timed_out, elapsed, command)."""
+    env = dict(os.environ)
+    env.update({"MPICOMP_TEST_REPORT": report_dir, "MPICOMP_TEST_STAGE": stage,
+                "MPICOMP_TEST_RUN_ID": run_id, "PYTHONFAULTHANDLER": "1"})
+    ptargs = pytest_args_for(stage, args, extra)
+    timeout = args.timeout
+    if stage == "serial":
+        cmd = [sys.executable, "-m", "pytest", *ptargs]
+        backstop = timeout
+    else:
+        env["MPIEXEC_TIMEOUT"] = str(max(1, int(round(timeout))))
+        cmd = [mpiexec, "-n", stage, sys.executable, str(Path(__file__).resolve()),
+               RANK_EXEC, report_dir, stage, "--", *ptargs]
+        backstop = timeout + BACKSTOP_S
+    print(f"\n===== stage {stage}: {shlex.join(cmd)}", flush=True)
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)
+    timed_out = False
+    try:
+        rc = proc.wait(timeout=backstop)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        kill_group(proc)
+        rc = proc.returncode
+    except KeyboardInterrupt:
+        kill_group(proc)
+        raise
+    elapsed = time.monotonic() - t0
+    if elapsed >= timeout - 0.5:
+        timed_out = True  # MPIEXEC_TIMEOUT fired (or the backstop did)
+    return rc, timed_out, elapsed, cmd
+
+
+def log_tail(path: Path) -> list[str]:
+    """The last lines of a rank's log, without pytest-mpi's long "MPI Information" section."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    kept, skipping = [], False
+    for line in lines:
+        if line.startswith("=") and "MPI Information" in line:
+            skipping = True
+            continue
+        if skipping and line.startswith("="):
+            skipping = False
+        if not skipping:
+            kept.append(line)
+    return kept[-LOG_TAIL_LINES:]
+
+
+class Totals:
+    def __init__(self):
+        self.passed = self.failed = self.skipped = 0
+        self.problems: list[str] = []  # lines naming every failure
+
+    def problem(self, text: str) -> None:
+        self.failed += 1
+        self.problems.append(text)
+
+
+def judge_stage(stage, rc, timed_out, elapsed, report_dir, run_id, args, totals: Totals):
+    nranks = 1 if stage == "serial" else int(stage)
+    label = f"stage {stage}"
+    lines = []
+    stage_tests = 0
+    stage_failed_before = totals.failed
+    for r in range(nranks):
+        who = f"{label} rank {r}"
+        path = Path(report_dir) / f"{stage}-rank{r}.json"
+        logpath = Path(report_dir) / f"{stage}-rank{r}.log"
+        try:
+            rep = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            why = "no report (crashed before pytest started, or never launched)"
+            if path.exists():
+                why = f"unreadable report ({exc})"
+            lines.append(f"{who}: {why}")
+            totals.problem(f"[{who}] {why}")
+            tail = log_tail(logpath)
+            if tail:
+                lines.append(f"--- last lines of {logpath.name}:")
+                lines += ["    " + t for t in tail]
+            continue
+        counts = {k: int(rep.get(k, 0)) for k in
+                  ("passed", "failed", "errors", "skipped", "xfailed", "xpassed")}
+        ran = sum(counts.values())
+        stage_tests += ran
+        totals.passed += counts["passed"] + counts["xpassed"]
+        totals.skipped += counts["skipped"] + counts["xfailed"]
+        totals.failed += counts["failed"] + counts["errors"]
+        status = rep.get("exitstatus")
+        desc = (f"{counts['passed']} passed, {counts['failed']} failed, {counts['errors']} errors, "
+                f"{counts['skipped']} skipped")
+        if counts["xfailed"] or counts["xpassed"]:
+            desc += f", {counts['xfailed']} xfailed, {counts['xpassed']} xpassed"
+        if rep.get("finished"):
+            desc += f" (pytest exit {status}: {PYTEST_EXIT.get(status, '?')})"
+        else:
+            desc += " (DID NOT FINISH)"
+        lines.append(f"{who}: {desc}")
+        for f in rep.get("failures", []):
+            kind = "ERROR" if f.get("kind") == "errors" else "FAILED"
+            msg = f" - {f['message']}" if f.get("message") else ""
+            totals.problems.append(f"{kind} [{who}] {f['nodeid']}{msg}")
+        bad_rank = counts["failed"] + counts["errors"] > 0
+        # integrity checks: this report must be from this run and this world
+        if rep.get("run_id") != run_id:
+            totals.problem(f"[{who}] report is not from this run (run_id {rep.get('run_id')!r})")
+            bad_rank = True
+        if rep.get("size") != nranks:
+            totals.problem(f"[{who}] MPI world size is {rep.get('size')}, expected {nranks} "
+                           f"(mpiexec and mpi4py from different MPIs?)")
+            bad_rank = True
+        if not rep.get("finished"):
+            current = rep.get("current")
+            where = f" while running {current}" if current else ""
+            how = "killed by the stage timeout" if timed_out else "crashed or was killed"
+            totals.problem(f"[{who}] did not finish: {how}{where}")
+            bad_rank = True
+        elif status == 5 and not args.allow_empty:
+            totals.problem(f"[{who}] no tests collected (pytest exit 5)")
+            bad_rank = True
+        elif status not in (0, 5) and counts["failed"] + counts["errors"] == 0:
+            totals.problem(f"[{who}] pytest exit {status} ({PYTEST_EXIT.get(status, '?')}) "
+                           f"with no failure recorded")
+            bad_rank = True
+        if bad_rank:
+            tail = log_tail(logpath)
+            if tail:
+                lines.append(f"--- last lines of {logpath.name}:")
+                lines += ["    " + t for t in tail]
+    if timed_out:
+        lines.append(f"{label}: TIMED OUT after {elapsed:.0f} s (limit {args.timeout:g} s)")
+        if totals.failed == stage_failed_before:
+            totals.problem(f"[{label}] timed out after {elapsed:.0f} s")
+    if stage_tests == 0 and not args.allow_empty and totals.failed == stage_failed_before:
+        totals.problem(f"[{label}] ran no tests")
+    if rc not in (0, None) and totals.failed == stage_failed_before:
+        totals.problem(f"[{label}] exit status {rc} although every rank reported success")
+    if rc is None and totals.failed == stage_failed_before:
+        totals.problem(f"[{label}] could not be stopped cleanly")
+    lines.append(f"{label}: exit status {rc}, {elapsed:.1f} s")
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == [RANK_EXEC]:
+        rank_exec(argv[1:])  # does not return
+    args, extra, stages = parse_args(argv)
+    mpiexec = find_mpiexec()
+    run_id = uuid.uuid4().hex
+    report_dir = args.report_dir or tempfile.mkdtemp(prefix="mpicomp-tests-")
+    os.makedirs(report_dir, exist_ok=True)
+    totals = Totals()
+    summary_lines: list[str] = []
+    try:
+        for stage in stages:
+            if stage != "serial" and mpiexec is None:
+                summary_lines.append(f"stage {stage}: not run: no mpiexec found next to "
+                                     f"{sys.executable} or on PATH")
+                totals.problem(f"[stage {stage}] no mpiexec")
+                continue
+            rc, timed_out, elapsed, _ = run_stage(stage, args, extra, report_dir, run_id, mpiexec)
+            summary_lines += judge_stage(stage, rc, timed_out, elapsed, report_dir, run_id, args,
+                                         totals)
+    except KeyboardInterrupt:
+        totals.problem("interrupted by the user")
+    finally:
+        if not args.report_dir:
+            shutil.rmtree(report_dir, ignore_errors=True)
+
+    print("\n===== mpicomp test summary (all stages, all ranks)", flush=True)
+    for line in summary_lines:
+        print(line)
+    if totals.problems:
+        print("\nfailures:")
+        for line in totals.problems:
+            print("  " + line)
+    print("RESULT: " + ("FAILED" if totals.failed else "OK"))
+    print(f"total: {totals.passed} passed, {totals.failed} failed, {totals.skipped} skipped",
+          flush=True)
+    return 1 if totals.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
