@@ -36,7 +36,7 @@ from . import data as bench_data
 from .metrics import error_stats
 from .report import Column, command_line, format_table, machine_lines, progress
 
-__all__ = ["LEVELS", "TARGET_DATA", "add_arguments", "main", "run", "failed"]
+__all__ = ["LEVELS", "TARGET_DATA", "add_arguments", "failed", "main", "run"]
 
 #: bits per value kept by bitplane (sign included): the "~4, ~8, ~16 bits" levels
 LEVELS = (4, 8, 16)

@@ -27,7 +27,8 @@ import math
 import os
 import sys
 import time
-from typing import Any, Callable, TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 import numba
 import numpy as np
@@ -46,7 +47,7 @@ from .report import (
     progress,
 )
 
-__all__ = ["DEFAULT_CASES", "add_arguments", "main", "parse_case", "run", "evaluate_targets"]
+__all__ = ["DEFAULT_CASES", "add_arguments", "evaluate_targets", "main", "parse_case", "run"]
 
 DEFAULT_CASES = (
     "zfp:4,zfp:8,zfp:16,bitplane:4.25,bitplane:8.25,bitplane:16.25,cast:bfloat16,cast:float16"
@@ -101,6 +102,13 @@ def best_time(fn: Callable[[], Any], repeat: int) -> float:
         fn()
         best = min(best, time.perf_counter() - t0)
     return best
+
+
+def copy_bandwidth(x: np.ndarray, repeat: int) -> float:
+    """``np.copyto`` into a preallocated array: input GB/s, best of ``repeat``."""
+    dst = np.empty_like(x)
+    np.copyto(dst, x)  # warm-up: faults the pages in
+    return x.nbytes / best_time(lambda: np.copyto(dst, x), repeat) / 1e9
 
 
 def _zfpy_row(x: np.ndarray, codec: Codec, stream: np.ndarray, decoded: np.ndarray,
@@ -255,13 +263,23 @@ def run(
         raise ValueError(f"repeat must be >= 1, got {repeat}")
     if not size_mib > 0:
         raise ValueError(f"size_mib must be > 0, got {size_mib}")
+    if threads is not None and not 1 <= threads <= numba.config.NUMBA_NUM_THREADS:
+        raise ValueError(
+            f"threads must be in [1, {numba.config.NUMBA_NUM_THREADS}] "
+            f"(NUMBA_NUM_THREADS), got {threads}"
+        )
+    saved_threads = numba.get_num_threads()
     if threads is not None:
-        if not 1 <= threads <= numba.config.NUMBA_NUM_THREADS:
-            raise ValueError(
-                f"threads must be in [1, {numba.config.NUMBA_NUM_THREADS}] "
-                f"(NUMBA_NUM_THREADS), got {threads}"
-            )
         numba.set_num_threads(threads)
+    try:
+        return _run(size_mib, dtype, data, repeat, cases, seed, markdown, argv, out, err)
+    finally:
+        numba.set_num_threads(saved_threads)
+
+
+def _run(size_mib: float, dtype: str, data: str, repeat: int, cases: str, seed: int,
+         markdown: str | None, argv: list[str] | None, out: TextIO, err: TextIO | None
+         ) -> list[dict[str, Any]]:
     parsed = [parse_case(c) for c in cases.split(",") if c.strip()]
     dt = np.dtype(dtype)
     n = int(size_mib * 2**20) // dt.itemsize
@@ -270,11 +288,7 @@ def run(
     progress(f"codecs: generating {n} {dt.name} values of '{data}' data", err)
     x = bench_data.generate(data, n, dt, seed=seed)
 
-    dst = np.empty_like(x)
-    np.copyto(dst, x)
-    t_copy = best_time(lambda: np.copyto(dst, x), repeat)
-    del dst
-    copy_gbps = x.nbytes / t_copy / 1e9
+    copy_gbps = copy_bandwidth(x, repeat)
     progress(f"codecs: np.copyto {copy_gbps:.2f} GB/s", err)
 
     rows = []

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["KINDS", "DTYPES", "generate"]
+__all__ = ["DTYPES", "KINDS", "generate"]
 
 KINDS = ("gradient", "gaussian", "smooth")
 DTYPES = ("float32", "float64")
@@ -58,6 +58,6 @@ def generate(kind: str, n: int, dtype: Any = "float32", seed: int = 0) -> np.nda
         phases = rng.uniform(0.0, 2 * np.pi, 4)
         t = np.arange(n, dtype=np.float64)
         x = np.zeros(n)
-        for period, amplitude, phase in zip(periods, amplitudes, phases):
+        for period, amplitude, phase in zip(periods, amplitudes, phases, strict=True):
             x += amplitude * np.sin(t * (2 * np.pi / period) + phase)
     return x.astype(dt, copy=False)

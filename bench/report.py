@@ -13,16 +13,17 @@ import platform
 import shlex
 import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, TextIO
+from typing import Any, TextIO
 
 __all__ = [
     "Column",
     "OtherLoad",
-    "machine_lines",
     "command_line",
-    "format_table",
     "format_markdown",
+    "format_table",
+    "machine_lines",
     "progress",
 ]
 
@@ -64,8 +65,9 @@ def machine_lines() -> list[str]:
     import numpy
 
     try:
-        import zfpy  # noqa: F401  (only its version is reported)
         from importlib.metadata import version
+
+        import zfpy  # noqa: F401  (only its version is reported)
 
         zfpy_version = version("zfpy")
     except Exception:  # zfpy is optional for the benchmarks
@@ -111,10 +113,10 @@ class OtherLoad:
                 fields = [int(v) for v in f.readline().split()[1:]]
         except (OSError, ValueError):
             return None
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-        return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+        # user + nice + system + irq + softirq: not idle, iowait or steal
+        return (sum(fields[:3]) + sum(fields[5:7])) / os.sysconf("SC_CLK_TCK")
 
-    def __enter__(self) -> "OtherLoad":
+    def __enter__(self) -> OtherLoad:
         self._t0 = time.perf_counter()
         self._busy0 = self._busy()
         t = os.times()
@@ -148,7 +150,7 @@ def format_table(columns: list[Column], rows: list[dict[str, Any]], header: list
     out = [f"# {h}" for h in header]
     for line in cells:
         first = line[0].ljust(widths[0])
-        rest = [v.rjust(w) for v, w in zip(line[1:], widths[1:])]
+        rest = [v.rjust(w) for v, w in zip(line[1:], widths[1:], strict=True)]
         out.append("  ".join([first, *rest]).rstrip())
     return "\n".join(out) + "\n"
 

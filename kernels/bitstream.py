@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["put_bits", "put_zeros", "flush", "peek64", "get_bits", "seek", "refill", "skip_bits"]
+__all__ = ["flush", "get_bits", "peek64", "put_bits", "put_zeros", "refill", "seek", "skip_bits"]
 
 _ONE = np.uint64(1)
 _ZERO = np.uint64(0)

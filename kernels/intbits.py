@@ -15,7 +15,7 @@ from numba.core import types
 from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
 from numba.extending import overload
 
-__all__ = ["wrap_int", "wrap_uint", "is_single", "as_float", "ctz64", "clz64"]
+__all__ = ["as_float", "clz64", "ctz64", "is_single", "wrap_int", "wrap_uint"]
 
 
 def _is32(proto) -> bool:

@@ -20,14 +20,14 @@ from .intbits import as_float, clz64, ctz64, is_single, wrap_int, wrap_uint
 __all__ = [
     "PERM",
     "block_exponent",
-    "fwd_cast",
-    "inv_cast",
-    "fwd_lift4",
-    "inv_lift4",
-    "fwd_xform",
-    "inv_xform",
-    "encode_block_ints",
     "decode_block_ints",
+    "encode_block_ints",
+    "fwd_cast",
+    "fwd_lift4",
+    "fwd_xform",
+    "inv_cast",
+    "inv_lift4",
+    "inv_xform",
     "pad_block",
 ]
 
@@ -108,12 +108,10 @@ def block_exponent(xbits, base, t, proto):
     amax = np.uint64(0)
     for i in range(t):
         a = np.uint64(xbits[base + i]) & absmask
-        if a > amax:
-            amax = a
+        amax = max(amax, a)
     # frexp exponent of a normal number with biased exponent E is E - bias + 1
     e = np.int64(amax >> mant) - bias + 1
-    if e < 1 - bias:
-        e = 1 - bias
+    e = max(e, 1 - bias)
     return e, amax != 0, amax >= inf
 
 
@@ -418,7 +416,8 @@ def encode_block(words, idx, acc, fill, xbits, base, t, fblock, iblock, ublock, 
     fwd_cast(fblock, iblock, size, emax)
     fwd_xform(iblock, dims, proto)
     fwd_order(iblock, ublock, size, PERM_OFFSET[dims], proto)
-    idx, acc, fill, used = encode_block_ints(words, idx, acc, fill, ublock, size, maxbits - hb, intprec)
+    idx, acc, fill, used = encode_block_ints(words, idx, acc, fill, ublock, size, maxbits - hb,
+                                             intprec)
     idx, acc, fill = put_zeros(words, idx, acc, fill, maxbits - hb - used)
     return idx, acc, fill, nonfinite
 
@@ -440,7 +439,7 @@ def decode_block(words, pos, win, avail, fblock, iblock, ublock, dims, maxbits):
             ebits, ebias, intprec = 11, 1023, 64
         e, pos, win, avail = get_bits(words, pos, win, avail, ebits)
         emax = np.int64(e) - ebias
-        pos, win, avail, used = decode_block_ints(
+        pos, win, avail, _ = decode_block_ints(
             words, pos, win, avail, ublock, size, maxbits - 1 - ebits, intprec
         )
         inv_order(ublock, iblock, size, PERM_OFFSET[dims], proto)

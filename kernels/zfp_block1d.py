@@ -18,7 +18,7 @@ from .bitstream import low_mask
 from .intbits import as_float, clz64, ctz64, is_single, wrap_int, wrap_uint
 from .zfp_block import POW2, POW2_BIAS, fwd_lift4, inv_lift4, nbmask
 
-__all__ = ["encode_block_1d", "decode_block_1d", "fits_register"]
+__all__ = ["decode_block_1d", "encode_block_1d", "fits_register"]
 
 _U1 = np.uint64(1)
 _U0 = np.uint64(0)
@@ -96,15 +96,13 @@ def _group_test_tables() -> tuple[np.ndarray, np.ndarray]:
     ``GT_DEC[(n*8 + min(budget, 7))*128 + next 7 bits]`` pack
     (pattern or plane bits) | length << 8 | new n << 12.
     """
-    enc = np.zeros(5 * 8 * 16, dtype=np.int64)
+    enc = np.zeros(4 * 8 * 16, dtype=np.int64)
     dec = np.zeros(4 * 8 * 128, dtype=np.int64)
-    for n in range(5):
+    for n in range(4):
         for budget in range(8):
             for x in range(16):
                 pat, length, nn = _group_tests_encode(n, x, budget)
                 enc[(n * 8 + budget) * 16 + x] = pat | length << 8 | nn << 12
-            if n == 4:
-                continue
             for w in range(128):
                 bits, used, nn = _group_tests_decode(n, w, budget)
                 dec[(n * 8 + budget) * 128 + w] = bits | used << 8 | nn << 12
@@ -130,15 +128,18 @@ def _encode_tail(u0, u1, u2, u3, k, bits):
     w1 = u1 << sh
     w2 = u2 << sh
     w3 = u3 << sh
-    tail = _U0
-    nbytes = (min(k, (bits + 3) >> 2) + 7) >> 3
-    for j in range(nbytes):
-        bsh = np.uint64(56 - 8 * j)
-        m8 = np.uint64(255)
-        t = (REV_SPREAD[(w0 >> bsh) & m8] | (REV_SPREAD[(w1 >> bsh) & m8] << _U1)
-             | (REV_SPREAD[(w2 >> bsh) & m8] << np.uint64(2))
-             | (REV_SPREAD[(w3 >> bsh) & m8] << np.uint64(3)))
-        tail |= t << np.uint64(32 * j)
+    # two bytes of planes (16 planes, 64 bits) cover any budget; both are
+    # always built, which is cheaper than a data-dependent branch
+    m8 = np.uint64(255)
+    b56 = np.uint64(56)
+    b48 = np.uint64(48)
+    hi = (REV_SPREAD[(w0 >> b56) & m8] | (REV_SPREAD[(w1 >> b56) & m8] << _U1)
+          | (REV_SPREAD[(w2 >> b56) & m8] << np.uint64(2))
+          | (REV_SPREAD[(w3 >> b56) & m8] << np.uint64(3)))
+    lo = (REV_SPREAD[(w0 >> b48) & m8] | (REV_SPREAD[(w1 >> b48) & m8] << _U1)
+          | (REV_SPREAD[(w2 >> b48) & m8] << np.uint64(2))
+          | (REV_SPREAD[(w3 >> b48) & m8] << np.uint64(3)))
+    tail = hi | (lo << np.uint64(32))
     return tail & low_mask(bits)
 
 
@@ -152,30 +153,21 @@ def _gather_nibble_bits(t, i):
 
 
 @njit(inline="always")
-def _place(v, shift):
-    """``v << shift`` for a shift that may be negative (then a right shift)."""
-    if shift >= 0:
-        return v << np.uint64(shift)
-    return v >> np.uint64(-shift)
+def _planes16(t, i, k):
+    """Value ``i``'s bits of planes k-1..k-16 from 64 tail bits ``t``, in place (k >= 1)."""
+    m32 = np.uint64(0xFFFFFFFF)
+    w = (REV8[_gather_nibble_bits(t & m32, i)] << np.uint64(8)) | REV8[
+        _gather_nibble_bits((t >> np.uint64(32)) & m32, i)]
+    up = w << np.uint64(max(k - 16, 0))
+    down = w >> np.uint64(max(16 - k, 0))
+    return up if k >= 16 else down
 
 
 @njit(inline="always")
 def _decode_tail(r, k, bits):
     """Inverse of :func:`_encode_tail`: the planes k-1..0 of the 4 values from ``r``."""
     r &= low_mask(bits)
-    u0 = _U0
-    u1 = _U0
-    u2 = _U0
-    u3 = _U0
-    nbytes = (min(k, (bits + 3) >> 2) + 7) >> 3
-    for j in range(nbytes):
-        t = (r >> np.uint64(32 * j)) & np.uint64(0xFFFFFFFF)
-        sh = k - 8 - 8 * j
-        u0 |= _place(REV8[_gather_nibble_bits(t, 0)], sh)
-        u1 |= _place(REV8[_gather_nibble_bits(t, 1)], sh)
-        u2 |= _place(REV8[_gather_nibble_bits(t, 2)], sh)
-        u3 |= _place(REV8[_gather_nibble_bits(t, 3)], sh)
-    return u0, u1, u2, u3
+    return _planes16(r, 0, k), _planes16(r, 1, k), _planes16(r, 2, k), _planes16(r, 3, k)
 
 
 @njit(inline="always")
@@ -192,21 +184,20 @@ def _plane(u0, u1, u2, u3, k):
 
 
 @njit(inline="always")
-def _encode_plane(u0, u1, u2, u3, k, blk, blen, bits, n):
-    """Code plane ``k``: the ``n`` significant bits verbatim, then the group tests.
+def _group_test_plane(u0, u1, u2, u3, c0, c1, c2, c3, k, kstop, blk, blen, maxbits):
+    """Code plane k-1 (verbatim bits, then group tests) if ``k > kstop`` and budget is left.
 
-    Costs nothing once the budget is spent; with ``n == 4`` it sends the
-    plane verbatim (the group-test table is empty there).
+    Branch-free: a plane that is not due leaves ``blk``, ``blen`` and ``k`` as they are.
     """
-    p = _plane(u0, u1, u2, u3, k)
-    mm = min(n, bits)
-    blk |= (p & low_mask(mm)) << np.uint64(blen & 63)  # 0 when blen == 64
-    blen += mm
-    bits -= mm
-    e = GT_ENC[(n * 8 + min(bits, 7)) * 16 + np.int64(p >> np.uint64(n))]
-    length = (e >> 8) & 15
-    blk |= np.uint64(e & 127) << np.uint64(blen & 63)
-    return blk, blen + length, bits - length, e >> 12
+    due = (k > kstop) & (blen < maxbits)
+    k1 = k - 1
+    n = np.int64(c0 > k) + np.int64(c1 > k) + np.int64(c2 > k) + np.int64(c3 > k)
+    p = _plane(u0, u1, u2, u3, k1)
+    g = GT_ENC[(n * 8 + 7) * 16 + np.int64(p >> np.uint64(n))]
+    bits = ((p & low_mask(n)) | (np.uint64(g & 127) << np.uint64(n))) << np.uint64(min(blen, 63))
+    blk |= bits if due else _U0
+    blen += (n + ((g >> 8) & 15)) if due else 0
+    return blk, blen, k1 if due else k
 
 
 @njit(inline="always")
@@ -227,47 +218,53 @@ def encode_block_1d(x, base, emax, maxbits):
         hb = 12
         intprec = 64
         s = POW2[62 - emax + POW2_BIAS]
-    # block floating point, then zfp's forward lifting
-    a = np.int64(s * np.float64(x[base]))
-    b = np.int64(s * np.float64(x[base + 1]))
-    c = np.int64(s * np.float64(x[base + 2]))
-    d = np.int64(s * np.float64(x[base + 3]))
-    a, b, c, d = fwd_lift4(a, b, c, d, proto)
+    # block floating point in the data's own precision, as zfp does, then
+    # zfp's forward lifting
+    sf = as_float(s, proto)
+    a = np.int64(sf * x[base])
+    b = np.int64(sf * x[base + 1])
+    c = np.int64(sf * x[base + 2])
+    d = np.int64(sf * x[base + 3])
+    # |values| <= 2**(P-2) here, so the lifting cannot wrap: int64 arithmetic
+    # (a float64 ``proto``) gives zfp's integers without the wrap steps
+    a, b, c, d = fwd_lift4(a, b, c, d, POW2)
     m = nbmask(proto)
-    u0 = wrap_uint(wrap_uint(np.uint64(a), proto) + m, proto) ^ m
-    u1 = wrap_uint(wrap_uint(np.uint64(b), proto) + m, proto) ^ m
-    u2 = wrap_uint(wrap_uint(np.uint64(c), proto) + m, proto) ^ m
-    u3 = wrap_uint(wrap_uint(np.uint64(d), proto) + m, proto) ^ m
+    u0 = wrap_uint(np.uint64(a) + m, proto) ^ m
+    u1 = wrap_uint(np.uint64(b) + m, proto) ^ m
+    u2 = wrap_uint(np.uint64(c) + m, proto) ^ m
+    u3 = wrap_uint(np.uint64(d) + m, proto) ^ m
 
+    # Embedded coding without a serial chain through the group tests: after
+    # plane k, the values 0..n-1 are significant with n = 1 + max{i : u_i has
+    # a one in a plane >= k}, so n for every plane follows from the values'
+    # bit lengths. Writing each plane whole and cutting the block at maxbits
+    # gives zfp's bits, since zfp stops wherever its budget runs out.
+    # c_i = bit length of u_i | ... | u_3: during plane k-1 the values
+    # 0..n-1 are significant with n = #{i : c_i > k}
+    c3 = 64 - clz64(u3)
+    c2 = 64 - clz64(u2 | u3)
+    c1 = 64 - clz64(u1 | u2 | u3)
+    c0 = 64 - clz64(u0 | u1 | u2 | u3)
+    k = c0  # planes >= k are all zero: one 0 bit each
     blk = (e << _U1) | _U1
-    blen = hb
-    bits = maxbits - hb
-    z = min(intprec - (64 - clz64(u0 | u1 | u2 | u3)), bits)
-    blen += z
-    bits -= z
-    k = intprec - z
-    n = 0
-    if k >= 4:
-        # Four planes unrolled: enough for all values to become significant
-        # (or the budget to run out) in most blocks, without a
-        # data-dependent loop exit.
-        blk, blen, bits, n = _encode_plane(u0, u1, u2, u3, k - 1, blk, blen, bits, n)
-        blk, blen, bits, n = _encode_plane(u0, u1, u2, u3, k - 2, blk, blen, bits, n)
-        blk, blen, bits, n = _encode_plane(u0, u1, u2, u3, k - 3, blk, blen, bits, n)
-        blk, blen, bits, n = _encode_plane(u0, u1, u2, u3, k - 4, blk, blen, bits, n)
-        k -= 4
-    while bits > 0 and k > 0:
-        if n == 4:
-            blk |= _encode_tail(u0, u1, u2, u3, k, bits) << np.uint64(blen)
-            break
-        k -= 1
-        blk, blen, bits, n = _encode_plane(u0, u1, u2, u3, k, blk, blen, bits, n)
-    return blk
+    blen = hb + intprec - k
+    kstop = max(c3 - 1, 0)  # below this plane all four values are significant
+    # three planes without branches (most blocks need no more), then a loop
+    blk, blen, k = _group_test_plane(u0, u1, u2, u3, c0, c1, c2, c3, k, kstop, blk, blen, maxbits)
+    blk, blen, k = _group_test_plane(u0, u1, u2, u3, c0, c1, c2, c3, k, kstop, blk, blen, maxbits)
+    blk, blen, k = _group_test_plane(u0, u1, u2, u3, c0, c1, c2, c3, k, kstop, blk, blen, maxbits)
+    while k > kstop and blen < maxbits:
+        blk, blen, k = _group_test_plane(u0, u1, u2, u3, c0, c1, c2, c3, k, kstop, blk, blen,
+                                         maxbits)
+    # the rest, branch-free: all four values significant, planes sent verbatim
+    tail = _encode_tail(u0, u1, u2, u3, max(k, 1), max(maxbits - blen, 0))
+    blk |= (tail << np.uint64(min(blen, 63))) if (blen < maxbits and k > 0) else _U0
+    return blk & low_mask(maxbits)
 
 
 @njit(inline="always")
 def decode_block_1d(blk, out, base, t, maxbits):
-    """Decode the block whose ``maxbits`` (<= 64) bits are ``blk``; store ``t`` values at ``out[base:]``."""
+    """Decode a block given as its ``maxbits`` (<= 64) bits into ``t`` values at ``out[base:]``."""
     proto = out
     if blk & _U1 == 0:
         for i in range(t):

@@ -14,7 +14,7 @@ from .bitstream import flush, low_mask, peek64, put_bits, put_zeros, seek
 from .zfp_block import block_exponent, decode_block, encode_block, pad_block, scale_overflows
 from .zfp_block1d import decode_block_1d, encode_block_1d, fits_register
 
-__all__ = ["encode", "decode", "CHUNK_BLOCKS", "Scratch"]
+__all__ = ["CHUNK_BLOCKS", "Scratch", "decode", "encode"]
 
 #: blocks per parallel work item; a multiple of 64 keeps chunks word aligned
 CHUNK_BLOCKS = 256

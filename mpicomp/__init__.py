@@ -8,4 +8,4 @@ from .errors import MpicompError, UncompressibleError, UnknownCodecError
 
 __version__ = "0.1.0"
 
-__all__ = ["codecs", "get_codec", "MpicompError", "UncompressibleError", "UnknownCodecError"]
+__all__ = ["MpicompError", "UncompressibleError", "UnknownCodecError", "codecs", "get_codec"]

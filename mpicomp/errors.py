@@ -6,7 +6,7 @@ and the value received.
 """
 from __future__ import annotations
 
-__all__ = ["MpicompError", "UnknownCodecError", "UncompressibleError"]
+__all__ = ["MpicompError", "UncompressibleError", "UnknownCodecError"]
 
 
 class MpicompError(Exception):

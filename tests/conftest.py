@@ -59,7 +59,7 @@ def gpu_available() -> tuple[bool, str]:
     else:
         _gpu_state = (False, "no CUDA device found (neither CuPy nor Numba CUDA sees one)")
         try:
-            import cupy  # noqa: F401
+            import cupy
 
             if cupy.cuda.runtime.getDeviceCount() > 0:
                 _gpu_state = (True, "CuPy sees a device")

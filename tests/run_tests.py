@@ -88,7 +88,8 @@ def parse_args(argv: list[str]):
     p.add_argument("--stages", default="serial,2,3,4",
                    help="comma-separated stages: 'serial' and/or rank counts (default %(default)s)")
     p.add_argument("--timeout", type=float, default=1200.0,
-                   help="seconds per stage before it is killed and counted failed (default %(default)s)")
+                   help="seconds per stage before it is killed and counted failed "
+                        "(default %(default)s)")
     p.add_argument("-k", dest="keyword", help="pytest -k expression (all stages)")
     p.add_argument("-m", dest="markexpr",
                    help="pytest -m expression (serial); MPI stages use 'mpi and (EXPR)'")
@@ -160,6 +161,9 @@ def run_stage(stage: str, args, extra, report_dir: str, run_id: str, mpiexec: st
         backstop = timeout
     else:
         env["MPIEXEC_TIMEOUT"] = str(max(1, int(round(timeout))))
+        # several ranks share the cores: idle OpenMP workers (Numba's
+        # threading layer) must sleep, not spin, or the ranks starve each other
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         cmd = [mpiexec, "-n", stage, sys.executable, str(Path(__file__).resolve()),
                RANK_EXEC, report_dir, stage, "--", *ptargs]
         backstop = timeout + BACKSTOP_S

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from zfp_oracle import padded_array, zfpy_decode, zfpy_encode
 
 from mpicomp.codecs import get_codec
 from mpicomp.errors import UncompressibleError
-from zfp_oracle import padded_array, zfpy_decode, zfpy_encode
 
 DTYPES = [np.float32, np.float64]
 RNG = np.random.default_rng(1234)

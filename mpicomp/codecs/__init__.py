@@ -11,11 +11,11 @@ True
 """
 from ..errors import UncompressibleError, UnknownCodecError
 from .base import Codec
-from .registry import get_codec, register_codec, registered_codecs
-from .none import NoneCodec
-from .zfp import ZfpCodec
 from .bitplane import BitplaneCodec
 from .cast import CastCodec
+from .none import NoneCodec
+from .registry import get_codec, register_codec, registered_codecs
+from .zfp import ZfpCodec
 
 register_codec(NoneCodec)
 register_codec(ZfpCodec)
@@ -23,13 +23,13 @@ register_codec(BitplaneCodec)
 register_codec(CastCodec)
 
 __all__ = [
-    "Codec",
-    "NoneCodec",
-    "ZfpCodec",
     "BitplaneCodec",
     "CastCodec",
+    "Codec",
+    "NoneCodec",
     "UncompressibleError",
     "UnknownCodecError",
+    "ZfpCodec",
     "get_codec",
     "register_codec",
     "registered_codecs",

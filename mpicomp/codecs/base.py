@@ -84,7 +84,7 @@ class Codec(abc.ABC):
         return {"id": self.codec_id, **self._params()}
 
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> "Codec":
+    def from_config(cls, config: dict[str, Any]) -> Codec:
         params = dict(config)
         codec_id = params.pop("id", cls.codec_id)
         if codec_id != cls.codec_id:
@@ -179,15 +179,23 @@ def _as_stream(buf: Any, n: int) -> np.ndarray:
                 f"buf must be a numpy array or a bytes-like object, got {type(buf).__name__}"
             ) from exc
     if stream.size < n:
-        raise ValueError(f"buf must hold at least {n} bytes for this count/dtype, got {stream.size}")
+        raise ValueError(
+            f"buf must hold at least {n} bytes for this count/dtype, got {stream.size}"
+        )
     return stream[:n]
 
 
 def check_rate(codec_id: str, rate: Any, low: float, high: float) -> float:
     """Validate a rate in bits per value: a real number with ``low <= rate <= high``."""
-    if isinstance(rate, (bool, np.bool_)) or not isinstance(rate, (int, float, np.integer, np.floating)):
-        raise TypeError(f"codec {codec_id!r}: rate must be a number of bits per value, got {rate!r}")
+    number = (int, float, np.integer, np.floating)
+    if isinstance(rate, (bool, np.bool_)) or not isinstance(rate, number):
+        raise TypeError(
+            f"codec {codec_id!r}: rate must be a number of bits per value, got {rate!r}"
+        )
     rate = float(rate)
     if not (low <= rate <= high):
-        raise ValueError(f"codec {codec_id!r}: rate must be in [{low:g}, {high:g}] bits per value, got {rate:g}")
+        raise ValueError(
+            f"codec {codec_id!r}: rate must be in [{low:g}, {high:g}] bits per value, "
+            f"got {rate:g}"
+        )
     return rate

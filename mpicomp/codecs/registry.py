@@ -6,7 +6,7 @@ from typing import Any
 from ..errors import UnknownCodecError
 from .base import Codec
 
-__all__ = ["register_codec", "get_codec", "registered_codecs"]
+__all__ = ["get_codec", "register_codec", "registered_codecs"]
 
 _REGISTRY: dict[str, type[Codec]] = {}
 
@@ -48,7 +48,9 @@ def get_codec(spec: str | dict[str, Any] | Codec, **params: Any) -> Codec:
     elif isinstance(spec, str):
         codec_id, config = spec, params
     else:
-        raise TypeError(f"codec must be a str id, a config dict or a Codec, got {type(spec).__name__}")
+        raise TypeError(
+            f"codec must be a str id, a config dict or a Codec, got {type(spec).__name__}"
+        )
     cls = _REGISTRY.get(codec_id)
     if cls is None:
         raise UnknownCodecError(codec_id, list(_REGISTRY))

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ..kernels import zfp_cpu
+from ..kernels.launch import SERIAL_BELOW, call, readonly
 from .base import Codec, check_rate
 
 __all__ = ["ZfpCodec"]
@@ -91,9 +92,10 @@ class ZfpCodec(Codec):
     def _encode(self, x: np.ndarray, out: np.ndarray) -> None:
         if x.size == 0:
             return
+        x = readonly(x)
         bits = x.view(np.uint32 if x.dtype.itemsize == 4 else np.uint64)
-        bad = zfp_cpu.encode(x, bits, out.view(np.uint64), self.dims, self.maxbits,
-                             *self._scratch_for(x.dtype))
+        bad = call(zfp_cpu.encode, x, bits, out.view(np.uint64), self.dims, self.maxbits,
+                   *self._scratch_for(x.dtype), serial=x.size < SERIAL_BELOW)
         if bad:
             raise self._uncompressible(
                 "nonfinite", f"{bad} block(s) of {self.block_size} values hold NaN or Inf"
@@ -102,5 +104,5 @@ class ZfpCodec(Codec):
     def _decode(self, buf: np.ndarray, out: np.ndarray) -> None:
         if out.size == 0:
             return
-        zfp_cpu.decode(buf.view(np.uint64), out, self.dims, self.maxbits,
-                       *self._scratch_for(out.dtype))
+        call(zfp_cpu.decode, readonly(buf.view(np.uint64)), out, self.dims, self.maxbits,
+             *self._scratch_for(out.dtype), serial=out.size < SERIAL_BELOW)

@@ -1,0 +1,37 @@
+"""The benchmarks run end to end on small inputs and report consistent figures.
+
+Speed is not asserted here (benchmarks measure it, tests do not); what is
+checked is that every case runs, that the reported sizes match the codecs,
+and that zfp's stream equals zfpy's.
+"""
+from __future__ import annotations
+
+import io
+import math
+
+from mpicomp.bench import accuracy, codecs
+
+
+def test_codec_benchmark_small():
+    out, err = io.StringIO(), io.StringIO()
+    rows = codecs.run(size_mib=1, repeat=1, out=out, err=err)
+    names = {r["case"] for r in rows}
+    assert {"zfp:4", "zfp:8", "zfp:16", "bitplane:8.25", "cast:bfloat16"} <= names
+    for r in rows:
+        assert r["enc_gbps"] > 0 and r["dec_gbps"] > 0, r
+        assert math.isfinite(r["psnr_db"]), r
+        if r["case"].startswith(("zfp:", "bitplane:")):
+            assert r["bits_per_value"] <= float(r["case"].split(":")[1]), r
+        if r["case"].startswith("zfp:"):
+            assert r["zfpy_identical"] is True, r
+    assert "zfp:8" in out.getvalue()
+    assert err.getvalue(), "the benchmark reports progress on stderr"
+
+
+def test_accuracy_benchmark_reports_psnr():
+    rows = accuracy.run(n=1 << 16, data="gradient", out=io.StringIO(), err=io.StringIO())
+    assert [r["rate"] for r in rows] == [4.25, 8.25, 16.25]
+    for r in rows:
+        for key in ("psnr_bitplane", "psnr_zfp1d", "psnr_zfp3d"):
+            assert math.isfinite(r[key]) and r[key] > 0, r
+    assert rows[0]["psnr_bitplane"] < rows[1]["psnr_bitplane"] < rows[2]["psnr_bitplane"]
