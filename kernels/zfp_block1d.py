@@ -92,17 +92,18 @@ def _group_tests_decode(n: int, w: int, budget: int) -> tuple[int, int, int]:
 def _group_test_tables() -> tuple[np.ndarray, np.ndarray]:
     """Step 3 of a 4-value plane never takes more than 7 bits, so every case is tabulated.
 
-    ``GT_ENC[(n*8 + min(budget, 7))*16 + (plane >> n)]`` and
+    ``GT_ENC[n*16 + (plane >> n)]`` (the encoder writes whole patterns and
+    cuts the block at its budget afterwards) and
     ``GT_DEC[(n*8 + min(budget, 7))*128 + next 7 bits]`` pack
     (pattern or plane bits) | length << 8 | new n << 12.
     """
-    enc = np.zeros(4 * 8 * 16, dtype=np.int64)
+    enc = np.zeros(4 * 16, dtype=np.int64)
     dec = np.zeros(4 * 8 * 128, dtype=np.int64)
     for n in range(4):
+        for x in range(16):
+            pat, length, nn = _group_tests_encode(n, x, 7)
+            enc[n * 16 + x] = pat | length << 8 | nn << 12
         for budget in range(8):
-            for x in range(16):
-                pat, length, nn = _group_tests_encode(n, x, budget)
-                enc[(n * 8 + budget) * 16 + x] = pat | length << 8 | nn << 12
             for w in range(128):
                 bits, used, nn = _group_tests_decode(n, w, budget)
                 dec[(n * 8 + budget) * 128 + w] = bits | used << 8 | nn << 12
@@ -192,8 +193,8 @@ def _group_test_plane(u0, u1, u2, u3, c0, c1, c2, c3, k, kstop, blk, blen, maxbi
     due = (k > kstop) & (blen < maxbits)
     k1 = k - 1
     n = np.int64(c0 > k) + np.int64(c1 > k) + np.int64(c2 > k) + np.int64(c3 > k)
-    p = _plane(u0, u1, u2, u3, k1)
-    g = GT_ENC[(n * 8 + 7) * 16 + np.int64(p >> np.uint64(n))]
+    p = _plane(u0, u1, u2, u3, max(k1, 0))  # plane -1 (not due) would be a bad shift
+    g = GT_ENC[n * 16 + np.int64(p >> np.uint64(n))]
     bits = ((p & low_mask(n)) | (np.uint64(g & 127) << np.uint64(n))) << np.uint64(min(blen, 63))
     blk |= bits if due else _U0
     blen += (n + ((g >> 8) & 15)) if due else 0
@@ -236,11 +237,10 @@ def encode_block_1d(x, base, emax, maxbits):
 
     # Embedded coding without a serial chain through the group tests: after
     # plane k, the values 0..n-1 are significant with n = 1 + max{i : u_i has
-    # a one in a plane >= k}, so n for every plane follows from the values'
-    # bit lengths. Writing each plane whole and cutting the block at maxbits
-    # gives zfp's bits, since zfp stops wherever its budget runs out.
-    # c_i = bit length of u_i | ... | u_3: during plane k-1 the values
-    # 0..n-1 are significant with n = #{i : c_i > k}
+    # a one in a plane >= k}. With c_i = bit length of u_i | ... | u_3, plane
+    # k-1 is coded with n = #{i : c_i > k}. Writing each plane whole and
+    # cutting the block at maxbits gives zfp's bits, since zfp stops wherever
+    # its budget runs out.
     c3 = 64 - clz64(u3)
     c2 = 64 - clz64(u2 | u3)
     c1 = 64 - clz64(u1 | u2 | u3)
