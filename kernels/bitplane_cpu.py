@@ -133,47 +133,47 @@ def _decode(stream, bs, nplanes, ebits, pow2, dst, path):
 
 
 # One kernel per (dtype, path); the constant paths fold away at compile time.
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _encode_f32_bytes(src, bs, nplanes, stream):
     return _encode(src, bs, nplanes, 23, 8, stream, _BYTES)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _encode_f32_general(src, bs, nplanes, stream):
     return _encode(src, bs, nplanes, 23, 8, stream, _GENERAL)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _encode_f64_bytes(src, bs, nplanes, stream):
     return _encode(src, bs, nplanes, 52, 11, stream, _BYTES)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _encode_f64_general(src, bs, nplanes, stream):
     return _encode(src, bs, nplanes, 52, 11, stream, _GENERAL)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _decode_f32_bytes(stream, bs, nplanes, pow2, dst):
     _decode(stream, bs, nplanes, 8, pow2, dst, _BYTES)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _decode_f32_general(stream, bs, nplanes, pow2, dst):
     _decode(stream, bs, nplanes, 8, pow2, dst, _GENERAL)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _decode_f64_bytes(stream, bs, nplanes, pow2, dst):
     _decode(stream, bs, nplanes, 11, pow2, dst, _BYTES)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _decode_f64_general(stream, bs, nplanes, pow2, dst):
     _decode(stream, bs, nplanes, 11, pow2, dst, _GENERAL)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def _encode_f32_wide(src, bs, nplanes, stream):
     return _encode(src, bs, nplanes, 23, 8, stream, _WIDE)
 

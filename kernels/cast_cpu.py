@@ -80,7 +80,7 @@ def _half_value(h):
     return -f if (hb & np.uint32(0x8000)) != np.uint32(0) else f
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def encode_f16_from32(src, out):
     """float32 bits (uint32) -> half bits (uint16); returns the overflow count."""
     bad = 0
@@ -91,7 +91,7 @@ def encode_f16_from32(src, out):
     return bad
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def encode_f16_from64(src, out):
     """float64 bits (uint64) -> half bits (uint16); returns the overflow count."""
     bad = 0
@@ -102,7 +102,7 @@ def encode_f16_from64(src, out):
     return bad
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def decode_f16(src, out):
     """half bits (uint16) -> float32 or float64 ``out`` (exact)."""
     for i in prange(src.size):
@@ -121,7 +121,7 @@ def _bf16_bits(b):
     )
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def encode_bf16_from32(src, out):
     """float32 bits (uint32) -> bfloat16 bits (uint16); returns the overflow count."""
     bad = 0
@@ -134,7 +134,7 @@ def encode_bf16_from32(src, out):
     return bad
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def encode_bf16_from64(src, out):
     """float64 values -> float32 (RNE) -> bfloat16 bits (uint16); returns the overflow count."""
     bad = 0
@@ -146,7 +146,7 @@ def encode_bf16_from64(src, out):
     return bad
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def decode_bf16(src, out):
     """bfloat16 bits (uint16) -> float32 or float64 ``out`` (exact)."""
     for i in prange(src.size):

@@ -139,7 +139,7 @@ def decode_chunk(words, out, b0, b1, dims, maxbits, fblock, iblock, ublock):
             out[base + i] = fblock[i]
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def encode(x, xbits, words, dims, maxbits, fscratch, iscratch, uscratch):
     """Encode the flat float array ``x`` into ``words`` (uint64, zfp stream size).
 
@@ -160,7 +160,7 @@ def encode(x, xbits, words, dims, maxbits, fscratch, iscratch, uscratch):
     return nonfinite
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def decode(words, out, dims, maxbits, fscratch, iscratch, uscratch):
     """Decode ``words`` (a zfp fixed-rate stream) into the flat float array ``out``."""
     size = 1 << (2 * dims)

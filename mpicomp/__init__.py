@@ -1,11 +1,32 @@
 """mpicomp: compression-assisted MPI collectives for mpi4py.
 
-The codecs live in :mod:`mpicomp.codecs`; the drop-in communicator comes next.
+``mpicomp.COMM_WORLD`` is a drop-in for ``MPI.COMM_WORLD`` whose buffer
+methods compress; ``mpicomp.Comm(comm, codec=..., rate=...)`` wraps any
+intracommunicator. The codecs live in :mod:`mpicomp.codecs`.
 """
+from mpi4py import MPI
+
 from . import codecs
 from .codecs import get_codec
+from .comm import Comm
 from .errors import MpicompError, UncompressibleError, UnknownCodecError
+from .policy import DEFAULT, Policy
+from .requests import Request
 
 __version__ = "0.1.0"
 
-__all__ = ["MpicompError", "UncompressibleError", "UnknownCodecError", "codecs", "get_codec"]
+#: ``MPI.COMM_WORLD``, compressing by the environment's (or the default) policy
+COMM_WORLD = Comm(MPI.COMM_WORLD)
+
+__all__ = [
+    "COMM_WORLD",
+    "DEFAULT",
+    "Comm",
+    "MpicompError",
+    "Policy",
+    "Request",
+    "UncompressibleError",
+    "UnknownCodecError",
+    "codecs",
+    "get_codec",
+]

@@ -1,0 +1,32 @@
+"""Compressed allreduce algorithms, one per module, and the automatic choice.
+
+* :mod:`.allgather`: everyone's compressed buffer to everyone, local sum.
+* :mod:`.ring`: ring reduce-scatter with recompression, ring allgather.
+* :mod:`.recursive_doubling`: log2(p) exchange rounds, any p.
+* :mod:`.homomorphic`: shared per-block scales, exact integer sum.
+
+Error bounds per algorithm: ``docs/algorithms.md``.
+"""
+from __future__ import annotations
+
+from . import allgather, homomorphic, recursive_doubling, ring
+from .common import Ctx
+
+__all__ = ["Ctx", "allgather", "choose", "homomorphic", "recursive_doubling", "ring"]
+
+#: below this many bytes (per rank) recursive doubling beats the ring
+SMALL = 256 * 1024
+
+
+def choose(nbytes: int, p: int) -> str:
+    """The algorithm ``auto`` runs for a buffer of ``nbytes`` on ``p`` ranks.
+
+    Two ranks: allgather (one exchange, each input quantized once). Small
+    buffers: recursive doubling (log2 p rounds of latency). Otherwise the
+    ring, which sends about 2 (p - 1) / p of the compressed buffer per rank.
+    """
+    if p <= 2:
+        return "allgather"
+    if nbytes < SMALL:
+        return "recursive_doubling"
+    return "ring"

@@ -1,0 +1,742 @@
+"""``mpicomp.Comm``: a drop-in ``mpi4py.MPI.Intracomm`` whose buffer methods compress.
+
+``Comm(MPI.COMM_WORLD, codec="bitplane", rate=4)`` shares the wrapped
+communicator's handle (as ``mpi4py.util.pkl5`` does): it *is* that
+communicator, and every method it does not override behaves exactly as
+mpi4py's. The overridden uppercase methods take the same arguments as
+mpi4py's plus keyword-only ``codec``, ``rate``, ``threshold`` and
+``algorithm``, which override the communicator's policy for one call.
+
+Each call goes one of two ways, and ``stats()`` / ``MPICOMP_DEBUG=1`` say
+which and why:
+
+* **plain MPI**, unchanged, when compression is off (codec ``none``), the
+  buffer is below the threshold, not a float32/float64 NumPy array, the op
+  cannot be honoured by the codec, the communicator has one rank, or (found
+  by the agreement step, the same on every rank) some rank's data holds
+  NaN/Inf or values whose sum could overflow;
+* **compressed**: the codec's streams travel over a private duplicate of
+  the communicator (so mpicomp's own messages never meet the caller's).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import math
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+from mpi4py.util import dtlib
+
+from . import algorithms, collectives, p2p
+from .agreement import agree
+from .algorithms.common import Ctx
+from .buffers import Buf, is_in_place, parse, parse_v
+from .policy import Policy, Resolved, resolve
+from .requests import Request
+from .scratch import Scratch
+from .stats import Recorder, Stats
+
+__all__ = ["Comm"]
+
+_OP_NAMES = ("SUM", "MAX", "MIN", "PROD", "LAND", "LOR", "LXOR", "BAND", "BOR", "BXOR",
+             "MAXLOC", "MINLOC", "REPLACE", "NO_OP")
+
+#: largest finite value of each cast target
+_CAST_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
+
+
+def _op_name(op: MPI.Op) -> str:
+    for name in _OP_NAMES:
+        if op == getattr(MPI, name, None):
+            return name
+    return "user-defined op"
+
+
+class _Engine:
+    """A private duplicate communicator and the scratch buffers used with it (one per thread)."""
+
+    def __init__(self, parent: MPI.Intracomm) -> None:
+        self.comm: MPI.Intracomm = MPI.Intracomm.Dup(parent)
+        self.scratch = Scratch()
+
+    def ctx(self, codec: Any, rec: Recorder) -> Ctx:
+        return Ctx(self.comm, codec, rec, self.scratch)
+
+    def free(self) -> None:
+        if self.comm != MPI.COMM_NULL:
+            self.comm.Free()
+
+
+class Comm(MPI.Intracomm):
+    """A compressing intracommunicator (see the module docs).
+
+    Parameters
+    ----------
+    comm
+        The communicator to wrap (its handle is shared, not duplicated).
+    codec, rate, threshold, algorithm
+        This communicator's policy (:class:`mpicomp.policy.Policy`); unset
+        settings come from the environment, then from the defaults.
+    policy
+        A whole :class:`~mpicomp.policy.Policy` instead of the four settings.
+    """
+
+    _policy: Policy
+    _stats: Stats
+
+    def __new__(
+        cls,
+        comm: MPI.Intracomm | None = None,
+        *,
+        codec: Any = None,
+        rate: float | None = None,
+        threshold: int | None = None,
+        algorithm: str | None = None,
+        policy: Policy | None = None,
+    ) -> Comm:
+        if comm is None:
+            self = super().__new__(cls)
+        else:
+            if not isinstance(comm, MPI.Intracomm):
+                raise TypeError(
+                    f"mpicomp.Comm wraps an MPI.Intracomm, got {type(comm).__name__}"
+                )
+            self = super().__new__(cls, comm)
+        base = policy if policy is not None else getattr(comm, "_policy", Policy())
+        if not isinstance(base, Policy):
+            raise TypeError(f"policy must be an mpicomp.Policy, got {type(base).__name__}")
+        self._setup(base.override(codec=codec, rate=rate, threshold=threshold,
+                                  algorithm=algorithm))
+        return self
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # noqa: D107 - done in __new__
+        pass
+
+    def _setup(self, policy: Policy) -> None:
+        self._policy = policy
+        self._stats = Stats()
+        self._lock = threading.Lock()
+        self._engine: _Engine | None = None
+        self._worker_engine: _Engine | None = None
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def _state_ok(self) -> None:
+        if not hasattr(self, "_policy"):  # made by mpi4py without __new__'s arguments
+            self._setup(Policy())
+
+    # -- policy, stats, derived communicators ---------------------------------
+    @property
+    def policy(self) -> Policy:
+        """This communicator's own settings (``None`` = environment or default)."""
+        self._state_ok()
+        return self._policy
+
+    def resolved_policy(self, **settings: Any) -> Resolved:
+        """The settings a call with these keyword overrides would use."""
+        self._state_ok()
+        return resolve(Policy(**settings), self._policy)
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """Per-method counters of this rank (see :mod:`mpicomp.stats`)."""
+        self._state_ok()
+        return self._stats.as_dict()
+
+    def reset_stats(self) -> None:
+        self._state_ok()
+        self._stats.reset()
+
+    def _derived(self, comm: MPI.Comm, settings: dict[str, Any]) -> Any:
+        if comm == MPI.COMM_NULL:
+            return comm
+        return Comm(comm, policy=self.policy.override(**settings))
+
+    def Dup(self, info: MPI.Info | None = None, **settings: Any) -> Comm:  # noqa: N802
+        """A duplicate carrying this policy (overridden by ``settings``)."""
+        new = MPI.Intracomm.Dup(self, info) if info is not None else MPI.Intracomm.Dup(self)
+        return self._derived(MPI.Intracomm(new), settings)
+
+    def Split(self, color: int = 0, key: int = 0, **settings: Any) -> Comm:  # noqa: N802
+        return self._derived(MPI.Intracomm.Split(self, color, key), settings)
+
+    def Split_type(self, split_type: int, key: int = 0, info: MPI.Info = MPI.INFO_NULL,
+                   **settings: Any) -> Comm:  # noqa: N802
+        return self._derived(MPI.Intracomm.Split_type(self, split_type, key, info), settings)
+
+    def Create(self, group: MPI.Group, **settings: Any) -> Comm:  # noqa: N802
+        return self._derived(MPI.Intracomm.Create(self, group), settings)
+
+    def Free(self) -> None:  # noqa: N802
+        """Free the private communicators, the worker thread and this communicator."""
+        self._state_ok()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        for engine in (self._engine, self._worker_engine):
+            if engine is not None:
+                engine.free()
+        self._engine = self._worker_engine = None
+        MPI.Intracomm.Free(self)
+
+    # -- machinery ------------------------------------------------------------
+    def _main_engine(self) -> _Engine:
+        if self._engine is None:
+            self._engine = _Engine(self)
+        return self._engine
+
+    def _async(self) -> tuple[_Engine, concurrent.futures.Executor]:
+        with self._lock:
+            if self._worker_engine is None:
+                self._worker_engine = _Engine(self)
+                self._executor = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="mpicomp-worker"
+                )
+            assert self._executor is not None
+            return self._worker_engine, self._executor
+
+    def _call(self, name: str, raw_bytes: int) -> Recorder:
+        self._state_ok()
+        return Recorder(self._stats, name, self.Get_rank(), raw_bytes)
+
+    def _screen(
+        self, pol: Resolved, bufs: Sequence[Buf], nbytes: int, op: MPI.Op | None = None,
+        collective: bool = True,
+    ) -> str | None:
+        """Why this call must go to plain MPI (rank-consistent reasons), or None."""
+        if not pol.enabled:
+            return "codec none"
+        if collective and self.Get_size() == 1:
+            return "single rank"
+        for b in bufs:
+            if not b.compressible:
+                return b.reason
+        dtypes = {b.dtype for b in bufs}
+        if len(dtypes) > 1:
+            raise TypeError(f"send and receive buffers must have the same dtype, got {dtypes}")
+        dt = bufs[0].dtype
+        if dt not in pol.codec.dtypes:
+            return f"codec {pol.codec.codec_id} does not take {dt}"
+        if op is not None:
+            name = _op_name(op)
+            if name != "SUM" and not (name in ("MAX", "MIN") and pol.codec.codec_id == "cast"):
+                return f"op {name} cannot be computed on {pol.codec.codec_id} streams"
+        if nbytes < pol.threshold:
+            return f"below threshold ({nbytes} B < {pol.threshold} B)"
+        return None
+
+    def _agree(self, engine: _Engine, name: str, pol: Resolved, local: np.ndarray | None,
+               dtype: np.dtype, settings: str, summands: int) -> str | None:
+        """The agreement step: None to go ahead compressed, else the plain-MPI reason."""
+        from .kernels.scan_cpu import max_abs
+
+        local_max = max_abs(local) if local is not None and local.size else 0.0
+        ag = agree(engine.comm, name, local_max, f"{settings} {pol.describe()}")
+        if not math.isfinite(ag.max_abs):
+            return "nonfinite (NaN or Inf on some rank)"
+        if pol.codec.codec_id == "cast":
+            limit, factor = _CAST_MAX[pol.codec.get_config()["dtype"]], 1.0 * summands
+        else:
+            limit, factor = float(np.finfo(dtype).max), 8.0 * summands
+        if ag.max_abs * factor > limit:
+            return f"overflow risk (max |x| {ag.max_abs:.3g} x {factor:g} > {limit:.3g})"
+        return None
+
+    def _plain(self, rec: Recorder, reason: str, fn: Callable[..., Any], *args: Any,
+               sent: int | None = None) -> Any:
+        rec.plain(reason)
+        with rec.mpi():
+            result = fn(self, *args)
+        rec.sent(rec.raw_bytes if sent is None else sent)
+        rec.commit()
+        return result
+
+    # -- Allreduce and Reduce -------------------------------------------------
+    def _allreduce_body(self, engine: _Engine, rec: Recorder, pol: Resolved, x: np.ndarray,
+                        out: np.ndarray, op: MPI.Op, sendbuf: Any, recvbuf: Any) -> None:
+        p = self.Get_size()
+        opname = _op_name(op)
+        algorithm = pol.algorithm
+        if opname != "SUM":
+            algorithm = "cast_order"
+        elif algorithm == "auto":
+            algorithm = algorithms.choose(x.nbytes, p)
+        settings = f"Allreduce n={x.size} {x.dtype} op={opname} alg={algorithm}"
+        reason = self._agree(engine, "Allreduce", pol, x, x.dtype, settings, p)
+        if reason is not None:
+            rec.plain(reason)
+            with rec.mpi():
+                MPI.Intracomm.Allreduce(engine.comm, sendbuf, recvbuf, op)
+            rec.sent(rec.raw_bytes)
+            return
+        ctx = engine.ctx(pol.codec, rec)
+        detail = ""
+        if algorithm == "cast_order":
+            _cast_order_allreduce(ctx, x, out, op)
+        elif algorithm == "homomorphic":
+            fmt = algorithms.homomorphic.allreduce(ctx, x, out, pol.rate)
+            detail = f"k={fmt.k} bits, {fmt.bits_per_value:.3g} bits/value"
+        else:
+            getattr(algorithms, algorithm).allreduce(ctx, x, out)
+        rec.compressed(algorithm, detail or pol.codec.codec_id)
+
+    def _allreduce_call(
+        self, name: str, sendbuf: Any, recvbuf: Any, op: MPI.Op, settings: dict[str, Any]
+    ) -> tuple[Resolved, Buf, Buf, Recorder, str | None]:
+        """Parse and screen an (I)allreduce: (policy, send, recv, recorder, plain reason)."""
+        pol = self.resolved_policy(**settings)
+        rbuf = parse(recvbuf, "recvbuf")
+        sbuf = rbuf if is_in_place(sendbuf) else parse(sendbuf, "sendbuf")
+        _same_count(sbuf, rbuf, name)
+        rec = self._call(name, sbuf.nbytes)
+        return pol, sbuf, rbuf, rec, self._screen(pol, [sbuf, rbuf], sbuf.nbytes, op)
+
+    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,  # noqa: N802
+                  **settings: Any) -> None:
+        pol, sbuf, rbuf, rec, reason = self._allreduce_call(
+            "Allreduce", sendbuf, recvbuf, op, settings)
+        if reason is not None:
+            return self._plain(rec, reason, MPI.Intracomm.Allreduce, sendbuf, recvbuf, op)
+        x, out = sbuf.data(), rbuf.data()
+        self._allreduce_body(self._main_engine(), rec, pol, x, out, op, sendbuf, recvbuf)
+        rec.commit()
+
+    def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,  # noqa: N802
+                   **settings: Any) -> MPI.Request:
+        pol, sbuf, rbuf, rec, reason = self._allreduce_call(
+            "Iallreduce", sendbuf, recvbuf, op, settings)
+        if reason is not None:
+            return self._plain(rec, reason, MPI.Intracomm.Iallreduce, sendbuf, recvbuf, op)
+        engine, executor = self._async()
+        x, out = sbuf.data(), rbuf.data()
+
+        def work() -> None:
+            self._allreduce_body(engine, rec, pol, x, out, op, sendbuf, recvbuf)
+            rec.commit()
+
+        return Request.start(work, executor)
+
+    def Reduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0,  # noqa: N802
+               **settings: Any) -> None:
+        pol = self.resolved_policy(**settings)
+        is_root = self.Get_rank() == root
+        rbuf = parse(recvbuf, "recvbuf") if is_root else None
+        if is_in_place(sendbuf):
+            if not is_root or rbuf is None:
+                raise ValueError("Reduce: MPI.IN_PLACE is only valid as the root's sendbuf")
+            sbuf = rbuf
+        else:
+            sbuf = parse(sendbuf, "sendbuf")
+        if rbuf is not None:
+            _same_count(sbuf, rbuf, "Reduce")
+        rec = self._call("Reduce", sbuf.nbytes)
+        reason = self._screen(pol, [sbuf] + ([rbuf] if rbuf else []), sbuf.nbytes, op)
+        if reason is None and _op_name(op) != "SUM":
+            reason = f"op {_op_name(op)}: Reduce compresses only SUM"
+        if reason is not None:
+            return self._plain(rec, reason, MPI.Intracomm.Reduce, sendbuf, recvbuf, op, root)
+        engine = self._main_engine()
+        x = sbuf.data()
+        p = self.Get_size()
+        settings_s = f"Reduce n={x.size} {x.dtype} root={root}"
+        reason = self._agree(engine, "Reduce", pol, x, x.dtype, settings_s, p)
+        if reason is not None:
+            return self._plain(rec, reason, MPI.Intracomm.Reduce, sendbuf, recvbuf, op, root)
+        ctx = engine.ctx(pol.codec, rec)
+        out = rbuf.data() if rbuf is not None else None
+        algorithms.ring.reduce(ctx, x, out, root)
+        rec.compressed("ring", pol.codec.codec_id)
+        rec.commit()
+
+    def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,  # noqa: N802
+                             **settings: Any) -> None:
+        p = self.Get_size()
+        rbuf = parse(recvbuf, "recvbuf")
+        if is_in_place(sendbuf):
+            sbuf = parse(recvbuf, "recvbuf")
+            rcount = sbuf.count // p if sbuf.compressible else 0
+        else:
+            sbuf = parse(sendbuf, "sendbuf")
+            rcount = rbuf.count
+        self._reduce_scatter("Reduce_scatter_block", sendbuf, recvbuf, [rcount] * p, op,
+                             sbuf, rbuf, settings, MPI.Intracomm.Reduce_scatter_block,
+                             (sendbuf, recvbuf, op))
+
+    def Reduce_scatter(self, sendbuf: Any, recvbuf: Any,  # noqa: N802
+                       recvcounts: Sequence[int] | None = None, op: MPI.Op = MPI.SUM,
+                       **settings: Any) -> None:
+        p = self.Get_size()
+        rbuf = parse(recvbuf, "recvbuf")
+        sbuf = rbuf if is_in_place(sendbuf) else parse(sendbuf, "sendbuf")
+        if recvcounts is None:
+            counts = self.allgather(rbuf.count)  # what mpi4py does too
+        else:
+            counts = [int(c) for c in recvcounts]
+            if len(counts) != p:
+                raise ValueError(f"Reduce_scatter: recvcounts needs {p} entries, got {len(counts)}")
+        self._reduce_scatter("Reduce_scatter", sendbuf, recvbuf, counts, op, sbuf, rbuf,
+                             settings, MPI.Intracomm.Reduce_scatter,
+                             (sendbuf, recvbuf, recvcounts, op))
+
+    def _reduce_scatter(self, name: str, sendbuf: Any, recvbuf: Any, counts: list[int],
+                        op: MPI.Op, sbuf: Buf, rbuf: Buf, settings: dict[str, Any],
+                        plain: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        pol = self.resolved_policy(**settings)
+        r = self.Get_rank()
+        rec = self._call(name, sbuf.nbytes)
+        reason = self._screen(pol, [sbuf, rbuf], sbuf.nbytes, op)
+        if reason is None and _op_name(op) != "SUM":
+            reason = f"op {_op_name(op)}: {name} compresses only SUM"
+        if reason is not None:
+            return self._plain(rec, reason, plain, *args)
+        total = sum(counts)
+        if sbuf.count < total:
+            raise ValueError(f"{name}: sendbuf holds {sbuf.count} values, counts need {total}")
+        if rbuf.count < counts[r]:
+            raise ValueError(f"{name}: recvbuf holds {rbuf.count} values, needs {counts[r]}")
+        engine = self._main_engine()
+        x = sbuf.data(0, total)
+        reason = self._agree(engine, name, pol, x, x.dtype, f"{name} counts={counts} {x.dtype}",
+                             self.Get_size())
+        if reason is not None:
+            return self._plain(rec, reason, plain, *args)
+        collectives.reduce_scatter(engine.ctx(pol.codec, rec), x, rbuf.data(), counts)
+        rec.compressed("ring", pol.codec.codec_id)
+        rec.commit()
+
+    # -- data movement ----------------------------------------------------------
+    def _gatherlike(self, name: str, plain: Callable[..., Any], args: tuple[Any, ...],
+                    pol: Resolved, bufs: list[Buf], local: np.ndarray | None, nbytes: int,
+                    settings_s: str, body: Callable[[Ctx], None],
+                    engine: _Engine | None = None) -> Recorder | None:
+        """Screen, agree, run ``body`` compressed or ``plain``; returns the recorder."""
+        rec = self._call(name, nbytes)
+        reason = self._screen(pol, bufs, nbytes)
+        if reason is not None:
+            self._plain(rec, reason, plain, *args)
+            return None
+        engine = engine or self._main_engine()
+        dtype = next(b.dtype for b in bufs if b.dtype is not None)
+        reason = self._agree(engine, name, pol, local, dtype, f"{settings_s} {dtype}", 1)
+        if reason is not None:
+            rec.plain(reason)
+            with rec.mpi():
+                plain(engine.comm, *args)
+            rec.sent(rec.raw_bytes)
+        else:
+            body(engine.ctx(pol.codec, rec))
+            rec.compressed(name.lower(), pol.codec.codec_id)
+        rec.commit()
+        return rec
+
+    def Allgather(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> None:  # noqa: N802
+        pol = self.resolved_policy(**settings)
+        p, r = self.Get_size(), self.Get_rank()
+        rbuf = parse(recvbuf, "recvbuf", blocks=p)
+        n = rbuf.count
+        if is_in_place(sendbuf):
+            sbuf = Buf(sendbuf, rbuf.array, n, rbuf.reason) if rbuf.compressible else rbuf
+            x = rbuf.array[r * n : (r + 1) * n] if rbuf.compressible else None
+        else:
+            sbuf = parse(sendbuf, "sendbuf")
+            x = sbuf.data() if sbuf.compressible else None
+            if sbuf.compressible and rbuf.compressible and sbuf.count != n:
+                raise ValueError(
+                    f"Allgather: sendbuf has {sbuf.count} values, recvbuf {n} per rank"
+                )
+        counts, displs = [n] * p, [i * n for i in range(p)]
+
+        def body(ctx: Ctx) -> None:
+            collectives.allgatherv(ctx, x, rbuf.array, counts, displs)
+
+        self._gatherlike("Allgather", MPI.Intracomm.Allgather, (sendbuf, recvbuf), pol,
+                         [sbuf, rbuf], x, n * (rbuf.array.itemsize if rbuf.compressible else 0),
+                         f"Allgather n={n}", body)
+
+    def Allgatherv(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> None:  # noqa: N802
+        pol = self.resolved_policy(**settings)
+        p, r = self.Get_size(), self.Get_rank()
+        rbuf = parse_v(recvbuf, p, "recvbuf")
+        counts, displs = list(rbuf.counts or ()), list(rbuf.displs or ())
+        if is_in_place(sendbuf):
+            sbuf = rbuf
+            x = None
+        else:
+            sbuf = parse(sendbuf, "sendbuf")
+            x = sbuf.data() if sbuf.compressible else None
+            if x is not None and rbuf.compressible and x.size != counts[r]:
+                raise ValueError(
+                    f"Allgatherv: sendbuf has {x.size} values, counts[{r}] is {counts[r]}"
+                )
+        local = x if x is not None or not rbuf.compressible else (
+            rbuf.array[displs[r] : displs[r] + counts[r]])
+
+        def body(ctx: Ctx) -> None:
+            collectives.allgatherv(ctx, local, rbuf.array, counts, displs)
+
+        itemsize = rbuf.array.itemsize if rbuf.compressible else 0
+        self._gatherlike("Allgatherv", MPI.Intracomm.Allgatherv, (sendbuf, recvbuf), pol,
+                         [sbuf, rbuf], local, max(counts) * itemsize,
+                         f"Allgatherv counts={counts}", body)
+
+    def Alltoall(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> None:  # noqa: N802
+        pol = self.resolved_policy(**settings)
+        p = self.Get_size()
+        rbuf = parse(recvbuf, "recvbuf", blocks=p)
+        sbuf = rbuf if is_in_place(sendbuf) else parse(sendbuf, "sendbuf", blocks=p)
+        _same_count(sbuf, rbuf, "Alltoall")
+        n = rbuf.count
+        x = sbuf.data(0, n * p) if sbuf.compressible else None
+
+        def body(ctx: Ctx) -> None:
+            assert x is not None
+            collectives.alltoall(ctx, x, rbuf.array, n)
+
+        self._gatherlike("Alltoall", MPI.Intracomm.Alltoall, (sendbuf, recvbuf), pol,
+                         [sbuf, rbuf], x, n * p * (x.itemsize if x is not None else 0),
+                         f"Alltoall n={n}", body)
+
+    def Bcast(self, buf: Any, root: int = 0, **settings: Any) -> None:  # noqa: N802
+        pol = self.resolved_policy(**settings)
+        b = parse(buf, "buf")
+        local = b.data() if (b.compressible and self.Get_rank() == root) else None
+        self._gatherlike("Bcast", MPI.Intracomm.Bcast, (buf, root), pol, [b], local, b.nbytes,
+                         f"Bcast n={b.count} root={root}",
+                         lambda ctx: collectives.bcast(ctx, b.data(), root))
+
+    def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0, **settings: Any) -> None:  # noqa: N802
+        pol = self.resolved_policy(**settings)
+        p, r = self.Get_size(), self.Get_rank()
+        rbuf = parse(recvbuf, "recvbuf", blocks=p) if r == root else None
+        if is_in_place(sendbuf):
+            if rbuf is None:
+                raise ValueError("Gather: MPI.IN_PLACE is only valid as the root's sendbuf")
+            n = rbuf.count
+            sbuf = rbuf
+            x = rbuf.array[r * n : (r + 1) * n] if rbuf.compressible else None
+        else:
+            sbuf = parse(sendbuf, "sendbuf")
+            x = sbuf.data() if sbuf.compressible else None
+            n = sbuf.count
+        if rbuf is not None and rbuf.compressible and sbuf.compressible and rbuf.count != n:
+            raise ValueError(f"Gather: sendbuf has {n} values, recvbuf {rbuf.count} per rank")
+        bufs = [sbuf] + ([rbuf] if rbuf is not None else [])
+        self._gatherlike("Gather", MPI.Intracomm.Gather, (sendbuf, recvbuf, root), pol, bufs, x,
+                         sbuf.nbytes, f"Gather n={n} root={root}",
+                         lambda ctx: collectives.gather(
+                             ctx, x, rbuf.array if rbuf is not None else None, root))
+
+    def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0, **settings: Any) -> None:  # noqa: N802
+        pol = self.resolved_policy(**settings)
+        p, r = self.Get_size(), self.Get_rank()
+        if is_in_place(recvbuf):
+            if r != root:
+                raise ValueError("Scatter: MPI.IN_PLACE is only valid as the root's recvbuf")
+            # the root keeps its block: nothing of its own moves, so plain MPI is exact
+            rec = self._call("Scatter", 0)
+            return self._plain(rec, "in place at root", MPI.Intracomm.Scatter, sendbuf, recvbuf,
+                               root)
+        rbuf = parse(recvbuf, "recvbuf")
+        sbuf = parse(sendbuf, "sendbuf", blocks=p) if r == root else None
+        both = sbuf is not None and sbuf.compressible and rbuf.compressible
+        if both and sbuf.count != rbuf.count:
+            raise ValueError(
+                f"Scatter: sendbuf has {sbuf.count} values per rank, recvbuf {rbuf.count}"
+            )
+        x = sbuf.data(0, rbuf.count * p) if (sbuf is not None and sbuf.compressible) else None
+        bufs = [rbuf] + ([sbuf] if sbuf is not None else [])
+        self._gatherlike("Scatter", MPI.Intracomm.Scatter, (sendbuf, recvbuf, root), pol, bufs,
+                         x, rbuf.nbytes, f"Scatter n={rbuf.count} root={root}",
+                         lambda ctx: collectives.scatter(ctx, x, rbuf.data(), root))
+
+    def Iallgather(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> MPI.Request:  # noqa: N802
+        return self._nonblocking("Iallgather", self.Allgather, MPI.Intracomm.Iallgather,
+                                 (sendbuf, recvbuf), settings, parse(recvbuf, "recvbuf"))
+
+    def Ialltoall(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> MPI.Request:  # noqa: N802
+        return self._nonblocking("Ialltoall", self.Alltoall, MPI.Intracomm.Ialltoall,
+                                 (sendbuf, recvbuf), settings, parse(recvbuf, "recvbuf"))
+
+    def Ibcast(self, buf: Any, root: int = 0, **settings: Any) -> MPI.Request:  # noqa: N802
+        return self._nonblocking("Ibcast", self.Bcast, MPI.Intracomm.Ibcast, (buf, root),
+                                 settings, parse(buf, "buf"))
+
+    def _nonblocking(self, name: str, blocking: Callable[..., None], plain: Callable[..., Any],
+                     args: tuple[Any, ...], settings: dict[str, Any], main: Buf) -> MPI.Request:
+        """Run a blocking method on the worker thread's private communicator.
+
+        Calls that would go to plain MPI anyway (by the rank-consistent
+        reasons) go to MPI's own nonblocking function at once.
+        """
+        pol = self.resolved_policy(**settings)
+        reason = self._screen(pol, [main], main.nbytes)
+        if reason is not None:
+            return self._plain(self._call(name, main.nbytes), reason, plain, *args)
+        engine, executor = self._async()
+        worker_comm = _WorkerView(self, engine)
+        return Request.start(lambda: blocking.__func__(worker_comm, *args, **settings), executor)
+
+    # -- point to point -----------------------------------------------------------
+    def _frame_for(self, name: str, buf: Any, settings: dict[str, Any]) -> tuple[Any, Recorder]:
+        """The message to send: a compressed frame, or ``buf`` itself (plain)."""
+        pol = self.resolved_policy(**settings)
+        b = parse(buf, "buf")
+        rec = self._call(name, b.nbytes)
+        reason = self._screen(pol, [b], b.nbytes, collective=False)
+        if reason is None:
+            from .kernels.scan_cpu import max_abs
+
+            m = max_abs(b.data()) if b.count else 0.0
+            if not math.isfinite(m):
+                reason = "nonfinite (NaN or Inf)"
+            elif pol.codec.codec_id == "cast" and m > _CAST_MAX[pol.codec.get_config()["dtype"]]:
+                reason = f"overflow (max |x| {m:.3g} beyond the cast's range)"
+        if reason is not None:
+            rec.plain(reason)
+            rec.sent(b.nbytes)
+            return buf, rec
+        with rec.codec():
+            frame = p2p.build(pol.codec, b.data())
+        rec.compressed("frame", pol.codec.codec_id)
+        rec.sent(frame.nbytes)
+        return frame, rec
+
+    def Send(self, buf: Any, dest: int, tag: int = 0, **settings: Any) -> None:  # noqa: N802
+        msg, rec = self._frame_for("Send", buf, settings)
+        with rec.mpi():
+            MPI.Intracomm.Send(self, msg, dest, tag)
+        rec.commit()
+
+    def Isend(self, buf: Any, dest: int, tag: int = 0, **settings: Any) -> MPI.Request:  # noqa: N802
+        msg, rec = self._frame_for("Isend", buf, settings)
+        with rec.mpi():
+            req = MPI.Intracomm.Isend(self, msg, dest, tag)
+        rec.commit()
+        return req
+
+    def Recv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG,  # noqa: N802
+             status: MPI.Status | None = None, **settings: Any) -> None:
+        pol = self.resolved_policy(**settings)
+        b = parse(buf, "buf")
+        rec = self._call("Recv", b.nbytes)
+        if not (pol.enabled and b.compressible):
+            return self._plain(rec, "codec none" if not pol.enabled else b.reason,
+                               MPI.Intracomm.Recv, buf, source, tag, status, sent=0)
+        st = status if status is not None else MPI.Status()
+        with rec.mpi():
+            msg = MPI.Intracomm.Mprobe(self, source, tag, st)
+        nbytes = st.Get_count(MPI.BYTE)
+        if not p2p.is_frame_length(nbytes):
+            rec.plain("sender sent plain data")
+            with rec.mpi():
+                msg.Recv(buf, st)
+        else:
+            frame = np.empty(nbytes, dtype=np.uint8)
+            with rec.mpi():
+                msg.Recv([frame, MPI.BYTE], st)
+            _unframe(frame, b, rec, st)
+        rec.commit()
+
+    def Irecv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG,  # noqa: N802
+              **settings: Any) -> MPI.Request:
+        pol = self.resolved_policy(**settings)
+        b = parse(buf, "buf")
+        rec = self._call("Irecv", b.nbytes)
+        if not (pol.enabled and b.compressible) or b.nbytes < pol.threshold:
+            why = "codec none" if not pol.enabled else (
+                b.reason or f"below threshold ({b.nbytes} B < {pol.threshold} B)")
+            return self._plain(rec, why, MPI.Intracomm.Irecv, buf, source, tag, sent=0)
+        # The receive is posted now (MPI keeps its matching order); a frame is
+        # never longer than the plain message, so the plain size is enough.
+        landing = np.empty(b.nbytes, dtype=np.uint8)
+        status = MPI.Status()
+        with rec.mpi():
+            inner = MPI.Intracomm.Irecv(self, [landing, MPI.BYTE], source, tag)
+
+        def work() -> None:
+            inner.Wait(status)
+            nbytes = status.Get_count(MPI.BYTE)
+            if p2p.is_frame_length(nbytes):
+                _unframe(landing[:nbytes], b, rec, status)
+            else:
+                rec.plain("sender sent plain data")
+                b.array.view(np.uint8)[:nbytes] = landing[:nbytes]
+            rec.commit()
+
+        return Request.start(work)
+
+    def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,  # noqa: N802
+                 source: int = MPI.ANY_SOURCE, recvtag: int = MPI.ANY_TAG,
+                 status: MPI.Status | None = None, **settings: Any) -> None:
+        msg, rec = self._frame_for("Sendrecv", sendbuf, settings)
+        with rec.mpi():
+            req = MPI.Intracomm.Isend(self, msg, dest, sendtag)
+        rec.commit()
+        self.Recv(recvbuf, source, recvtag, status, **settings)
+        req.Wait()
+
+
+def _unframe(frame: np.ndarray, b: Buf, rec: Recorder, status: MPI.Status) -> None:
+    """Decode a received frame into ``b``; the status then counts values, not frame bytes."""
+    codec, count, dtype, stream = p2p.parse(frame)
+    if dtype != b.dtype:
+        raise TypeError(f"received {dtype} values into a {b.dtype} buffer")
+    if count > b.count:
+        raise ValueError(f"message of {count} values does not fit the receive buffer of {b.count}")
+    with rec.codec():
+        codec.decode(stream, out=b.array[:count])
+    status.Set_elements(dtlib.from_numpy_dtype(dtype), count)
+    rec.compressed("frame", codec.codec_id)
+
+
+def _same_count(sbuf: Buf, rbuf: Buf, name: str) -> None:
+    if sbuf.compressible and rbuf.compressible and sbuf.count != rbuf.count:
+        raise ValueError(
+            f"{name}: sendbuf has {sbuf.count} values, recvbuf {rbuf.count}; they must match"
+        )
+
+
+class _WorkerView(Comm):
+    """The communicator as the worker thread sees it: the worker's engine for everything.
+
+    Its calls are recorded as the nonblocking method (``Allgather`` as
+    ``Iallgather``) and its plain-MPI fallbacks run on the worker's private
+    communicator, never on the caller's from this thread.
+    """
+
+    def __new__(cls, owner: Comm, engine: _Engine) -> _WorkerView:
+        self = super().__new__(cls, owner, policy=owner.policy)
+        self._stats = owner._stats
+        self._engine = engine
+        return self
+
+    def _call(self, name: str, raw_bytes: int) -> Recorder:
+        return super()._call("I" + name.lower(), raw_bytes)
+
+    def _plain(self, rec: Recorder, reason: str, fn: Callable[..., Any], *args: Any,
+               sent: int | None = None) -> Any:
+        rec.plain(reason)
+        assert self._engine is not None
+        with rec.mpi():
+            result = fn(self._engine.comm, *args)
+        rec.sent(rec.raw_bytes if sent is None else sent)
+        rec.commit()
+        return result
+
+
+def _cast_order_allreduce(ctx: Ctx, x: np.ndarray, out: np.ndarray, op: MPI.Op) -> None:
+    """MAX/MIN of cast values: 16-bit codes mapped to order-preserving int16, one MPI MAX/MIN.
+
+    ``cast`` is monotonic, so the max of the casts is the cast of the max:
+    the result is exactly ``decode(encode(max over ranks))``, the same bits
+    on every rank.
+    """
+    codes = ctx.encode(x, "send").view(np.int16)
+    keys = np.where(codes < 0, codes ^ np.int16(0x7FFF), codes)
+    result = ctx.scratch.get("recv", keys.size, np.int16)
+    with ctx.rec.mpi():
+        ctx.comm.Allreduce(keys, result, op=op)
+    ctx.rec.sent(keys.nbytes)
+    back = np.where(result < 0, result ^ np.int16(0x7FFF), result)
+    ctx.decode(back.view(np.uint8), out)

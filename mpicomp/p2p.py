@@ -1,0 +1,93 @@
+"""Point-to-point messages: the frame a compressed message travels in.
+
+A receiver cannot know in advance whether its peer compressed a message
+(the sender may have fallen back to plain MPI because the buffer held a
+NaN, or used another rate), so a compressed message carries its own
+description at its end::
+
+    [codec stream][JSON header, space padded][uint16 LE header length][b"MPCZ"]
+
+The JSON header is ``{"v": 1, "codec": <codec config>, "dtype": "float32",
+"count": n}``; the receiver decodes with the sender's codec config. The
+padding makes the frame's byte length odd. A plain message of float32 or
+float64 values always has a length that is a multiple of 4, so the length
+alone (from ``MPI.Status.Get_count(MPI.BYTE)``) tells the two apart, before
+a byte is read.
+"""
+from __future__ import annotations
+
+import json
+import struct
+
+import numpy as np
+
+from .codecs import Codec, get_codec
+
+__all__ = ["MAGIC", "FrameError", "build", "is_frame_length", "parse"]
+
+MAGIC = b"MPCZ"
+_TRAILER = struct.Struct("<H4s")
+VERSION = 1
+
+
+class FrameError(ValueError):
+    """A message that should be a compressed frame is not a valid one."""
+
+
+def is_frame_length(nbytes: int) -> bool:
+    """True for the byte length of a compressed frame (odd), False for plain float data."""
+    return nbytes % 2 == 1
+
+
+def header_bytes(codec: Codec, count: int, dtype: np.dtype, payload: int) -> bytes:
+    header = json.dumps(
+        {"v": VERSION, "codec": codec.get_config(), "dtype": dtype.name, "count": count},
+        sort_keys=True,
+        separators=(",", ":"),
+    ).encode()
+    if (payload + len(header) + _TRAILER.size) % 2 == 0:
+        header += b" "
+    return header + _TRAILER.pack(len(header), MAGIC)
+
+
+def build(codec: Codec, x: np.ndarray) -> np.ndarray:
+    """A new frame holding ``x`` encoded with ``codec`` (a uint8 array of odd length)."""
+    nb = codec.encoded_nbytes(x.size, x.dtype)
+    tail = header_bytes(codec, x.size, x.dtype, nb)
+    frame = np.empty(nb + len(tail), dtype=np.uint8)
+    codec.encode(x, out=frame[:nb])
+    frame[nb:] = np.frombuffer(tail, dtype=np.uint8)
+    return frame
+
+
+def parse(frame: np.ndarray) -> tuple[Codec, int, np.dtype, np.ndarray]:
+    """(codec, count, dtype, stream) of a received frame; FrameError if it is malformed."""
+    n = frame.size
+    if n < _TRAILER.size or not is_frame_length(n):
+        raise FrameError(f"a compressed frame has an odd length of at least 7 bytes, got {n}")
+    hlen, magic = _TRAILER.unpack(bytes(frame[n - _TRAILER.size :]))
+    if magic != MAGIC:
+        raise FrameError(f"compressed frame: bad magic {magic!r} (expected {MAGIC!r})")
+    start = n - _TRAILER.size - hlen
+    if start < 0:
+        raise FrameError(f"compressed frame: header length {hlen} exceeds the frame ({n} bytes)")
+    try:
+        header = json.loads(bytes(frame[start : n - _TRAILER.size]))
+        if header.get("v") != VERSION:
+            raise FrameError(f"compressed frame: unknown version {header.get('v')!r}")
+        codec = get_codec(header["codec"])
+        dtype = np.dtype(header["dtype"])
+        count = header["count"]
+        if not isinstance(count, int) or count < 0:
+            raise FrameError(f"compressed frame: bad count {count!r}")
+    except FrameError:
+        raise
+    except (ValueError, TypeError, KeyError) as exc:
+        raise FrameError(f"compressed frame: unreadable header ({exc})") from None
+    expected = codec.encoded_nbytes(count, dtype)
+    if expected != start:
+        raise FrameError(
+            f"compressed frame: {count} {dtype} values need a {expected}-byte stream, "
+            f"the frame holds {start}"
+        )
+    return codec, count, dtype, frame[:start]

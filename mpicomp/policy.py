@@ -1,0 +1,239 @@
+"""Compression policies: which codec, at what rate, above what size, by which algorithm.
+
+A :class:`Policy` holds four optional settings. ``None`` means "not set
+here": a setting is taken from the first place that sets it, in this order:
+
+1. the arguments of the call (``comm.Allreduce(a, b, rate=8)``),
+2. the communicator's policy (``mpicomp.Comm(MPI.COMM_WORLD, codec="bitplane")``),
+3. the environment (``MPICOMP_CODEC``, ``MPICOMP_RATE``, ``MPICOMP_THRESHOLD``,
+   ``MPICOMP_ALGORITHM``),
+4. :data:`DEFAULT` (bitplane at 16 bits per value above 64 KiB, automatic algorithm).
+
+So an unchanged program that does ``from mpicomp import COMM_WORLD`` is
+switched between plain and compressed by the environment alone;
+``MPICOMP_CODEC=none`` turns compression off.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from .codecs import Codec, get_codec
+from .codecs.registry import registered_codecs
+from .errors import UnknownCodecError
+
+__all__ = [
+    "ALGORITHMS",
+    "DEFAULT",
+    "ENV",
+    "Policy",
+    "Resolved",
+    "resolve",
+]
+
+#: allreduce algorithms; "auto" picks one by message size and rank count
+ALGORITHMS = ("auto", "allgather", "ring", "recursive_doubling", "homomorphic")
+
+#: environment variable of each setting
+ENV = {
+    "codec": "MPICOMP_CODEC",
+    "rate": "MPICOMP_RATE",
+    "threshold": "MPICOMP_THRESHOLD",
+    "algorithm": "MPICOMP_ALGORITHM",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """Optional settings; ``None`` defers to the next level (see module docs).
+
+    codec
+        A codec id (``"zfp"``, ``"bitplane"``, ``"cast"``, ``"none"``), a
+        config dict (``{"id": "zfp", "dims": 3}``) or a JSON string of one.
+    rate
+        Maximum bits per value on the wire, passed to the codec (and used by
+        the homomorphic algorithm).
+    threshold
+        Buffers of fewer bytes than this go to plain MPI.
+    algorithm
+        One of :data:`ALGORITHMS`.
+    """
+
+    codec: str | Mapping[str, Any] | None = None
+    rate: float | None = None
+    threshold: int | None = None
+    algorithm: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.codec is not None:
+            object.__setattr__(self, "codec", _check_codec_spec(self.codec))
+        if self.rate is not None:
+            object.__setattr__(self, "rate", _check_rate(self.rate, "rate"))
+        if self.threshold is not None:
+            object.__setattr__(self, "threshold", _check_threshold(self.threshold, "threshold"))
+        if self.algorithm is not None:
+            object.__setattr__(self, "algorithm", _check_algorithm(self.algorithm, "algorithm"))
+
+    def override(self, **settings: Any) -> Policy:
+        """This policy with the settings that are not ``None`` in ``settings`` replaced."""
+        unknown = set(settings) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise TypeError(f"unknown policy settings {sorted(unknown)}")
+        given = {k: v for k, v in settings.items() if v is not None}
+        return dataclasses.replace(self, **given) if given else self
+
+    def merged_over(self, base: Policy) -> Policy:
+        """This policy where set, ``base`` elsewhere."""
+        return base.override(**dataclasses.asdict(self))
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """A fully resolved policy: every setting known, the codec built."""
+
+    codec: Codec
+    rate: float
+    threshold: int
+    algorithm: str
+
+    @property
+    def enabled(self) -> bool:
+        """False when the codec is ``none`` (everything goes to plain MPI)."""
+        return self.codec.codec_id != "none"
+
+    def describe(self) -> str:
+        return (
+            f"codec={json.dumps(self.codec.get_config(), sort_keys=True)} "
+            f"threshold={self.threshold} algorithm={self.algorithm}"
+        )
+
+
+def environment_policy(environ: Mapping[str, str] | None = None) -> Policy:
+    """The policy set by the ``MPICOMP_*`` variables (unset ones are ``None``)."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for name, var in ENV.items():
+        raw = env.get(var)
+        if raw is None or raw.strip() == "":
+            continue
+        raw = raw.strip()
+        if name == "codec":
+            values[name] = _check_codec_spec(raw, source=var)
+        elif name == "rate":
+            values[name] = _check_rate(_parse_number(raw, var), var)
+        elif name == "threshold":
+            values[name] = _check_threshold(_parse_size(raw, var), var)
+        else:
+            values[name] = _check_algorithm(raw, var)
+    return Policy(**values)
+
+
+def resolve(call: Policy, comm: Policy, environ: Mapping[str, str] | None = None) -> Resolved:
+    """Resolve call > communicator > environment > :data:`DEFAULT`."""
+    merged = call.merged_over(comm.merged_over(environment_policy(environ).merged_over(DEFAULT)))
+    spec = merged.codec
+    config = dict(spec) if isinstance(spec, Mapping) else {"id": spec}
+    codec_id = config["id"]
+    # the policy's rate goes to the codec unless the codec config names its own
+    if "rate" not in config and codec_id not in ("none",):
+        config["rate"] = merged.rate
+    codec = _build_codec(json.dumps(config, sort_keys=True))
+    return Resolved(codec, float(merged.rate), int(merged.threshold), str(merged.algorithm))
+
+
+@functools.lru_cache(maxsize=256)
+def _build_codec(config_json: str) -> Codec:
+    config = json.loads(config_json)
+    try:
+        return get_codec(config)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, UnknownCodecError):
+            raise
+        raise type(exc)(f"policy codec {config}: {exc}") from None
+
+
+# -- validation ---------------------------------------------------------------
+def _check_codec_spec(spec: Any, source: str = "codec") -> str | Mapping[str, Any]:
+    if isinstance(spec, Codec):
+        return spec.get_config()
+    if isinstance(spec, str):
+        text = spec.strip()
+        if text.startswith("{"):
+            try:
+                spec = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{source}: {text!r} is not a JSON codec config ({exc})") from None
+        else:
+            if text not in registered_codecs():
+                raise UnknownCodecError(text, registered_codecs())
+            return text
+    if isinstance(spec, Mapping):
+        if "id" not in spec:
+            raise ValueError(f"{source}: a codec config needs an 'id' key, got {dict(spec)!r}")
+        if spec["id"] not in registered_codecs():
+            raise UnknownCodecError(spec["id"], registered_codecs())
+        return dict(spec)
+    raise TypeError(
+        f"{source} must be a codec id, a config dict or a Codec, got {type(spec).__name__}"
+    )
+
+
+def _check_rate(rate: Any, source: str) -> float:
+    if isinstance(rate, (bool, np.bool_)) or not isinstance(
+        rate, (int, float, np.integer, np.floating)
+    ):
+        raise TypeError(f"{source} must be a number of bits per value, got {rate!r}")
+    rate = float(rate)
+    if not (math.isfinite(rate) and rate > 0):
+        raise ValueError(f"{source} must be a positive number of bits per value, got {rate!r}")
+    return rate
+
+
+def _check_threshold(threshold: Any, source: str) -> int:
+    if isinstance(threshold, (bool, np.bool_)) or not isinstance(threshold, (int, np.integer)):
+        raise TypeError(f"{source} must be an integer number of bytes, got {threshold!r}")
+    if threshold < 0:
+        raise ValueError(f"{source} must be >= 0 bytes, got {threshold}")
+    return int(threshold)
+
+
+def _check_algorithm(algorithm: Any, source: str) -> str:
+    if not isinstance(algorithm, str):
+        raise TypeError(f"{source} must be one of {list(ALGORITHMS)}, got {algorithm!r}")
+    name = algorithm.strip().lower().replace("-", "_")
+    if name not in ALGORITHMS:
+        raise ValueError(f"{source} must be one of {list(ALGORITHMS)}, got {algorithm!r}")
+    return name
+
+
+def _parse_number(raw: str, var: str) -> float:
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"{var} must be a number, got {raw!r}") from None
+
+
+_SIZE_SUFFIX = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20,
+                "MB": 1 << 20, "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
+
+
+def _parse_size(raw: str, var: str) -> int:
+    """``"65536"``, ``"64K"``, ``"1MiB"`` -> bytes (binary multiples)."""
+    text = raw.strip().upper().replace(" ", "")
+    digits = text.rstrip("KMGIB")
+    suffix = text[len(digits):]
+    if not digits.isdigit() or suffix not in _SIZE_SUFFIX:
+        raise ValueError(f"{var} must be a byte count like 65536, 64K or 1MiB, got {raw!r}")
+    return int(digits) * _SIZE_SUFFIX[suffix]
+
+
+#: the settings used when neither call, communicator nor environment sets them
+DEFAULT = Policy(codec="bitplane", rate=16.0, threshold=64 * 1024, algorithm="auto")

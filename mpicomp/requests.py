@@ -1,0 +1,124 @@
+"""Nonblocking requests whose completion runs mpicomp's own work (decoding, algorithms).
+
+A :class:`Request` is an MPI *generalized request* (``MPI.Grequest``): MPI
+itself considers it complete once mpicomp's background work has finished
+and called ``Complete()``, so ``MPI.Request.Waitall``/``Testall``/``Waitany``
+accept lists that mix mpicomp requests with plain mpi4py ones. The
+request's own ``Wait``/``Test`` (and :meth:`Request.Waitall`) also re-raise
+an exception raised by the background work; through MPI's functions a
+failure shows as an ``MPI.Exception``.
+
+Background work runs either on a communicator's single worker thread (the
+collectives, which must keep their order) or on a thread of its own (a
+receive waiting for its message).
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
+from typing import Any
+
+from mpi4py import MPI
+
+__all__ = ["Request"]
+
+
+class _State:
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+
+class Request(MPI.Grequest):
+    """A generalized request completed by mpicomp's background work."""
+
+    _state: _State
+
+    @classmethod
+    def start(cls, work: Callable[[], None], executor: Executor | None = None) -> Request:
+        """Run ``work`` in the background (on ``executor``, or a new thread); return its request."""
+        state = _State()
+
+        def query(status: MPI.Status) -> None:
+            status.source = MPI.ANY_SOURCE
+            status.tag = MPI.ANY_TAG
+            status.Set_elements(MPI.BYTE, 0)
+            status.Set_cancelled(False)
+            status.error = MPI.SUCCESS if state.error is None else MPI.ERR_OTHER
+
+        greq = MPI.Grequest.Start(query, None, None)
+        req = cls(greq)
+        req._state = state
+
+        def run() -> None:
+            try:
+                work()
+            except BaseException as exc:  # re-raised by Wait/Test in the caller's thread
+                state.error = exc
+            finally:
+                state.done.set()
+                greq.Complete()
+
+        if executor is None:
+            threading.Thread(target=run, name="mpicomp-request", daemon=True).start()
+        else:
+            executor.submit(run)
+        return req
+
+    def _raise(self) -> None:
+        state = getattr(self, "_state", None)
+        if state is not None and state.error is not None:
+            error, state.error = state.error, None
+            raise error
+
+    def Wait(self, status: MPI.Status | None = None) -> bool:  # noqa: N802 - mpi4py's name
+        try:
+            super().Wait(status)
+        except MPI.Exception:
+            self._raise()
+            raise
+        self._raise()
+        return True
+
+    def Test(self, status: MPI.Status | None = None) -> bool:  # noqa: N802
+        try:
+            done = super().Test(status)
+        except MPI.Exception:
+            self._raise()
+            raise
+        if done:
+            self._raise()
+        return done
+
+    def wait(self, status: MPI.Status | None = None) -> None:
+        self.Wait(status)
+
+    def test(self, status: MPI.Status | None = None) -> tuple[bool, None]:
+        return self.Test(status), None
+
+    @staticmethod
+    def Waitall(requests: Sequence[MPI.Request], statuses: Any = None) -> bool:  # noqa: N802
+        """Wait for all ``requests`` (mpicomp's and plain mpi4py's); re-raise the first failure."""
+        reqs = list(requests)
+        try:
+            MPI.Request.Waitall(reqs, statuses)
+        except MPI.Exception:
+            pass
+        for r in reqs:
+            if isinstance(r, Request):
+                r._raise()
+        return True
+
+    @staticmethod
+    def Testall(requests: Sequence[MPI.Request], statuses: Any = None) -> bool:  # noqa: N802
+        reqs = list(requests)
+        try:
+            done = MPI.Request.Testall(reqs, statuses)
+        except MPI.Exception:
+            done = True
+        if done:
+            for r in reqs:
+                if isinstance(r, Request):
+                    r._raise()
+        return done

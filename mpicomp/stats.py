@@ -1,0 +1,145 @@
+"""Per-operation statistics of a communicator, and the ``MPICOMP_DEBUG`` log.
+
+``comm.stats()`` returns, per method name (``"Allreduce"``, ``"Send"``, ...):
+calls, compressed calls, raw bytes (what the caller's buffers hold), bytes
+on the wire (what this rank handed to MPI to send), seconds spent in codecs
+and in MPI, plain-MPI calls with their reasons, and the algorithms that ran.
+``MPICOMP_DEBUG=1`` prints one line per call, on stderr, saying which path
+ran and why.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["OpStats", "Recorder", "Stats", "debug_enabled"]
+
+
+def debug_enabled() -> bool:
+    return os.environ.get("MPICOMP_DEBUG", "").strip().lower() not in ("", "0", "false", "no")
+
+
+@dataclasses.dataclass
+class OpStats:
+    """Counters of one operation (all ranks keep their own)."""
+
+    calls: int = 0
+    compressed: int = 0
+    raw_bytes: int = 0
+    wire_bytes: int = 0
+    codec_seconds: float = 0.0
+    mpi_seconds: float = 0.0
+    fallbacks: Counter = dataclasses.field(default_factory=Counter)
+    algorithms: Counter = dataclasses.field(default_factory=Counter)
+
+    @property
+    def ratio(self) -> float:
+        """raw bytes / bytes on the wire (1.0 when nothing was sent)."""
+        return self.raw_bytes / self.wire_bytes if self.wire_bytes else 1.0
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["fallbacks"] = dict(self.fallbacks)
+        d["algorithms"] = dict(self.algorithms)
+        d["ratio"] = self.ratio
+        return d
+
+
+class Stats:
+    """Thread-safe table of :class:`OpStats` by operation name."""
+
+    def __init__(self) -> None:
+        self._ops: dict[str, OpStats] = {}
+        self._lock = threading.Lock()
+
+    def op(self, name: str) -> OpStats:
+        with self._lock:
+            return self._ops.setdefault(name, OpStats())
+
+    def as_dict(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return {name: s.as_dict() for name, s in sorted(self._ops.items())}
+
+    def reset(self) -> None:
+        with self._lock:
+            self._ops.clear()
+
+    def __repr__(self) -> str:
+        return f"Stats({self.as_dict()!r})"
+
+
+class Recorder:
+    """Collects what one call did; :meth:`commit` adds it to the stats and logs it.
+
+    The paths time themselves with ``with rec.codec():`` and ``with rec.mpi():``
+    and count the bytes they send with :meth:`sent`.
+    """
+
+    def __init__(self, stats: Stats, op: str, rank: int, raw_bytes: int) -> None:
+        self.stats, self.op, self.rank = stats, op, rank
+        self.raw_bytes = raw_bytes
+        self.wire_bytes = 0
+        self.codec_seconds = 0.0
+        self.mpi_seconds = 0.0
+        self.path = "plain"
+        self.reason = ""
+        self.detail = ""
+
+    @contextlib.contextmanager
+    def codec(self) -> Iterator[None]:
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.codec_seconds += time.perf_counter() - t
+
+    @contextlib.contextmanager
+    def mpi(self) -> Iterator[None]:
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.mpi_seconds += time.perf_counter() - t
+
+    def sent(self, nbytes: int) -> None:
+        self.wire_bytes += int(nbytes)
+
+    def plain(self, reason: str) -> None:
+        self.path, self.reason = "plain", reason
+
+    def compressed(self, algorithm: str, detail: str = "") -> None:
+        self.path, self.reason, self.detail = "compressed", algorithm, detail
+
+    def commit(self) -> None:
+        s = self.stats.op(self.op)
+        with self.stats._lock:
+            s.calls += 1
+            s.raw_bytes += self.raw_bytes
+            s.wire_bytes += self.wire_bytes
+            s.codec_seconds += self.codec_seconds
+            s.mpi_seconds += self.mpi_seconds
+            if self.path == "compressed":
+                s.compressed += 1
+                s.algorithms[self.reason] += 1
+            else:
+                s.fallbacks[self.reason] += 1
+        if debug_enabled():
+            what = (
+                f"compressed ({self.reason}{', ' + self.detail if self.detail else ''})"
+                if self.path == "compressed"
+                else f"plain MPI ({self.reason})"
+            )
+            print(
+                f"[mpicomp rank {self.rank}] {self.op}: {what}; raw {self.raw_bytes} B, "
+                f"sent {self.wire_bytes} B, codec {self.codec_seconds * 1e3:.3f} ms, "
+                f"MPI {self.mpi_seconds * 1e3:.3f} ms",
+                file=sys.stderr,
+                flush=True,
+            )

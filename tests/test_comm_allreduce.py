@@ -1,0 +1,220 @@
+"""Compressed Allreduce: every algorithm x codec x dtype against the exact sum.
+
+Runs on every stage (1 rank: plain MPI by design; 2, 3, 4 ranks:
+compressed). Every rank makes the same collective calls in the same order;
+assertions come after the last collective of a test, so a failure on one
+rank cannot leave the others waiting.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import mpicomp
+from mpicomp.algorithms import bounds, homomorphic
+from mpicomp.codecs import get_codec
+
+ALGORITHMS = ["allgather", "ring", "recursive_doubling"]
+CODECS = [
+    {"id": "bitplane", "rate": 8.25},
+    {"id": "bitplane", "rate": 16.25},
+    {"id": "cast", "dtype": "float16"},
+    {"id": "cast", "dtype": "bfloat16"},
+    {"id": "zfp", "rate": 32, "dims": 1},
+    {"id": "none"},
+]
+DTYPES = [np.float32, np.float64]
+
+
+def gradient_like(n: int, dtype, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(n) * np.exp(rng.standard_normal(n))).astype(dtype)
+
+
+def digest(a: np.ndarray) -> str:
+    return hashlib.sha256(a.tobytes()).hexdigest()
+
+
+def exact_sum(comm, x: np.ndarray) -> np.ndarray:
+    out = np.empty(x.size, np.float64)
+    comm.Allreduce(x.astype(np.float64), out)
+    return out
+
+
+def zfp_constant(comm, codec, x: np.ndarray) -> float:
+    """zfp has no pointwise bound: use twice its worst relative error seen on the inputs."""
+    y = codec.decode(codec.encode(x), out=np.empty_like(x))
+    rel = float(np.abs(y.astype(np.float64) - x).max() / max(np.abs(x).max(), 1e-300))
+    return 2.0 * comm.allreduce(rel, op=MPI.MAX)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("config", CODECS, ids=lambda c: "-".join(str(v) for v in c.values()))
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+@pytest.mark.parametrize("n", [1000, 6000])
+def test_allreduce_within_bound_and_identical(comm, algorithm, config, dtype, n):
+    p, r = comm.Get_size(), comm.Get_rank()
+    mc = mpicomp.Comm(comm, codec=config, threshold=0, algorithm=algorithm)
+    x = gradient_like(n, dtype, seed=100 + r)
+    y = np.full(n, np.nan, dtype)
+    mc.Allreduce(x, y)
+    exact = exact_sum(comm, x)
+    digests = comm.allgather(digest(y))
+    g = comm.allreduce(float(np.abs(x).max()), op=MPI.SUM)
+    codec = get_codec(config)
+    consts = bounds.codec_constants(codec, np.dtype(dtype))
+    if consts is None:
+        consts = (zfp_constant(comm, codec, x), 0.0)
+    stats = mc.stats()["Allreduce"]
+    plain = np.empty_like(x)
+    comm.Allreduce(x, plain)
+
+    assert len(set(digests)) == 1, "ranks disagree bitwise"
+    err = float(np.abs(y.astype(np.float64) - exact).max())
+    if p == 1 or config["id"] == "none":
+        np.testing.assert_array_equal(y, plain)  # plain MPI, bit for bit
+        assert stats["compressed"] == 0
+        return
+    bound = bounds.allreduce_bound(algorithm, p, consts[0], consts[1], g, np.dtype(dtype))
+    assert err <= bound, f"max error {err:.3g} > bound {bound:.3g}"
+    assert stats["compressed"] == 1 and stats["algorithms"] == {algorithm: 1}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("rate", [16, 24])
+def test_homomorphic_within_bound_and_identical(comm, dtype, rate):
+    p, r = comm.Get_size(), comm.Get_rank()
+    n = 5000
+    mc = mpicomp.Comm(comm, threshold=0, algorithm="homomorphic", rate=rate)
+    x = gradient_like(n, dtype, seed=7 + r)
+    y = np.empty_like(x)
+    mc.Allreduce(x, y)
+    exact = exact_sum(comm, x)
+    digests = comm.allgather(digest(y))
+    # the shared per-block exponents, as the algorithm computes them
+    exps = np.empty(-(-n // homomorphic.BLOCK), np.int16)
+    from mpicomp.kernels.fixedpoint_cpu import block_exponents
+
+    block_exponents(x, homomorphic.BLOCK, exps)
+    gexps = np.empty_like(exps)
+    comm.Allreduce(exps, gexps, op=MPI.MAX)
+
+    assert len(set(digests)) == 1
+    if p == 1:
+        np.testing.assert_array_equal(y, x)
+        return
+    fmt = homomorphic.choose_format(float(rate), p)
+    bound = bounds.homomorphic_bound(p, fmt.q_max, gexps, y)
+    err = np.abs(y.astype(np.float64) - exact)
+    assert np.all(err <= bound), f"worst excess {float((err - bound).max()):.3g}"
+    assert fmt.bits_per_value <= rate
+
+
+def test_homomorphic_format_choice():
+    fmt = homomorphic.choose_format(8.0, 4)
+    assert (fmt.k, fmt.q_max) == (7, 15) and fmt.bits_per_value <= 8
+    assert homomorphic.choose_format(16.25, 2).k == 16
+    with pytest.raises(ValueError, match=r"rate 4 leaves no room for the sum of 4 ranks"):
+        homomorphic.choose_format(4.0, 4)
+
+
+@pytest.mark.mpi
+def test_homomorphic_rate_too_low_raises_on_every_rank(comm):
+    p = comm.Get_size()
+    mc = mpicomp.Comm(comm, threshold=0, algorithm="homomorphic", rate=2.5)
+    x = np.ones(1000, np.float32)
+    if p == 1:
+        mc.Allreduce(x, np.empty_like(x))  # one rank: plain MPI, nothing to quantize
+        return
+    with pytest.raises(ValueError, match="leaves no room"):
+        mc.Allreduce(x, np.empty_like(x))
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("algorithm", ALGORITHMS + ["homomorphic"])
+def test_allreduce_in_place(comm, algorithm):
+    r = comm.Get_rank()
+    mc = mpicomp.Comm(comm, codec="bitplane", rate=16.25, threshold=0, algorithm=algorithm)
+    x = gradient_like(3000, np.float32, seed=r)
+    y = np.empty_like(x)
+    mc.Allreduce(x, y)
+    z = x.copy()
+    mc.Allreduce(MPI.IN_PLACE, z)
+    np.testing.assert_array_equal(z, y)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("op", [MPI.MAX, MPI.MIN], ids=["MAX", "MIN"])
+@pytest.mark.parametrize("target", ["float16", "bfloat16"])
+def test_max_min_on_cast_is_exact_cast_of_the_result(comm, op, target):
+    r, p = comm.Get_rank(), comm.Get_size()
+    mc = mpicomp.Comm(comm, codec={"id": "cast", "dtype": target}, threshold=0)
+    x = gradient_like(4000, np.float32, seed=50 + r)
+    x[:4] = [0.0, -0.0, -1.5, 2.5]
+    y = np.empty_like(x)
+    mc.Allreduce(x, y, op=op)
+    plain = np.empty_like(x)
+    comm.Allreduce(x, plain, op=op)
+    codec = get_codec({"id": "cast", "dtype": target})
+    expected = codec.decode(codec.encode(plain), out=np.empty_like(plain)) if p > 1 else plain
+    stats = mc.stats()["Allreduce"]
+    np.testing.assert_array_equal(np.abs(y), np.abs(expected))  # +-0 may differ in sign
+    if p > 1:
+        assert stats["algorithms"] == {"cast_order": 1}
+
+
+@pytest.mark.mpi
+def test_auto_algorithm_choice(comm):
+    p = comm.Get_size()
+    mc = mpicomp.Comm(comm, codec="bitplane", rate=8.25, threshold=0)
+    small = np.ones(1000, np.float32)
+    large = np.ones(1 << 17, np.float32)  # 512 KiB
+    mc.Allreduce(small, np.empty_like(small))
+    mc.Allreduce(large, np.empty_like(large))
+    algs = mc.stats()["Allreduce"]["algorithms"]
+    if p == 1:
+        assert algs == {}
+    elif p == 2:
+        assert algs == {"allgather": 2}
+    else:
+        assert algs == {"recursive_doubling": 1, "ring": 1}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("bad", ["nan", "inf", "huge"])
+def test_unsafe_data_on_one_rank_sends_everything_plain(comm, bad):
+    p, r = comm.Get_size(), comm.Get_rank()
+    mc = mpicomp.Comm(comm, codec="bitplane", rate=8.25, threshold=0)
+    x = gradient_like(2000, np.float32, seed=r)
+    if r == p - 1:
+        x[17] = {"nan": np.nan, "inf": -np.inf, "huge": 3e38}[bad]
+    y = np.empty_like(x)
+    mc.Allreduce(x, y)
+    plain = np.empty_like(x)
+    comm.Allreduce(x, plain)
+    stats = mc.stats()["Allreduce"]
+    np.testing.assert_array_equal(y, plain)
+    if p > 1:
+        assert stats["compressed"] == 0
+        (reason,) = stats["fallbacks"]
+        assert reason.startswith("overflow" if bad == "huge" else "nonfinite")
+
+
+@pytest.mark.mpi
+def test_ranks_that_disagree_on_the_rate_all_raise(comm):
+    p, r = comm.Get_size(), comm.Get_rank()
+    mc = mpicomp.Comm(comm, codec="bitplane", threshold=0)
+    x = np.ones(2000, np.float32)
+    if p == 1:
+        return
+    with pytest.raises(ValueError, match="ranks disagree"):
+        mc.Allreduce(x, np.empty_like(x), rate=8.25 if r == 0 else 16.25)
+    # the communicator is still usable afterwards
+    y = np.empty_like(x)
+    mc.Allreduce(x, y, rate=8.25)
+    assert np.all(y == p)
