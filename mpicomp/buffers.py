@@ -40,6 +40,7 @@ class Buf:
     reason: str = ""
     counts: tuple[int, ...] | None = None
     displs: tuple[int, ...] | None = None
+    raw: int = 0  #: bytes of a buffer that is not compressible (for the stats)
 
     @property
     def compressible(self) -> bool:
@@ -51,7 +52,7 @@ class Buf:
 
     @property
     def nbytes(self) -> int:
-        return 0 if self.array is None else self.count * self.array.itemsize
+        return self.raw if self.array is None else self.count * self.array.itemsize
 
     def data(self, offset: int = 0, count: int | None = None) -> np.ndarray:
         """The ``count`` elements starting at element ``offset`` (default: all of ``count``)."""
@@ -74,7 +75,7 @@ def parse(spec: Any, name: str = "buffer", blocks: int = 1) -> Buf:
     obj, count, displ, datatype = _split_simple(spec, name)
     array, reason = _as_array(obj, datatype, name)
     if array is None:
-        return Buf(spec, None, 0, reason)
+        return Buf(spec, None, 0, reason, raw=_raw_nbytes(obj, count, blocks))
     if count is None:
         if array.size % blocks:
             raise ValueError(
@@ -121,6 +122,17 @@ def parse_v(spec: Any, size: int, name: str = "buffer") -> Buf:
 
 
 # -- helpers ----------------------------------------------------------------
+def _raw_nbytes(obj: Any, count: int | None, blocks: int) -> int:
+    """Bytes a plain-MPI buffer moves per block (best effort: for the statistics only)."""
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        return 0
+    if count is not None:
+        return count * mv.itemsize
+    return mv.nbytes // max(blocks, 1)
+
+
 def _split_simple(spec: Any, name: str) -> tuple[Any, int | None, int | None, Any]:
     if not isinstance(spec, (list, tuple)):
         return spec, None, None, None

@@ -59,7 +59,9 @@ class _Engine:
     """A private duplicate communicator and the scratch buffers used with it (one per thread)."""
 
     def __init__(self, parent: MPI.Intracomm) -> None:
-        self.comm: MPI.Intracomm = MPI.Intracomm.Dup(parent)
+        # a plain Intracomm: mpi4py's Dup returns the caller's class, and the
+        # private communicator must never compress its own (agreement) traffic
+        self.comm: MPI.Intracomm = MPI.Intracomm(MPI.Intracomm.Dup(parent))
         self.scratch = Scratch()
 
     def ctx(self, codec: Any, rec: Recorder) -> Ctx:
@@ -596,6 +598,11 @@ class Comm(MPI.Intracomm):
             rec.plain(reason)
             rec.sent(b.nbytes)
             return buf, rec
+        if p2p.frame_nbytes(pol.codec, b.data()) >= b.nbytes:
+            # never longer than the plain message: receivers size their landing buffers by it
+            rec.plain("no gain (compressed frame not smaller than the data)")
+            rec.sent(b.nbytes)
+            return buf, rec
         with rec.codec():
             frame = p2p.build(pol.codec, b.data())
         rec.compressed("frame", pol.codec.codec_id)
@@ -617,12 +624,14 @@ class Comm(MPI.Intracomm):
 
     def Recv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG,  # noqa: N802
              status: MPI.Status | None = None, **settings: Any) -> None:
-        pol = self.resolved_policy(**settings)
+        self.resolved_policy(**settings)  # validates the settings; the sender's codec decides
         b = parse(buf, "buf")
         rec = self._call("Recv", b.nbytes)
-        if not (pol.enabled and b.compressible):
-            return self._plain(rec, "codec none" if not pol.enabled else b.reason,
-                               MPI.Intracomm.Recv, buf, source, tag, status, sent=0)
+        if not b.compressible:
+            return self._plain(rec, b.reason, MPI.Intracomm.Recv, buf, source, tag, status,
+                               sent=0)
+        # A float buffer is always received through a matched probe, whatever this
+        # side's policy: the message length says whether the sender framed it.
         st = status if status is not None else MPI.Status()
         with rec.mpi():
             msg = MPI.Intracomm.Mprobe(self, source, tag, st)

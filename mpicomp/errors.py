@@ -30,8 +30,10 @@ class UncompressibleError(MpicompError, ValueError):
     Raised by ``Codec.encode`` when the input holds NaN or +-Inf (for the
     block codecs, whose formats have no escape for them), or finite values
     that the target format cannot represent (e.g. 1e5 cast to float16).
-    The communicator catches it and sends the buffer uncompressed, counting
-    the fallback and its ``reason`` in its statistics.
+    The communicator never lets it happen in a call: it scans the buffers
+    first (for a collective, on every rank, see ``mpicomp/agreement.py``) and
+    sends such a buffer uncompressed, counting the fallback and its reason
+    in its statistics.
     """
 
     def __init__(self, codec_id: str, reason: str, detail: str):

@@ -23,7 +23,7 @@ import numpy as np
 
 from .codecs import Codec, get_codec
 
-__all__ = ["MAGIC", "FrameError", "build", "is_frame_length", "parse"]
+__all__ = ["MAGIC", "FrameError", "build", "frame_nbytes", "is_frame_length", "parse"]
 
 MAGIC = b"MPCZ"
 _TRAILER = struct.Struct("<H4s")
@@ -48,6 +48,12 @@ def header_bytes(codec: Codec, count: int, dtype: np.dtype, payload: int) -> byt
     if (payload + len(header) + _TRAILER.size) % 2 == 0:
         header += b" "
     return header + _TRAILER.pack(len(header), MAGIC)
+
+
+def frame_nbytes(codec: Codec, x: np.ndarray) -> int:
+    """Length of the frame :func:`build` would make for ``x``."""
+    nb = codec.encoded_nbytes(x.size, x.dtype)
+    return nb + len(header_bytes(codec, x.size, x.dtype, nb))
 
 
 def build(codec: Codec, x: np.ndarray) -> np.ndarray:

@@ -111,7 +111,7 @@ class Resolved:
 
     def describe(self) -> str:
         return (
-            f"codec={json.dumps(self.codec.get_config(), sort_keys=True)} "
+            f"codec={json.dumps(self.codec.get_config(), sort_keys=True)} rate={self.rate:g} "
             f"threshold={self.threshold} algorithm={self.algorithm}"
         )
 

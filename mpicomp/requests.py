@@ -3,10 +3,11 @@
 A :class:`Request` is an MPI *generalized request* (``MPI.Grequest``): MPI
 itself considers it complete once mpicomp's background work has finished
 and called ``Complete()``, so ``MPI.Request.Waitall``/``Testall``/``Waitany``
-accept lists that mix mpicomp requests with plain mpi4py ones. The
-request's own ``Wait``/``Test`` (and :meth:`Request.Waitall`) also re-raise
-an exception raised by the background work; through MPI's functions a
-failure shows as an ``MPI.Exception``.
+accept lists that mix mpicomp requests with plain mpi4py ones. Only the
+request's own ``Wait``/``Test`` and :meth:`Request.Waitall`/``Testall``
+re-raise an exception raised by the background work: MPICH ignores the
+error a generalized request reports, so through MPI's own functions a
+failed request simply completes. Wait through mpicomp where failures matter.
 
 Background work runs either on a communicator's single worker thread (the
 collectives, which must keep their order) or on a thread of its own (a
@@ -101,24 +102,30 @@ class Request(MPI.Grequest):
     def Waitall(requests: Sequence[MPI.Request], statuses: Any = None) -> bool:  # noqa: N802
         """Wait for all ``requests`` (mpicomp's and plain mpi4py's); re-raise the first failure."""
         reqs = list(requests)
+        failure: MPI.Exception | None = None
         try:
             MPI.Request.Waitall(reqs, statuses)
-        except MPI.Exception:
-            pass
+        except MPI.Exception as exc:
+            failure = exc
         for r in reqs:
             if isinstance(r, Request):
                 r._raise()
+        if failure is not None:  # a plain request failed
+            raise failure
         return True
 
     @staticmethod
     def Testall(requests: Sequence[MPI.Request], statuses: Any = None) -> bool:  # noqa: N802
         reqs = list(requests)
+        failure: MPI.Exception | None = None
         try:
             done = MPI.Request.Testall(reqs, statuses)
-        except MPI.Exception:
-            done = True
+        except MPI.Exception as exc:
+            done, failure = True, exc
         if done:
             for r in reqs:
                 if isinstance(r, Request):
                     r._raise()
+        if failure is not None:
+            raise failure
         return done

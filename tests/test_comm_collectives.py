@@ -1,0 +1,215 @@
+"""Every compressed method through one suite: drop-in equality and error bounds.
+
+``run_suite(c)`` makes the same calls, in the same order, on any
+communicator ``c`` and returns what each call produced. Run against
+``MPI.COMM_WORLD`` and against ``mpicomp.Comm(..., codec="none")`` the
+results must be bitwise identical; run against a compressing communicator
+they must be within the codec's bound of the plain results.
+"""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import mpicomp
+from mpicomp import algorithms
+from mpicomp.algorithms import bounds
+from mpicomp.codecs import get_codec
+
+N = 2500  # values per rank and block (not a multiple of any codec block)
+
+#: results of reductions (error grows with p) vs data movement (one quantization)
+REDUCTIONS = {"Allreduce", "Allreduce-inplace", "Allreduce-double-spec", "Reduce",
+              "Reduce_scatter_block", "Reduce_scatter", "Iallreduce"}
+
+
+def data(rank: int, n: int, dtype=np.float32, salt: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(1000 * salt + rank)
+    return (rng.standard_normal(n) * np.exp(rng.standard_normal(n))).astype(dtype)
+
+
+def run_suite(c, dt=np.float32) -> dict[str, np.ndarray]:
+    """The same calls on any communicator; returns name -> result (this rank's view).
+
+    ``dt`` is the dtype of the float buffers (one call always uses float64).
+    """
+    p, r = c.Get_size(), c.Get_rank()
+    mpi_dt = MPI.FLOAT if dt == np.float32 else MPI.DOUBLE
+    out: dict[str, np.ndarray] = {}
+    x = data(r, N, dt)
+
+    y = np.empty(N, dt)
+    c.Allreduce(x, y)
+    out["Allreduce"] = y
+    y = x.copy()
+    c.Allreduce(MPI.IN_PLACE, y)
+    out["Allreduce-inplace"] = y
+    xd = data(r, N, np.float64, 1)
+    y = np.zeros(N + 10, np.float64)
+    c.Allreduce([xd, N, MPI.DOUBLE], [y, N, MPI.DOUBLE])
+    out["Allreduce-double-spec"] = y
+    yi = np.empty(N, np.int64)
+    c.Allreduce(np.arange(N, dtype=np.int64) * (r + 1), yi)
+    out["Allreduce-int64"] = yi
+    y = np.empty(N, dt)
+    c.Allreduce(x, y, op=MPI.MAX)
+    out["Allreduce-max"] = y
+
+    y = np.zeros(N, dt)
+    c.Reduce([x, mpi_dt], [y, mpi_dt] if r == p - 1 else None, root=p - 1)
+    out["Reduce"] = y
+    xb = data(r, p * N, dt, salt=2)
+    y = np.empty(N, dt)
+    c.Reduce_scatter_block(xb, y)
+    out["Reduce_scatter_block"] = y
+    counts = [N - 3 * i for i in range(p)]
+    y = np.empty(counts[r], dt)
+    c.Reduce_scatter(xb[: sum(counts)], y, counts)
+    out["Reduce_scatter"] = y
+
+    y = np.empty(p * N, dt)
+    c.Allgather(x, y)
+    out["Allgather"] = y
+    y = np.zeros(p * N, dt)
+    y[r * N : (r + 1) * N] = x
+    c.Allgather(MPI.IN_PLACE, y)
+    out["Allgather-inplace"] = y
+    vcounts = [N - 11 * i for i in range(p)]
+    displs = [int(d) for d in np.cumsum([0] + vcounts[:-1])]
+    y = np.empty(sum(vcounts), dt)
+    c.Allgatherv(x[: vcounts[r]], [y, vcounts, displs, mpi_dt])
+    out["Allgatherv"] = y
+    y = np.empty(p * N, dt)
+    c.Alltoall(xb, y)
+    out["Alltoall"] = y
+    y = data(r, N, dt, salt=3) if r == 0 else np.zeros(N, dt)
+    c.Bcast(y, root=0)
+    out["Bcast"] = y
+    y = np.empty(p * N, dt) if r == 0 else None
+    c.Gather(x, y, root=0)
+    out["Gather"] = y if y is not None else np.empty(0, dt)
+    y = np.empty(N, dt)
+    c.Scatter(xb if r == p - 1 else None, y, root=p - 1)
+    out["Scatter"] = y
+
+    y = np.empty(N, dt)
+    c.Sendrecv(x, (r + 1) % p, 7, y, (r - 1) % p, 7)
+    out["Sendrecv"] = y
+    y = np.empty(N, dt)
+    rreq = c.Irecv(y, (r - 1) % p, 8)
+    sreq = c.Isend(x, (r + 1) % p, 8)
+    MPI.Request.Waitall([sreq, rreq])
+    out["Isend-Irecv"] = y
+
+    y1, y2 = np.empty(N, dt), np.empty(p * N, dt)
+    y3, y4 = np.empty(p * N, dt), data(r, N, dt, salt=4)
+    reqs = [c.Iallreduce(x, y1), c.Iallgather(x, y2), c.Ialltoall(xb, y3), c.Ibcast(y4, root=0)]
+    MPI.Request.Waitall(reqs[::-1])
+    out.update({"Iallreduce": y1, "Iallgather": y2, "Ialltoall": y3, "Ibcast": y4})
+    return out
+
+
+def digests(comm, results: dict[str, np.ndarray]) -> list[dict[str, str]]:
+    mine = {k: hashlib.sha256(v.tobytes()).hexdigest() for k, v in results.items()}
+    return comm.allgather(mine)
+
+
+@pytest.mark.mpi
+def test_codec_none_is_bitwise_plain_mpi(comm):
+    plain = run_suite(comm)
+    mc = mpicomp.Comm(comm, codec="none", threshold=0)
+    wrapped = run_suite(mc)
+    stats = mc.stats()
+    assert set(plain) == set(wrapped)
+    for name in plain:
+        np.testing.assert_array_equal(wrapped[name], plain[name], err_msg=name)
+    assert all(s["compressed"] == 0 for s in stats.values())
+    for name, s in stats.items():
+        allowed = {"sender sent plain data"} if name == "Recv" else {"codec none"}
+        assert set(s["fallbacks"]) == allowed, name
+
+
+def zfp_constant(comm, codec, xs: list[np.ndarray]) -> float:
+    """zfp has no pointwise bound: twice its worst relative error seen on the inputs."""
+    rel = 0.0
+    for x in xs:
+        y = codec.decode(codec.encode(x), out=np.empty_like(x))
+        rel = max(rel, float(np.abs(y.astype(np.float64) - x).max() / np.abs(x).max()))
+    return 2.0 * comm.allreduce(rel, op=MPI.MAX)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("dt", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize(
+    "config",
+    [{"id": "bitplane", "rate": 16.25}, {"id": "cast", "dtype": "bfloat16"},
+     {"id": "cast", "dtype": "float16"}, {"id": "zfp", "rate": 32, "dims": 1}],
+    ids=["bitplane16", "bf16", "f16", "zfp32"],
+)
+def test_compressed_suite_within_bounds(comm, config, dt):
+    p = comm.Get_size()
+    plain = run_suite(comm, dt)
+    mc = mpicomp.Comm(comm, codec=config, threshold=0)
+    got = run_suite(mc, dt)
+    all_digests = digests(comm, got)
+    r = comm.Get_rank()
+    # G of each reduction: the sum over ranks of max|input| (see mpicomp/algorithms/bounds.py)
+    inputs = {"Allreduce": data(r, N, dt), "Allreduce-double-spec": data(r, N, np.float64, 1),
+              "Reduce_scatter": data(r, p * N, dt, salt=2)}
+    g = {k: comm.allreduce(float(np.abs(v).max()), op=MPI.SUM) for k, v in inputs.items()}
+    gmax = comm.allreduce(
+        max(float(np.abs(data(r, p * N, dt, salt=s)).max()) for s in (0, 2, 3, 4)), op=MPI.MAX
+    )
+    codec = get_codec(config)
+    zfp_c = zfp_constant(comm, codec, [data(r, k, d, salt=s) for s in (0, 1, 2, 3, 4)
+                                       for d in (np.float32, np.float64) for k in (N, p * N)])
+    stats = mc.stats()
+
+    for name, ref in plain.items():
+        y = got[name]
+        if name in ("Allreduce-int64", "Allreduce-max") and config["id"] != "cast":
+            np.testing.assert_array_equal(y, ref, err_msg=f"{name} must go to plain MPI")
+            continue
+        c, a = bounds.codec_constants(codec, y.dtype) or (zfp_c, 0.0)
+        if p == 1 and name in REDUCTIONS:
+            bound = 0.0
+        elif name in REDUCTIONS:
+            # Reduce and Reduce_scatter run the ring; Allreduce what "auto" picks
+            ring = name.startswith("Reduce")
+            alg = "ring" if ring else algorithms.choose(N * y.itemsize, p)
+            key = "Reduce_scatter" if name.startswith("Reduce_scatter") else (
+                "Allreduce-double-spec" if name == "Allreduce-double-spec" else "Allreduce")
+            bound = bounds.allreduce_bound(alg, p, c, a, g[key], y.dtype)
+            if name == "Allreduce-double-spec":
+                y, ref = y[:N], ref[:N]
+        else:
+            bound = c * gmax + a
+        err = float(np.abs(y.astype(np.float64) - ref).max()) if y.size else 0.0
+        assert err <= bound, f"{name}: error {err:.3g} > bound {bound:.3g}"
+    # collectives whose results every rank holds agree bitwise across ranks
+    for name in ("Allreduce", "Allreduce-inplace", "Allgather", "Allgatherv", "Bcast",
+                 "Iallreduce", "Iallgather", "Ibcast"):
+        assert len({d[name] for d in all_digests}) == 1, name
+    if p > 1:
+        assert stats["Allreduce"]["compressed"] >= 2
+        assert stats["Bcast"]["compressed"] == 1
+        assert stats["Iallreduce"]["compressed"] == 1
+        x = data(comm.Get_rank(), N, dt)
+        framed = int(mpicomp.p2p.frame_nbytes(codec, x) < x.nbytes)  # zfp 32 on float32: no gain
+        assert stats["Isend"]["compressed"] == framed and stats["Irecv"]["compressed"] == framed
+
+
+@pytest.mark.mpi
+def test_bcast_leaves_identical_bits_on_every_rank_root_included(comm):
+    r = comm.Get_rank()
+    mc = mpicomp.Comm(comm, codec="bitplane", rate=4.25, threshold=0)
+    x = data(0, 4000, salt=9) if r == 0 else np.zeros(4000, np.float32)
+    original = x.copy()
+    mc.Bcast(x, root=0)
+    all_digests = comm.allgather(hashlib.sha256(x.tobytes()).hexdigest())
+    assert len(set(all_digests)) == 1
+    if comm.Get_size() > 1 and r == 0:
+        assert not np.array_equal(x, original)  # the root holds the decoded values too
