@@ -3,16 +3,26 @@
 Blocks are independent and each starts at bit ``b * maxbits``, so the buffer
 is cut into chunks of ``CHUNK_BLOCKS`` blocks that start on a 64-bit word
 boundary and are coded in parallel, each by one sequential bit writer/reader.
-The per-block logic is in :mod:`zfp_block`.
+The per-block logic is in :mod:`zfp_block`; 1D blocks with budgets of at most
+64 bits take :mod:`zfp_encode1d` / :mod:`zfp_decode1d`, run here for
+``LANES`` blocks in lockstep so that the compiler vectorizes them.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import get_thread_id, njit, prange
 
-from .bitstream import flush, low_mask, peek64, put_bits, put_zeros, seek
-from .zfp_block import block_exponent, decode_block, encode_block, pad_block, scale_overflows
-from .zfp_block1d import decode_block_1d, encode_block_1d, fits_register
+from .bitstream import flush, low_mask, seek
+from .intbits import as_float
+from .zfp_block import decode_block, encode_block, pad_block
+from .zfp_decode1d import (
+    decode_block_1d,
+    decode_finish_1d,
+    decode_start_1d,
+    decode_step_1d,
+    fits_register,
+)
+from .zfp_encode1d import coefficients_1d, finish_1d, plane_step_1d, planes_start_1d
 
 __all__ = ["CHUNK_BLOCKS", "Scratch", "decode", "encode"]
 
@@ -21,9 +31,11 @@ CHUNK_BLOCKS = 256
 
 
 class Scratch:
-    """Per-thread block scratch for the general path, made once per dtype and reused.
+    """Per-thread block scratch, made once per dtype and reused.
 
-    Rows are indexed by Numba's thread id, so a call allocates nothing.
+    Rows are indexed by Numba's thread id, so a call allocates nothing. The
+    general path uses the first 64 entries of a row; the 1D lockstep path
+    keeps ``LANE_FIELDS`` fields of ``LANES`` blocks in a ``ublock`` row.
     """
 
     def __init__(self, dtype: np.dtype):
@@ -32,7 +44,7 @@ class Scratch:
         rows = numba.config.NUMBA_NUM_THREADS
         self.fblock = np.zeros((rows, 64), dtype=dtype)
         self.iblock = np.zeros((rows, 64), dtype=np.int64)
-        self.ublock = np.zeros((rows, 64), dtype=np.uint64)
+        self.ublock = np.zeros((rows, max(64, LANE_FIELDS * LANES)), dtype=np.uint64)
 
 
 @njit(inline="always")
@@ -67,31 +79,91 @@ def gather_block(x, base, t, fblock, dims):
             pad_block(fblock, yx, nz, 16)
 
 
+#: blocks that the 1D encoder and decoder run in lockstep
+LANES = 32
+# a block's fields in the scratch row: field f of lane j at f * LANES + j
+_U0, _U1, _U2, _U3, _K = range(5)  # coefficients, planes left (both directions)
+_C0, _C1, _C2, _C3, _KSTOP, _BLK, _BLEN, _KEEP = range(5, 13)  # encoder
+_R, _BITS, _N, _EMAX = range(5, 9)  # decoder
+LANE_FIELDS = 13
+
+
 @njit(cache=True)
-def encode_chunk_1d(x, xbits, words, b0, b1, maxbits, fblock, iblock, ublock):
+def encode_chunk_1d(x, xbits, words, b0, b1, maxbits, lanes):
     """Encode 1D blocks ``b0 <= b < b1`` (all full, budget <= 64 bits) from a word boundary.
 
-    Returns the number of blocks holding NaN/Inf. A block whose scale would
-    overflow is handed to the general path.
+    Blocks go through the steps of :mod:`zfp_encode1d` ``LANES`` at a time,
+    each step as a loop over the blocks (which the compiler vectorizes), with
+    the blocks' state in ``lanes`` (field ``f`` of block ``j`` at
+    ``f * LANES + j``). Plane steps repeat until no block of the group has a
+    plane due. Returns the number of blocks holding NaN/Inf.
+
+    The bit writer is written out here rather than called: Numba keeps
+    reference counting on arrays handed to inlined helpers with branches,
+    which costs more than a block.
     """
+    proto = as_float(0, x)
+    L = LANES
     idx = (b0 * maxbits) >> 6
     acc = np.uint64(0)
     fill = 0
     bad = 0
-    for b in range(b0, b1):
-        base = 4 * b
-        emax, nonzero, nf = block_exponent(xbits, base, 4, x)
-        if nf or not nonzero:
-            bad += nf
-            idx, acc, fill = put_zeros(words, idx, acc, fill, maxbits)
-        elif scale_overflows(emax, x):
-            gather_block(x, base, 4, fblock, 1)
-            idx, acc, fill, _ = encode_block(words, idx, acc, fill, xbits, base, 4, fblock,
-                                             iblock, ublock, 1, maxbits)
-        else:
-            blk = encode_block_1d(x, base, emax, maxbits)
-            idx, acc, fill = put_bits(words, idx, acc, fill, blk, maxbits)
-    flush(words, idx, acc, fill)
+    for g in range(b0, b1, L):
+        ng = min(L, b1 - g)
+        for j in range(ng):
+            # unsigned indices: no negative-index wraparound, which stops vectorization
+            base = np.uint64(4 * g) + np.uint64(4) * np.uint64(j)
+            u0, u1, u2, u3, e, nonzero, nonfinite = coefficients_1d(
+                np.uint64(xbits[base]), np.uint64(xbits[base + np.uint64(1)]),
+                np.uint64(xbits[base + np.uint64(2)]), np.uint64(xbits[base + np.uint64(3)]),
+                proto)
+            c0, c1, c2, c3, k, kstop, blk, blen = planes_start_1d(u0, u1, u2, u3, e, proto)
+            bad += np.int64(nonfinite)
+            lanes[_U0 * L + j] = u0
+            lanes[_U1 * L + j] = u1
+            lanes[_U2 * L + j] = u2
+            lanes[_U3 * L + j] = u3
+            lanes[_C0 * L + j] = c0
+            lanes[_C1 * L + j] = c1
+            lanes[_C2 * L + j] = c2
+            lanes[_C3 * L + j] = c3
+            lanes[_K * L + j] = k
+            lanes[_KSTOP * L + j] = kstop
+            lanes[_BLK * L + j] = blk
+            lanes[_BLEN * L + j] = blen
+            lanes[_KEEP * L + j] = np.uint64(0) - np.uint64(nonzero and not nonfinite)
+        more = 1
+        while more:
+            more = 0
+            for j in range(ng):
+                blk, blen, k, due = plane_step_1d(
+                    lanes[_U0 * L + j], lanes[_U1 * L + j], lanes[_U2 * L + j],
+                    lanes[_U3 * L + j], np.int64(lanes[_C0 * L + j]),
+                    np.int64(lanes[_C1 * L + j]), np.int64(lanes[_C2 * L + j]),
+                    np.int64(lanes[_C3 * L + j]), np.int64(lanes[_K * L + j]),
+                    np.int64(lanes[_KSTOP * L + j]), lanes[_BLK * L + j],
+                    np.int64(lanes[_BLEN * L + j]), maxbits)
+                lanes[_BLK * L + j] = blk
+                lanes[_BLEN * L + j] = blen
+                lanes[_K * L + j] = k
+                more |= np.int64(due)
+        for j in range(ng):
+            lanes[_BLK * L + j] = finish_1d(
+                lanes[_U0 * L + j], lanes[_U1 * L + j], lanes[_U2 * L + j], lanes[_U3 * L + j],
+                np.int64(lanes[_K * L + j]), lanes[_BLK * L + j], np.int64(lanes[_BLEN * L + j]),
+                maxbits) & lanes[_KEEP * L + j]
+        for j in range(ng):
+            # append maxbits (<= 64) bits: acc holds fill < 64 bits
+            blk = lanes[_BLK * L + j]
+            acc |= blk << np.uint64(fill)
+            fill += maxbits
+            if fill >= 64:
+                words[idx] = acc
+                idx += 1
+                fill -= 64
+                acc = blk >> np.uint64(maxbits - fill) if fill > 0 else np.uint64(0)
+    if fill > 0:
+        words[idx] = acc
     return bad
 
 
@@ -101,7 +173,7 @@ def encode_chunk(x, xbits, words, b0, b1, dims, maxbits, fblock, iblock, ublock)
     size = 1 << (2 * dims)
     nfull = min(b1, x.size // size)
     if fits_register(dims, maxbits) and nfull == b1:
-        return encode_chunk_1d(x, xbits, words, b0, b1, maxbits, fblock, iblock, ublock)
+        return encode_chunk_1d(x, xbits, words, b0, b1, maxbits, ublock)
     idx = (b0 * maxbits) >> 6
     acc = np.uint64(0)
     fill = 0
@@ -118,18 +190,93 @@ def encode_chunk(x, xbits, words, b0, b1, dims, maxbits, fblock, iblock, ublock)
 
 
 @njit(cache=True)
+def decode_chunk_1d(words, out, b0, b1, maxbits, lanes):
+    """Decode 1D blocks ``b0 <= b < b1`` (budget <= 64 bits) into ``out``.
+
+    Full blocks go through the steps of :mod:`zfp_decode1d` ``LANES`` at a
+    time, in lockstep like :func:`encode_chunk_1d`; a partial last block is
+    decoded alone. Stream words are read here rather than through a helper
+    (see :func:`encode_chunk_1d`).
+    """
+    proto = as_float(0, out)
+    L = LANES
+    nw = np.uint64(words.size)
+    mask = low_mask(maxbits)
+    mb = np.uint64(maxbits)
+    nfull = min(b1, out.size // 4)
+    for g in range(b0, nfull, L):
+        ng = min(L, nfull - g)
+        for j in range(ng):
+            # the block's bits, from one or two words (past the end read as 0);
+            # unsigned indices keep the loop free of negative-index handling
+            pos = (np.uint64(g) + np.uint64(j)) * mb
+            w = pos >> np.uint64(6)
+            sh = pos & np.uint64(63)
+            w1 = min(w + np.uint64(1), nw - np.uint64(1))
+            hi = (words[w1] << (np.uint64(63) - sh)) << np.uint64(1)
+            blk = ((words[w] >> sh) | (hi if w + np.uint64(1) < nw else np.uint64(0))) & mask
+            r, bits, n, k, emax = decode_start_1d(blk, maxbits, proto)
+            lanes[_EMAX * L + j] = np.uint64(emax)
+            lanes[_R * L + j] = r
+            lanes[_BITS * L + j] = bits
+            lanes[_N * L + j] = n
+            lanes[_K * L + j] = k
+            lanes[_U0 * L + j] = 0
+            lanes[_U1 * L + j] = 0
+            lanes[_U2 * L + j] = 0
+            lanes[_U3 * L + j] = 0
+        more = 1
+        while more:
+            more = 0
+            for j in range(ng):
+                r, bits, n, k, u0, u1, u2, u3, due = decode_step_1d(
+                    lanes[_R * L + j], np.int64(lanes[_BITS * L + j]),
+                    np.int64(lanes[_N * L + j]), np.int64(lanes[_K * L + j]),
+                    lanes[_U0 * L + j], lanes[_U1 * L + j], lanes[_U2 * L + j],
+                    lanes[_U3 * L + j])
+                lanes[_R * L + j] = r
+                lanes[_BITS * L + j] = bits
+                lanes[_N * L + j] = n
+                lanes[_K * L + j] = k
+                lanes[_U0 * L + j] = u0
+                lanes[_U1 * L + j] = u1
+                lanes[_U2 * L + j] = u2
+                lanes[_U3 * L + j] = u3
+                more |= np.int64(due)
+        for j in range(ng):
+            v0, v1, v2, v3 = decode_finish_1d(
+                lanes[_R * L + j], np.int64(lanes[_BITS * L + j]), np.int64(lanes[_N * L + j]),
+                np.int64(lanes[_K * L + j]), lanes[_U0 * L + j], lanes[_U1 * L + j],
+                lanes[_U2 * L + j], lanes[_U3 * L + j], np.int64(lanes[_EMAX * L + j]), proto)
+            base = np.uint64(4 * g) + np.uint64(4) * np.uint64(j)
+            out[base] = v0
+            out[base + np.uint64(1)] = v1
+            out[base + np.uint64(2)] = v2
+            out[base + np.uint64(3)] = v3
+    for b in range(max(b0, nfull), b1):  # a partial last block
+        pos = b * maxbits
+        w = pos >> 6
+        sh = pos & 63
+        blk = words[w] >> np.uint64(sh)
+        if sh + maxbits > 64 and w + 1 < words.size:
+            blk |= words[w + 1] << np.uint64(64 - sh)
+        v0, v1, v2, v3 = decode_block_1d(blk & mask, maxbits, proto)
+        base = 4 * b
+        out[base] = v0
+        if base + 1 < out.size:
+            out[base + 1] = v1
+        if base + 2 < out.size:
+            out[base + 2] = v2
+
+
+@njit(cache=True)
 def decode_chunk(words, out, b0, b1, dims, maxbits, fblock, iblock, ublock):
     """Decode blocks ``b0 <= b < b1`` into ``out``."""
     n = out.size
     size = 1 << (2 * dims)
     pos, win, avail = seek(words, b0 * maxbits)
     if fits_register(dims, maxbits):
-        mask = low_mask(maxbits)
-        nfull = min(b1, n // 4)
-        for b in range(b0, nfull):
-            decode_block_1d(peek64(words, b * maxbits) & mask, out, 4 * b, 4, maxbits)
-        for b in range(max(b0, nfull), b1):
-            decode_block_1d(peek64(words, b * maxbits) & mask, out, 4 * b, n - 4 * b, maxbits)
+        decode_chunk_1d(words, out, b0, b1, maxbits, ublock)
         return
     for b in range(b0, b1):
         pos, win, avail = decode_block(words, pos, win, avail, fblock, iblock, ublock,

@@ -185,3 +185,39 @@ def test_arbitrary_streams_decode_as_zfp_does(dtype, dims, rate):
         mine = codec.decode(stream, count=n, dtype=dtype)
     theirs = zfpy_decode(stream, np.dtype(dtype), n, codec.rate, dims)
     np.testing.assert_array_equal(mine.view(np.uint8), theirs.view(np.uint8))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rate", [4, 5.25, 8, 11.5, 16])
+def test_one_block_steps_match_the_lockstep_driver(dtype, rate):
+    """``encode_block_1d`` / ``decode_block_1d`` (one block, as a GPU thread runs
+    them) give the bits and values of the CPU driver, which runs the same
+    steps for many blocks in lockstep."""
+    from numba import njit
+
+    from mpicomp.kernels.zfp_decode1d import decode_block_1d
+    from mpicomp.kernels.zfp_encode1d import encode_block_1d
+
+    @njit
+    def one_by_one(xbits, proto, maxbits, blocks, values):
+        for b in range(blocks.size):
+            blocks[b], _ = encode_block_1d(np.uint64(xbits[4 * b]), np.uint64(xbits[4 * b + 1]),
+                                           np.uint64(xbits[4 * b + 2]),
+                                           np.uint64(xbits[4 * b + 3]), maxbits, proto)
+            v = decode_block_1d(blocks[b], maxbits, proto)
+            for i in range(4):
+                values[4 * b + i] = v[i]
+
+    x = np.concatenate(list(data_kinds(400, dtype).values()))
+    codec = get_codec("zfp", rate=rate)
+    blocks = np.zeros(x.size // 4, dtype=np.uint64)
+    values = np.empty_like(x)
+    one_by_one(x.view(np.uint32 if x.dtype == np.float32 else np.uint64), x.dtype.type(0),
+               codec.maxbits, blocks, values)
+    stream = codec.encode(x)
+    big = int.from_bytes(stream.tobytes(), "little")
+    mask = (1 << codec.maxbits) - 1
+    expected = [(big >> (b * codec.maxbits)) & mask for b in range(blocks.size)]
+    assert [int(v) for v in blocks] == expected
+    decoded = codec.decode(stream, out=np.empty_like(x))
+    np.testing.assert_array_equal(values.view(np.uint8), decoded.view(np.uint8))
