@@ -15,7 +15,7 @@ from numba.core import types
 from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
 from numba.extending import overload
 
-__all__ = ["as_float", "clz64", "ctz64", "is_single", "wrap_int", "wrap_uint"]
+__all__ = ["as_float", "clz64", "ctz64", "is_single", "reverse_nibbles64", "wrap_int", "wrap_uint"]
 
 
 def _is32(proto) -> bool:
@@ -84,3 +84,15 @@ def ctz64(v):
 def clz64(v):
     """Number of leading zero bits of the uint64 ``v`` (64 for 0)."""
     return np.int64(leading_zeros(np.uint64(v)))
+
+
+@njit(inline="always")
+def reverse_nibbles64(t):
+    """``t`` (uint64) with the order of its 16 four-bit groups reversed."""
+    t = (t >> np.uint64(32)) | (t << np.uint64(32))
+    t = (((t >> np.uint64(16)) & np.uint64(0x0000FFFF0000FFFF))
+         | ((t & np.uint64(0x0000FFFF0000FFFF)) << np.uint64(16)))
+    t = (((t >> np.uint64(8)) & np.uint64(0x00FF00FF00FF00FF))
+         | ((t & np.uint64(0x00FF00FF00FF00FF)) << np.uint64(8)))
+    return (((t >> np.uint64(4)) & np.uint64(0x0F0F0F0F0F0F0F0F))
+            | ((t & np.uint64(0x0F0F0F0F0F0F0F0F)) << np.uint64(4)))

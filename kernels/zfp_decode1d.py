@@ -20,7 +20,7 @@ import numpy as np
 from numba import njit
 
 from .bitstream import low_mask
-from .intbits import as_float, ctz64, is_single, wrap_int, wrap_uint
+from .intbits import as_float, ctz64, is_single, reverse_nibbles64, wrap_int, wrap_uint
 from .zfp_block import POW2, POW2_BIAS, inv_lift4, nbmask
 
 __all__ = ["GT_DEC", "decode_block_1d", "decode_finish_1d", "decode_start_1d",
@@ -154,13 +154,7 @@ def decode_finish_1d(r, bits, n, k, u0, u1, u2, u3, emax, proto):
     """
     t = r & low_mask(max(bits, 0))
     # reverse the order of the 16 nibbles: plane k-1 in the top nibble
-    t = ((t >> np.uint64(32)) | (t << np.uint64(32)))
-    t = (((t >> np.uint64(16)) & np.uint64(0x0000FFFF0000FFFF))
-         | ((t & np.uint64(0x0000FFFF0000FFFF)) << np.uint64(16)))
-    t = (((t >> np.uint64(8)) & np.uint64(0x00FF00FF00FF00FF))
-         | ((t & np.uint64(0x00FF00FF00FF00FF)) << np.uint64(8)))
-    t = (((t >> np.uint64(4)) & np.uint64(0x0F0F0F0F0F0F0F0F))
-         | ((t & np.uint64(0x0F0F0F0F0F0F0F0F)) << np.uint64(4)))
+    t = reverse_nibbles64(t)
     tail = (n == 4) & (bits > 0) & (k > 0)
     t = t if tail else _U0
     u0 |= _place16(_compact4(t, 0), k)

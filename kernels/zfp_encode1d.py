@@ -24,7 +24,7 @@ import numpy as np
 from numba import njit
 
 from .bitstream import low_mask
-from .intbits import clz64, is_single
+from .intbits import clz64, is_single, reverse_nibbles64
 from .zfp_block import fwd_lift4, nbmask
 
 __all__ = [
@@ -212,13 +212,7 @@ def finish_1d(u0, u1, u2, u3, k, blk, blen, maxbits):
          | (_spread4((u2 << sh) >> top) << np.uint64(2))
          | (_spread4((u3 << sh) >> top) << np.uint64(3)))
     # reverse the order of the 16 nibbles: plane k-1 first
-    t = ((t >> np.uint64(32)) | (t << np.uint64(32)))
-    t = (((t >> np.uint64(16)) & np.uint64(0x0000FFFF0000FFFF))
-         | ((t & np.uint64(0x0000FFFF0000FFFF)) << np.uint64(16)))
-    t = (((t >> np.uint64(8)) & np.uint64(0x00FF00FF00FF00FF))
-         | ((t & np.uint64(0x00FF00FF00FF00FF)) << np.uint64(8)))
-    t = (((t >> np.uint64(4)) & np.uint64(0x0F0F0F0F0F0F0F0F))
-         | ((t & np.uint64(0x0F0F0F0F0F0F0F0F)) << np.uint64(4)))
+    t = reverse_nibbles64(t)
     t &= low_mask(max(maxbits - blen, 0))
     blk |= (t << np.uint64(min(blen, 63))) if (blen < maxbits and k > 0) else _U0
     return blk & low_mask(maxbits)
