@@ -2,6 +2,8 @@
 #   make venv      create .venv and install mpicomp (editable) with test deps and the MPICH wheel
 #   make test      all tests: serially, then under mpiexec -n 2, 3, 4 (tests/run_tests.py)
 #   make bench     the codec benchmark (python -m mpicomp.bench codecs)
+#   make bench-comm  the collective benchmarks under mpiexec: allreduce (BENCH_RANKS ranks,
+#                  options in ARGS, e.g. ARGS=--quick) and overlap (2 ranks, OVERLAP_ARGS)
 #   make test-gpu  only the tests marked gpu (they skip without a CUDA device)
 #   make clean     remove caches and build outputs; make distclean also removes .venv
 # Pass options to the test runner with ARGS, e.g.  make test ARGS="--stages serial,2 -k codec"
@@ -13,7 +15,7 @@ STAMP  := $(VENV)/.installed
 PIP_INSTALL := $(VPY) -m pip install --disable-pip-version-check $(if $(filter true,$(CI)),--progress-bar off,)
 ARGS   ?=
 
-.PHONY: all venv test bench test-gpu clean distclean
+.PHONY: all venv test bench bench-comm test-gpu clean distclean
 
 all: test
 
@@ -34,6 +36,13 @@ test: venv
 
 bench: venv
 	$(VPY) -m mpicomp.bench codecs $(ARGS)
+
+BENCH_RANKS  ?= 4
+OVERLAP_ARGS ?=
+
+bench-comm: venv
+	OMP_WAIT_POLICY=PASSIVE $(VENV)/bin/mpiexec -n $(BENCH_RANKS) $(VPY) -m mpicomp.bench allreduce $(ARGS)
+	OMP_WAIT_POLICY=PASSIVE $(VENV)/bin/mpiexec -n 2 $(VPY) -m mpicomp.bench overlap $(OVERLAP_ARGS)
 
 test-gpu: venv
 	$(VPY) tests/run_tests.py --stages serial -m gpu $(ARGS)

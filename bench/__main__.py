@@ -1,18 +1,25 @@
 """``python -m mpicomp.bench SUBCOMMAND [options]``: the benchmarks' command line.
 
-Subcommands: ``codecs`` (codec speed and accuracy, ``mpicomp.bench.codecs``)
-and ``accuracy`` (bitplane vs zfp PSNR, ``mpicomp.bench.accuracy``).
+Subcommands: ``codecs`` (codec speed and accuracy, ``mpicomp.bench.codecs``),
+``accuracy`` (bitplane vs zfp PSNR, ``mpicomp.bench.accuracy``), and, under
+``mpiexec``, ``allreduce`` (compressed vs plain MPI Allreduce,
+``mpicomp.bench.allreduce``) and ``overlap`` (does a compressed Iallreduce
+progress while the caller computes, ``mpicomp.bench.overlap``).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from . import accuracy, codecs
+from . import accuracy, allreduce, codecs, overlap
 
 SUBCOMMANDS = {
     "codecs": (codecs, "codec encode/decode speed and error on one buffer"),
     "accuracy": (accuracy, "bitplane vs zfp 1D/3D PSNR at equal bits per value"),
+    "allreduce": (allreduce, "compressed vs plain MPI Allreduce: time, bytes, error "
+                             "(run under mpiexec)"),
+    "overlap": (overlap, "compute/communication overlap of Iallreduce, compressed and plain "
+                         "(run under mpiexec)"),
 }
 
 

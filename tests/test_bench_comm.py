@@ -1,0 +1,75 @@
+"""The MPI benchmarks run end to end: ``--quick`` under ``mpiexec -n 2``, each a subprocess.
+
+Not marked ``mpi``: these tests start their own mpiexec, so they run only in
+the serial stage of ``tests/run_tests.py``. Speed is not asserted.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT_S = 300
+
+
+def _mpiexec() -> str | None:
+    local = Path(sys.executable).parent / "mpiexec"  # the venv's (mpich wheel)
+    if local.is_file() and os.access(local, os.X_OK):
+        return str(local)
+    return shutil.which("mpiexec")
+
+
+def _run_bench(*args: str) -> list[str]:
+    mpiexec = _mpiexec()
+    if mpiexec is None:
+        pytest.skip("no mpiexec next to the interpreter or on PATH")
+    env = dict(os.environ, MPIEXEC_TIMEOUT=str(TIMEOUT_S), OMP_WAIT_POLICY="PASSIVE")
+    for var in ("MPICOMP_TEST_REPORT", "MPICOMP_TEST_STAGE", "MPICOMP_DEBUG"):
+        env.pop(var, None)
+    cmd = [mpiexec, "-n", "2", sys.executable, "-m", "mpicomp.bench", *args, "--quick"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT_S + 30)
+    assert proc.returncode == 0, f"{cmd} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout.splitlines()
+
+
+def _rows(lines: list[str], heading: str) -> list[list[str]]:
+    """The rows under each table heading line that starts with ``heading``."""
+    rows, inside = [], False
+    for line in lines:
+        if line.startswith("#"):
+            inside = False
+        elif line.startswith(heading):
+            inside = True
+        elif inside and line.strip():
+            rows.append(line.split())
+    return rows
+
+
+def test_allreduce_benchmark_quick():
+    lines = _run_bench("allreduce")
+    assert any(line.startswith("# command: mpiexec -n 2 ") for line in lines), lines
+    rows = _rows(lines, "case ")
+    cases = {(r[0], r[1]) for r in rows}
+    assert ("plain", "MPI") in cases, lines
+    for alg in ("allgather", "ring", "recursive_doubling"):
+        assert ("bitplane:8.25", alg) in cases, lines
+    assert any(r[0].startswith("homomorphic:8.25") for r in rows), lines
+    # every case ran: a time in the "best ms" column
+    assert all(float(r[-9]) > 0 for r in rows), rows
+    assert not any("plain MPI in" in line for line in lines), lines
+
+
+def test_overlap_benchmark_quick():
+    lines = _run_bench("overlap")
+    rows = _rows(lines, "path ")
+    assert {(r[0], r[1]) for r in rows} == {
+        ("compressed", "numpy"), ("compressed", "sleep"), ("plain", "numpy"), ("plain", "sleep")
+    }, lines
+    for r in rows:
+        float(r[-1])  # the overlap figure is a number
