@@ -26,7 +26,8 @@ and the error bound are described in ``docs/format.md`` (section bitplane).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from .jit import njit
 
 __all__ = [
     "SPREAD8",

@@ -13,7 +13,8 @@ over explicit state tuples so that Numba inlines them into the block loops:
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from .jit import njit
 
 __all__ = ["flush", "get_bits", "peek64", "put_bits", "put_zeros", "refill", "seek", "skip_bits"]
 

@@ -10,12 +10,16 @@ dtype), so the float64 variants compile to nothing.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 from numba.core import types
 from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
 from numba.extending import overload
 
-__all__ = ["as_float", "clz64", "ctz64", "is_single", "reverse_nibbles64", "wrap_int", "wrap_uint"]
+from .jit import SIMULATOR, njit
+
+__all__ = [
+    "as_float", "clz64", "ctz64", "imax", "imin", "is_single", "reverse_nibbles64", "wrap_int",
+    "wrap_uint",
+]
 
 
 def _is32(proto) -> bool:
@@ -74,16 +78,28 @@ def _as_float(v, proto):
     return lambda v, proto: np.float64(v)
 
 
-@njit(inline="always")
-def ctz64(v):
-    """Number of trailing zero bits of the uint64 ``v`` (64 for 0)."""
-    return np.int64(trailing_zeros(np.uint64(v)))
+if SIMULATOR:  # plain Python for the CUDA simulator (see jit.py)
 
+    def ctz64(v):
+        """Number of trailing zero bits of the uint64 ``v`` (64 for 0)."""
+        v = int(v) & 0xFFFFFFFFFFFFFFFF
+        return np.int64(64 if v == 0 else (v & -v).bit_length() - 1)
 
-@njit(inline="always")
-def clz64(v):
-    """Number of leading zero bits of the uint64 ``v`` (64 for 0)."""
-    return np.int64(leading_zeros(np.uint64(v)))
+    def clz64(v):
+        """Number of leading zero bits of the uint64 ``v`` (64 for 0)."""
+        return np.int64(64 - (int(v) & 0xFFFFFFFFFFFFFFFF).bit_length())
+
+else:
+
+    @njit(inline="always")
+    def ctz64(v):
+        """Number of trailing zero bits of the uint64 ``v`` (64 for 0)."""
+        return np.int64(trailing_zeros(np.uint64(v)))
+
+    @njit(inline="always")
+    def clz64(v):
+        """Number of leading zero bits of the uint64 ``v`` (64 for 0)."""
+        return np.int64(leading_zeros(np.uint64(v)))
 
 
 @njit(inline="always")
@@ -96,3 +112,16 @@ def reverse_nibbles64(t):
          | ((t & np.uint64(0x00FF00FF00FF00FF)) << np.uint64(8)))
     return (((t >> np.uint64(4)) & np.uint64(0x0F0F0F0F0F0F0F0F))
             | ((t & np.uint64(0x0F0F0F0F0F0F0F0F)) << np.uint64(4)))
+
+
+@njit(inline="always")
+def imin(a, b):
+    """``min(a, b)``; per-block code uses it because Numba's CUDA target fails to compile
+    the ``min``/``max`` builtins inside inlined device functions."""
+    return a if a < b else b
+
+
+@njit(inline="always")
+def imax(a, b):
+    """``max(a, b)`` (see :func:`imin`)."""
+    return a if a > b else b

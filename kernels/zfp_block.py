@@ -12,10 +12,10 @@ including wraparound on the degenerate blocks described in the docs.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from .bitstream import get_bits, low_mask, put_bits, put_zeros, refill, skip_bits
 from .intbits import as_float, clz64, ctz64, is_single, wrap_int, wrap_uint
+from .jit import njit
 
 __all__ = [
     "PERM",

@@ -17,10 +17,10 @@ against zfpy.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from .bitstream import low_mask
 from .intbits import as_float, ctz64, is_single, reverse_nibbles64, wrap_int, wrap_uint
+from .jit import njit
 from .zfp_block import POW2, POW2_BIAS, inv_lift4, nbmask
 
 __all__ = ["GT_DEC", "decode_block_1d", "decode_finish_1d", "decode_start_1d",

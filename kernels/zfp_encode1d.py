@@ -21,10 +21,10 @@ zfpy.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from .bitstream import low_mask
 from .intbits import clz64, is_single, reverse_nibbles64
+from .jit import njit
 from .zfp_block import fwd_lift4, nbmask
 
 __all__ = [
@@ -48,8 +48,8 @@ def _tiny_coefficients(bits: int) -> np.ndarray:
     """
     proto = np.float32(0) if bits == 32 else np.float64(0)
     imin = -(1 << (bits - 1))
-    coeffs = fwd_lift4.py_func(imin, imin, imin, imin, proto)
-    m = int(nbmask.py_func(proto))
+    coeffs = getattr(fwd_lift4, "py_func", fwd_lift4)(imin, imin, imin, imin, proto)
+    m = int(getattr(nbmask, "py_func", nbmask)(proto))
     full = (1 << bits) - 1
     return np.array([(((v & full) + m) & full) ^ m for v in coeffs], dtype=np.uint64)
 

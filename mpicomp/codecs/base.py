@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .. import device
 from ..errors import UncompressibleError
 
 __all__ = ["Codec"]
@@ -51,6 +52,8 @@ class Codec(abc.ABC):
         Raises :class:`~mpicomp.errors.UncompressibleError` when the buffer
         holds values the format cannot carry (see each codec's docs).
         """
+        if device.is_device_array(x):
+            return self._encode_on_device(x, out)
         flat = self._check_input(x)
         n = self._nbytes(flat.size, flat.dtype)
         stream = _check_stream_out(out, n)
@@ -69,6 +72,8 @@ class Codec(abc.ABC):
 
         Without ``out``, pass ``count`` and ``dtype`` and a new 1-D array is returned.
         """
+        if device.is_device_array(buf) or (out is not None and device.is_device_array(out)):
+            return self._decode_on_device(buf, out, count, dtype)
         if out is None:
             if count is None or dtype is None:
                 raise TypeError("decode needs either out= or both count= and dtype=")
@@ -117,6 +122,42 @@ class Codec(abc.ABC):
     @abc.abstractmethod
     def _decode(self, buf: np.ndarray, out: np.ndarray) -> None:
         """Decode the uint8 ``buf`` of exact size into the 1-D contiguous ``out``."""
+
+    # -- CUDA buffers (mpicomp/device.py) -------------------------------------
+    def _encode_on_device(self, x: Any, out: Any) -> Any:
+        xd = device.as_device(x)
+        self._check_dtype(xd.dtype)
+        n = self._nbytes(xd.size, np.dtype(xd.dtype))
+        if out is None:
+            out = device.empty(n, np.uint8, like=x)
+        od = device.as_device(out, "out")
+        if np.dtype(od.dtype) != np.uint8 or od.size < n:
+            raise ValueError(f"out must be a device uint8 buffer of at least {n} bytes")
+        if n:
+            self._encode_device(xd, od[:n], device.current_stream())
+        return out[:n]
+
+    def _decode_on_device(self, buf: Any, out: Any, count: Any, dtype: Any) -> Any:
+        if out is None:
+            if count is None or dtype is None:
+                raise TypeError("decode needs either out= or both count= and dtype=")
+            out = device.empty(_check_count(count), self._check_dtype(dtype), like=buf)
+        od = device.as_device(out, "out")
+        self._check_dtype(od.dtype)
+        n = self._nbytes(od.size, np.dtype(od.dtype))
+        bd = device.as_device(buf, "buf")
+        if np.dtype(bd.dtype) != np.uint8 or bd.size < n:
+            raise ValueError(f"buf must be a device uint8 buffer of at least {n} bytes")
+        if od.size:
+            self._decode_device(bd[:n], od, device.current_stream())
+        return out
+
+    def _encode_device(self, x: Any, out: Any, stream: Any) -> None:
+        """Encode the flat device array ``x`` into ``out`` on ``stream`` (GPU codecs override)."""
+        raise TypeError(f"codec {self.codec_id!r} has no GPU kernels")
+
+    def _decode_device(self, buf: Any, out: Any, stream: Any) -> None:
+        raise TypeError(f"codec {self.codec_id!r} has no GPU kernels")
 
     def _uncompressible(self, reason: str, detail: str) -> UncompressibleError:
         return UncompressibleError(self.codec_id, reason, detail)

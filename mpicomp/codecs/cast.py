@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import device
 from ..kernels import cast_cpu
 from ..kernels.launch import SERIAL_BELOW, call, readonly
 from .base import Codec, check_rate
@@ -94,6 +95,33 @@ class CastCodec(Codec):
     def _decode(self, buf: np.ndarray, out: np.ndarray) -> None:
         kernel = cast_cpu.decode_f16 if self.target == "float16" else cast_cpu.decode_bf16
         call(kernel, readonly(buf.view(np.uint16)), out, serial=out.size < SERIAL_BELOW)
+
+    def _encode_device(self, x: Any, out: Any, stream: Any) -> None:
+        from ..kernels import cast_cuda
+
+        codes = out.view(np.uint16)
+        wide = np.dtype(x.dtype).itemsize == 8
+        flag = device.zeros_like_flag(stream)
+        blocks, threads = device.grid(x.size)
+        if self.target == "float16":
+            src = x.view(np.uint64 if wide else np.uint32)
+            mant_bits, ebits = (52, 11) if wide else (23, 8)
+            cast_cuda.encode_f16[blocks, threads, stream](src, mant_bits, ebits, codes, flag)
+        else:
+            kernel = cast_cuda.encode_bf16_from64 if wide else cast_cuda.encode_bf16_from32
+            kernel[blocks, threads, stream](x if wide else x.view(np.uint32), codes, flag)
+        # one 4-byte read (a stream synchronization): the only way to refuse the buffer
+        if flag.copy_to_host(stream=stream)[0]:
+            raise self._uncompressible(
+                "overflow", f"a finite value is beyond the range of {self.target}"
+            )
+
+    def _decode_device(self, buf: Any, out: Any, stream: Any) -> None:
+        from ..kernels import cast_cuda
+
+        kernel = cast_cuda.decode_f16 if self.target == "float16" else cast_cuda.decode_bf16
+        blocks, threads = device.grid(out.size)
+        kernel[blocks, threads, stream](buf.view(np.uint16), out)
 
     def _overflow(self, x: np.ndarray, codes: np.ndarray, count: int) -> Exception:
         # Only on the error path: the kernel has already counted the overflows.

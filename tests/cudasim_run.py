@@ -1,0 +1,59 @@
+"""Run codecs' GPU kernels under Numba's CUDA simulator; save what they produce.
+
+Started by ``tests/test_cuda_sim.py`` as
+``NUMBA_ENABLE_CUDASIM=1 python tests/cudasim_run.py CASES.json OUT.npz``:
+for every case (codec config, dtype, count, seed) it encodes device data
+with the GPU kernels and decodes the stream again on the device, and
+stores the stream and the decoded values; the test compares them, byte for
+byte, with the CPU codec in its own (normal) process.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+
+def case_data(case: dict) -> np.ndarray:
+    """The input of a case (the same function in both processes)."""
+    rng = np.random.default_rng(case["seed"])
+    n, dt = case["n"], np.dtype(case["dtype"])
+    x = rng.standard_normal(n) * np.exp(2 * rng.standard_normal(n))
+    if case.get("kind") == "narrow":
+        x = np.clip(x, -6e4, 6e4)
+    if case.get("kind") == "special" and n >= 8:
+        x[:8] = [0.0, -0.0, 1e-30, -1e30, 5e-39, 3e-310, 1.5, -2.0]
+    return x.astype(dt)
+
+
+def main(cases_path: str, out_path: str) -> int:
+    from numba import cuda
+
+    from mpicomp.codecs import get_codec
+    from mpicomp.errors import UncompressibleError
+    from mpicomp.kernels.jit import SIMULATOR
+
+    if not SIMULATOR:
+        print("run me with NUMBA_ENABLE_CUDASIM=1", file=sys.stderr)
+        return 2
+    with open(cases_path) as fh:
+        cases = json.load(fh)
+    results = {}
+    for i, case in enumerate(cases):
+        codec = get_codec(case["codec"])
+        x = case_data(case)
+        try:
+            stream = codec.encode(cuda.to_device(x))
+        except UncompressibleError as exc:
+            results[f"error{i}"] = np.array(exc.reason)
+            continue
+        decoded = codec.decode(stream, count=x.size, dtype=x.dtype)
+        results[f"stream{i}"] = stream.copy_to_host()
+        results[f"decoded{i}"] = decoded.copy_to_host()
+    np.savez(out_path, **results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))

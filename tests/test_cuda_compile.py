@@ -1,0 +1,49 @@
+"""The CUDA kernels compile to PTX for a real GPU (sm_90), even on a machine without one.
+
+The simulator (``test_cuda_sim.py``) runs the kernels' Python; this test
+runs Numba's real CUDA compiler on them (NVVM, no driver needed), so code
+that only the GPU compiler rejects fails CI too. Numba asks the current
+device's compute capability when it compiles a called ``@njit`` function
+that is not inlined; with no device, the test answers sm_90 for it.
+"""
+from __future__ import annotations
+
+import types
+
+import pytest
+
+numba_cuda = pytest.importorskip("numba.cuda")
+
+CC = (9, 0)
+
+KERNELS = [
+    ("cast_cuda", "encode_f16", "void(uint32[:], int64, int64, uint16[:], int32[:])"),
+    ("cast_cuda", "encode_f16", "void(uint64[:], int64, int64, uint16[:], int32[:])"),
+    ("cast_cuda", "decode_f16", "void(uint16[:], float32[:])"),
+    ("cast_cuda", "decode_f16", "void(uint16[:], float64[:])"),
+    ("cast_cuda", "encode_bf16_from32", "void(uint32[:], uint16[:], int32[:])"),
+    ("cast_cuda", "encode_bf16_from64", "void(float64[:], uint16[:], int32[:])"),
+    ("cast_cuda", "decode_bf16", "void(uint16[:], float32[:])"),
+    ("cast_cuda", "decode_bf16", "void(uint16[:], float64[:])"),
+]
+
+
+@pytest.fixture(autouse=True)
+def no_device_needed(monkeypatch):
+    import numba.cuda.dispatcher as dispatcher
+
+    fake = types.SimpleNamespace(compute_capability=CC)
+    monkeypatch.setattr(dispatcher, "get_current_device", lambda: fake)
+
+
+@pytest.mark.parametrize(("module", "name", "signature"), KERNELS,
+                         ids=[f"{m}.{n}:{s}" for m, n, s in KERNELS])
+def test_kernel_compiles_to_ptx(module, name, signature):
+    import importlib
+
+    from numba import cuda
+
+    mod = importlib.import_module(f"mpicomp.kernels.{module}")
+    kernel = getattr(mod, name)
+    ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=CC)
+    assert ".visible .entry" in ptx
