@@ -8,9 +8,15 @@ that is not inlined; with no device, the test answers sm_90 for it.
 """
 from __future__ import annotations
 
+import sys
 import types
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import cuda_cases_bitplane  # noqa: E402
+import cuda_cases_zfp  # noqa: E402
 
 numba_cuda = pytest.importorskip("numba.cuda")
 
@@ -25,7 +31,7 @@ KERNELS = [
     ("cast_cuda", "encode_bf16_from64", "void(float64[:], uint16[:], int32[:])"),
     ("cast_cuda", "decode_bf16", "void(uint16[:], float32[:])"),
     ("cast_cuda", "decode_bf16", "void(uint16[:], float64[:])"),
-]
+] + cuda_cases_bitplane.KERNELS + cuda_cases_zfp.KERNELS
 
 
 @pytest.fixture(autouse=True)

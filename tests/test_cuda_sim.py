@@ -20,6 +20,8 @@ from mpicomp.codecs import get_codec
 from mpicomp.errors import UncompressibleError
 
 sys.path.insert(0, str(Path(__file__).parent))
+import cuda_cases_bitplane  # noqa: E402
+import cuda_cases_zfp  # noqa: E402
 from cudasim_run import case_data  # noqa: E402
 
 HERE = Path(__file__).parent
@@ -39,7 +41,7 @@ def cases() -> list[dict]:
                 if codec.get("dtype") == "float16" and n == 100:
                     kind = "narrow"  # within half's range: these must encode
                 out.append({"codec": codec, "dtype": dtype, "n": n, "seed": n, "kind": kind})
-    return out
+    return out + cuda_cases_bitplane.CASES + cuda_cases_zfp.CASES
 
 
 CASES = cases()
