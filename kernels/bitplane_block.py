@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .intbits import imax, imin
 from .jit import njit
 
 __all__ = [
@@ -72,7 +73,7 @@ def block_emax(v, bs, mant_bits, ebits):
     emax = np.int64(1)
     for i in range(bs):
         ef = np.int64((np.uint64(v[i]) >> sh) & msk)
-        emax = max(emax, ef)
+        emax = imax(emax, ef)
     return emax
 
 
@@ -90,10 +91,10 @@ def quantize_value(bits, emax, m, mant_bits, ebits):
     u = np.uint64(bits)
     mb = np.uint64(mant_bits)
     ef = np.int64((u >> mb) & np.uint64((1 << ebits) - 1))
-    ee = max(ef, np.int64(1))
-    implicit = np.uint64(min(ef, np.int64(1))) << mb
+    ee = imax(ef, np.int64(1))
+    implicit = np.uint64(imin(ef, np.int64(1))) << mb
     sig = (u & ((_U1 << mb) - _U1)) | implicit
-    shift = min(np.int64(mant_bits + 1 - m) + (emax - ee), word_bits - np.int64(1))
+    shift = imin(np.int64(mant_bits + 1 - m) + (emax - ee), word_bits - np.int64(1))
     q = (sig + (_U1 << np.uint64(shift - 1))) >> np.uint64(shift)
     um = np.uint64(m)
     q -= q >> um  # q == 2**m (rounded up past the top) becomes 2**m - 1
@@ -122,7 +123,7 @@ def encode_block(src, start, bs, nplanes, mant_bits, ebits, stream, pos, code, c
     wbytes = bs // 8
     out = stream[pos:pos + nplanes * wbytes]
     for j0 in range(0, nplanes, 8):  # plane j holds code bit P - 1 - j
-        j1 = min(j0 + 8, nplanes)
+        j1 = imin(j0 + 8, nplanes)
         lo = np.uint64(nplanes - j1)  # the code bit of plane j1 - 1
         for i in range(bs):
             code8[i] = np.uint8((code[i] >> lo) & _BYTE)

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import device
 from ..kernels import bitplane_cpu
 from .base import Codec, check_rate
 
@@ -109,6 +110,30 @@ class BitplaneCodec(Codec):
 
     def _decode(self, buf: np.ndarray, out: np.ndarray) -> None:
         bitplane_cpu.decode(buf, self.block_size, self.nplanes(out.dtype), out)
+
+    def _encode_device(self, x: Any, out: Any, stream: Any) -> None:
+        from ..kernels import bitplane_cuda
+
+        p = self.nplanes(x.dtype)
+        bits = x.view(np.uint32 if np.dtype(x.dtype).itemsize == 4 else np.uint64)
+        bad = device.zeros_like_flag(stream)
+        blocks, threads = device.grid(-(-x.size // self.block_size))
+        bitplane_cuda.encode[blocks, threads, stream](bits, self.block_size, p, out, bad)
+        # one 4-byte read (a stream synchronization): the only way to refuse the buffer
+        nbad = int(bad.copy_to_host(stream=stream)[0])
+        if nbad:
+            raise self._uncompressible(
+                "nonfinite",
+                f"NaN/Inf value(s) in {nbad} block(s) of {self.block_size} (device buffer). "
+                "The format has no encoding for NaN or Inf.",
+            )
+
+    def _decode_device(self, buf: Any, out: Any, stream: Any) -> None:
+        from ..kernels import bitplane_cuda
+
+        p = self.nplanes(out.dtype)
+        blocks, threads = device.grid(-(-out.size // self.block_size))
+        bitplane_cuda.decode[blocks, threads, stream](buf, self.block_size, p, out)
 
     def _nonfinite(self, x: np.ndarray, nbad_blocks: int) -> Exception:
         # Only on the error path: the kernel has already counted the blocks.
