@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from .bitstream import get_bits, low_mask, put_bits, put_zeros, refill, skip_bits
-from .intbits import as_float, clz64, ctz64, is_single, wrap_int, wrap_uint
+from .intbits import as_float, clz64, ctz64, imax, imin, is_single, wrap_int, wrap_uint
 from .jit import njit
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "fwd_cast",
     "fwd_lift4",
     "fwd_xform",
+    "gather_block",
     "inv_cast",
     "inv_lift4",
     "inv_xform",
@@ -81,6 +82,38 @@ def pad_block(p, off, n, s):
         p[off + 3 * s] = p[off]
 
 
+@njit(inline="always")
+def gather_block(x, base, t, fblock, dims):
+    """Copy the block's ``t`` values and pad a partial block as docs/format.md says.
+
+    A partial block is padded as zfp pads the array view of the flat buffer:
+    first the last, partial row along x, then the last, partial plane along
+    y, then the block along z (zfp's ``pad_block`` rule each time).
+    """
+    size = 1 << (2 * dims)
+    for i in range(t):
+        fblock[i] = x[base + i]
+    if t == size:
+        return
+    if dims == 1:
+        pad_block(fblock, 0, t, 1)
+        return
+    # 2D/3D: rows of 4 along x; planes of 16 along y; blocks of 64 along z
+    nz = (t + 15) >> 4 if dims == 3 else 1
+    r = t - 16 * (nz - 1)  # values in the last (partial) plane
+    ny = (r + 3) >> 2
+    tx = r - 4 * (ny - 1)
+    plane = 16 * (nz - 1)
+    if tx < 4:
+        pad_block(fblock, plane + 4 * (ny - 1), tx, 1)
+    if ny < 4:
+        for xx in range(4):
+            pad_block(fblock, plane + xx, ny, 4)
+    if dims == 3 and nz < 4:
+        for yx in range(16):
+            pad_block(fblock, yx, nz, 16)
+
+
 #: 2**k as float64 for k in [-POW2_BIAS, 1024): the block scale factors
 POW2_BIAS = 1100
 POW2 = np.ldexp(1.0, np.arange(-POW2_BIAS, 1024)).astype(np.float64)
@@ -108,10 +141,10 @@ def block_exponent(xbits, base, t, proto):
     amax = np.uint64(0)
     for i in range(t):
         a = np.uint64(xbits[base + i]) & absmask
-        amax = max(amax, a)
+        amax = imax(amax, a)
     # frexp exponent of a normal number with biased exponent E is E - bias + 1
     e = np.int64(amax >> mant) - bias + 1
-    e = max(e, 1 - bias)
+    e = imax(e, 1 - bias)
     return e, amax != 0, amax >= inf
 
 
@@ -132,13 +165,13 @@ def fwd_cast(fblock, iblock, size, emax):
     """
     if is_single(fblock):
         k = 30 - emax
-        imin = np.int64(-(2 ** 31))
+        lowest = np.int64(-(2 ** 31))
     else:
         k = 62 - emax
-        imin = np.int64(-(2 ** 63))
+        lowest = np.int64(-(2 ** 63))
     if scale_overflows(emax, fblock):
         for i in range(size):
-            iblock[i] = imin
+            iblock[i] = lowest
     else:
         # float64 arithmetic gives the same truncated integers as zfp's
         # float32 product: the scale is a power of two and |result| < 2**30.
@@ -271,7 +304,7 @@ def inv_order(ublock, iblock, size, perm_off, proto):
     m = nbmask(proto)
     for i in range(size):
         v = wrap_uint((ublock[i] ^ m) - m, proto)
-        iblock[PERM[perm_off + i]] = wrap_int(np.int64(v), proto)
+        iblock[PERM[perm_off + i]] = wrap_int(np.int64(np.uint64(v)), proto)
 
 
 @njit
@@ -288,7 +321,7 @@ def encode_block_ints(words, idx, acc, fill, ublock, size, maxbits, intprec):
     for i in range(size):
         ormask |= ublock[i]
     # planes above the highest set bit, coded while no value is significant
-    z = min(intprec - (64 - clz64(ormask)), bits)
+    z = imin(intprec - (64 - clz64(ormask)), bits)
     idx, acc, fill = put_zeros(words, idx, acc, fill, z)
     bits -= z
     k = intprec - z
@@ -300,7 +333,7 @@ def encode_block_ints(words, idx, acc, fill, ublock, size, maxbits, intprec):
         for i in range(size):
             x |= ((ublock[i] >> kk) & _U1) << np.uint64(i)
         # step 2: the first n bits of the plane go out verbatim
-        m = min(n, bits)
+        m = imin(n, bits)
         if m > 0:
             idx, acc, fill = put_bits(words, idx, acc, fill, x & low_mask(m), m)
             x = x >> np.uint64(m) if m < 64 else np.uint64(0)
@@ -343,7 +376,7 @@ def decode_block_ints(words, pos, win, avail, ublock, size, maxbits, intprec):
     # leading empty planes: one 0 bit each while no value is significant
     while bits > 0 and k > 0:
         win, avail = refill(words, pos, win, avail, 1)
-        z = min(ctz64(win), avail, bits, k)
+        z = imin(imin(ctz64(win), avail), imin(bits, k))
         if z == 0:
             break
         pos, win, avail = skip_bits(pos, win, avail, z)
@@ -351,7 +384,7 @@ def decode_block_ints(words, pos, win, avail, ublock, size, maxbits, intprec):
         k -= z
     while bits > 0 and k > 0:
         k -= 1
-        m = min(n, bits)
+        m = imin(n, bits)
         bits -= m
         x, pos, win, avail = get_bits(words, pos, win, avail, m)
         while n < size and bits > 0:
@@ -360,7 +393,7 @@ def decode_block_ints(words, pos, win, avail, ublock, size, maxbits, intprec):
             if b == 0:
                 break
             # scan: at most `limit` bits, stopping after the first one-bit
-            limit = min(size - 1 - n, bits)
+            limit = imin(size - 1 - n, bits)
             if limit > 0:
                 win, avail = refill(words, pos, win, avail, limit)
                 w = win & low_mask(limit)

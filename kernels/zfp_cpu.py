@@ -14,8 +14,9 @@ from numba import get_thread_id, njit, prange
 
 from .bitstream import flush, low_mask, seek
 from .intbits import as_float
-from .zfp_block import decode_block, encode_block, pad_block
+from .zfp_block import decode_block, encode_block, gather_block
 from .zfp_decode1d import (
+    block_bits,
     decode_block_1d,
     decode_finish_1d,
     decode_start_1d,
@@ -45,38 +46,6 @@ class Scratch:
         self.fblock = np.zeros((rows, 64), dtype=dtype)
         self.iblock = np.zeros((rows, 64), dtype=np.int64)
         self.ublock = np.zeros((rows, max(64, LANE_FIELDS * LANES)), dtype=np.uint64)
-
-
-@njit(inline="always")
-def gather_block(x, base, t, fblock, dims):
-    """Copy the block's ``t`` values and pad a partial block as docs/format.md says.
-
-    A partial block is padded as zfp pads the array view of the flat buffer:
-    first the last, partial row along x, then the last, partial plane along
-    y, then the block along z (zfp's ``pad_block`` rule each time).
-    """
-    size = 1 << (2 * dims)
-    for i in range(t):
-        fblock[i] = x[base + i]
-    if t == size:
-        return
-    if dims == 1:
-        pad_block(fblock, 0, t, 1)
-        return
-    # 2D/3D: rows of 4 along x; planes of 16 along y; blocks of 64 along z
-    nz = (t + 15) >> 4 if dims == 3 else 1
-    r = t - 16 * (nz - 1)  # values in the last (partial) plane
-    ny = (r + 3) >> 2
-    tx = r - 4 * (ny - 1)
-    plane = 16 * (nz - 1)
-    if tx < 4:
-        pad_block(fblock, plane + 4 * (ny - 1), tx, 1)
-    if ny < 4:
-        for xx in range(4):
-            pad_block(fblock, plane + xx, ny, 4)
-    if dims == 3 and nz < 4:
-        for yx in range(16):
-            pad_block(fblock, yx, nz, 16)
 
 
 #: blocks that the 1D encoder and decoder run in lockstep
@@ -254,13 +223,7 @@ def decode_chunk_1d(words, out, b0, b1, maxbits, lanes):
             out[base + np.uint64(2)] = v2
             out[base + np.uint64(3)] = v3
     for b in range(max(b0, nfull), b1):  # a partial last block
-        pos = b * maxbits
-        w = pos >> 6
-        sh = pos & 63
-        blk = words[w] >> np.uint64(sh)
-        if sh + maxbits > 64 and w + 1 < words.size:
-            blk |= words[w + 1] << np.uint64(64 - sh)
-        v0, v1, v2, v3 = decode_block_1d(blk & mask, maxbits, proto)
+        v0, v1, v2, v3 = decode_block_1d(block_bits(words, b, maxbits), maxbits, proto)
         base = 4 * b
         out[base] = v0
         if base + 1 < out.size:

@@ -19,11 +19,11 @@ from __future__ import annotations
 import numpy as np
 
 from .bitstream import low_mask
-from .intbits import as_float, ctz64, is_single, reverse_nibbles64, wrap_int, wrap_uint
+from .intbits import as_float, ctz64, imax, imin, is_single, reverse_nibbles64, wrap_int, wrap_uint
 from .jit import njit
 from .zfp_block import POW2, POW2_BIAS, inv_lift4, nbmask
 
-__all__ = ["GT_DEC", "decode_block_1d", "decode_finish_1d", "decode_start_1d",
+__all__ = ["GT_DEC", "block_bits", "decode_block_1d", "decode_finish_1d", "decode_start_1d",
            "decode_step_1d", "fits_register"]
 
 _U0 = np.uint64(0)
@@ -95,8 +95,8 @@ def decode_start_1d(blk, maxbits, proto):
     emax = np.int64((blk >> _U1) & low_mask(ebits)) - ebias
     r = (blk & low_mask(maxbits)) >> np.uint64(1 + ebits)
     bits = maxbits - 1 - ebits
-    z = min(ctz64(r), bits, intprec)
-    r = r >> np.uint64(min(z, 63))
+    z = imin(imin(ctz64(r), bits), intprec)
+    r = r >> np.uint64(imin(z, 63))
     bits -= z
     return r, bits if nonzero else 0, 0, intprec - z, emax
 
@@ -109,14 +109,15 @@ def decode_step_1d(r, bits, n, k, u0, u1, u2, u3):
     leaves the state as it is.
     """
     due = (bits > 0) & (k > 0) & (n < 4)
-    mm = min(n, bits)
+    mm = imin(n, bits)
     p = r & low_mask(mm)
     r1 = r >> np.uint64(mm)
     b1 = bits - mm
-    d = np.int64(GT_DEC[(min(n, 3) * 8 + min(max(b1, 0), 7)) * 128 + np.int64(r1 & np.uint64(127))])
+    d = np.int64(GT_DEC[(imin(n, 3) * 8 + imin(imax(b1, 0), 7)) * 128
+                        + np.int64(r1 & np.uint64(127))])
     used = (d >> 8) & 15
     p |= np.uint64(d & 15)
-    kk = np.uint64(max(k - 1, 0))
+    kk = np.uint64(imax(k - 1, 0))
     p = p if due else _U0
     u0 |= (p & _U1) << kk
     u1 |= ((p >> _U1) & _U1) << kk
@@ -142,7 +143,7 @@ def _compact4(t, i):
 @njit(inline="always")
 def _place16(w, k):
     """The 16 planes ``w`` (plane k-1 in bit 15) moved to planes k-1..k-16 (planes < 0 dropped)."""
-    return (w << np.uint64(max(k - 16, 0))) if k >= 16 else (w >> np.uint64(min(16 - k, 63)))
+    return (w << np.uint64(imax(k - 16, 0))) if k >= 16 else (w >> np.uint64(imin(16 - k, 63)))
 
 
 @njit(inline="always")
@@ -152,7 +153,7 @@ def decode_finish_1d(r, bits, n, k, u0, u1, u2, u3, emax, proto):
     If all four values are significant, the rest of the budget holds planes
     k-1, k-2, ... verbatim, 4 bits each (value 0 first): up to 16 planes.
     """
-    t = r & low_mask(max(bits, 0))
+    t = r & low_mask(imax(bits, 0))
     # reverse the order of the 16 nibbles: plane k-1 in the top nibble
     t = reverse_nibbles64(t)
     tail = (n == 4) & (bits > 0) & (k > 0)
@@ -162,10 +163,10 @@ def decode_finish_1d(r, bits, n, k, u0, u1, u2, u3, emax, proto):
     u2 |= _place16(_compact4(t, 2), k)
     u3 |= _place16(_compact4(t, 3), k)
     m = nbmask(proto)
-    a = wrap_int(np.int64(wrap_uint((u0 ^ m) - m, proto)), proto)
-    b = wrap_int(np.int64(wrap_uint((u1 ^ m) - m, proto)), proto)
-    c = wrap_int(np.int64(wrap_uint((u2 ^ m) - m, proto)), proto)
-    d = wrap_int(np.int64(wrap_uint((u3 ^ m) - m, proto)), proto)
+    a = wrap_int(np.int64(np.uint64(wrap_uint((u0 ^ m) - m, proto))), proto)
+    b = wrap_int(np.int64(np.uint64(wrap_uint((u1 ^ m) - m, proto))), proto)
+    c = wrap_int(np.int64(np.uint64(wrap_uint((u2 ^ m) - m, proto))), proto)
+    d = wrap_int(np.int64(np.uint64(wrap_uint((u3 ^ m) - m, proto))), proto)
     a, b, c, d = inv_lift4(a, b, c, d, proto)
     if is_single(proto):
         s = as_float(POW2[emax - 30 + POW2_BIAS], proto)
@@ -185,3 +186,15 @@ def decode_block_1d(blk, maxbits, proto):
         r, bits, n, k, u0, u1, u2, u3, due = decode_step_1d(r, bits, n, k, u0, u1, u2, u3)
     # an empty block reads no planes: its values decode to +0
     return decode_finish_1d(r, bits, n, k, u0, u1, u2, u3, emax, proto)
+
+
+@njit(inline="always")
+def block_bits(words, b, maxbits):
+    """The ``maxbits`` (<= 64) bits of block ``b`` of a fixed-rate stream of 64-bit words."""
+    pos = b * maxbits
+    w = pos >> 6
+    sh = pos & 63
+    blk = words[w] >> np.uint64(sh)
+    if sh + maxbits > 64 and w + 1 < words.size:
+        blk |= words[w + 1] << np.uint64(64 - sh)
+    return blk & low_mask(maxbits)

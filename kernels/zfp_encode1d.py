@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from .bitstream import low_mask
-from .intbits import clz64, is_single, reverse_nibbles64
+from .intbits import clz64, imax, imin, is_single, reverse_nibbles64
 from .jit import njit
 from .zfp_block import fwd_lift4, nbmask
 
@@ -75,7 +75,7 @@ def _fixed_point(b, emaxb, proto):
     mant = (b & low_mask(mbits)) | (np.uint64(eb != 0) << np.uint64(mbits))
     # subnormals have the exponent of the smallest normal; d < 0 only in
     # blocks whose scale overflows, whose values are not used
-    d = min(max(emaxb - max(eb, 1), 0), dmax)
+    d = imin(imax(emaxb - imax(eb, 1), 0), dmax)
     mag = np.int64((mant << np.uint64(shift)) >> np.uint64(d))
     neg = np.int64(b >> np.uint64(63 if not is_single(proto) else 31))
     return (mag ^ -neg) + neg
@@ -105,17 +105,17 @@ def coefficients_1d(b0, b1, b2, b3, proto):
         m = np.uint64(0xAAAAAAAAAAAAAAAA)
         full = np.uint64(0xFFFFFFFFFFFFFFFF)
         tiny = TINY_U64
-    amax = max(max(b0 & absmask, b1 & absmask), max(b2 & absmask, b3 & absmask))
+    amax = imax(imax(b0 & absmask, b1 & absmask), imax(b2 & absmask, b3 & absmask))
     emaxb = np.int64(amax >> mbits)
     # the values fit 2 bits below the integer width, so int64 lifting never wraps
     a, b, c, d = fwd_lift4(_fixed_point(b0, emaxb, proto), _fixed_point(b1, emaxb, proto),
                            _fixed_point(b2, emaxb, proto), _fixed_point(b3, emaxb, proto),
                            np.float64(0))
     small = emaxb < tiny_below
-    u0 = tiny[0] if small else ((np.uint64(a) + m) & full) ^ m
-    u1 = tiny[1] if small else ((np.uint64(b) + m) & full) ^ m
-    u2 = tiny[2] if small else ((np.uint64(c) + m) & full) ^ m
-    u3 = tiny[3] if small else ((np.uint64(d) + m) & full) ^ m
+    u0 = tiny[0] if small else ((np.uint64(np.int64(a)) + m) & full) ^ m
+    u1 = tiny[1] if small else ((np.uint64(np.int64(b)) + m) & full) ^ m
+    u2 = tiny[2] if small else ((np.uint64(np.int64(c)) + m) & full) ^ m
+    u3 = tiny[3] if small else ((np.uint64(np.int64(d)) + m) & full) ^ m
     # header exponent: frexp exponent + bias = biased exponent + 1
     return u0, u1, u2, u3, np.uint64(emaxb + 1), amax != 0, amax >= inf
 
@@ -139,7 +139,7 @@ def planes_start_1d(u0, u1, u2, u3, e, proto):
     c2 = 64 - clz64(u2 | u3)
     c1 = 64 - clz64(u1 | u2 | u3)
     c0 = 64 - clz64(u0 | u1 | u2 | u3)
-    return c0, c1, c2, c3, c0, max(c3 - 1, 0), (e << _U1) | _U1, hb + intprec - c0
+    return c0, c1, c2, c3, c0, imax(c3 - 1, 0), (e << _U1) | _U1, hb + intprec - c0
 
 
 @njit(inline="always")
@@ -175,11 +175,11 @@ def plane_step_1d(u0, u1, u2, u3, c0, c1, c2, c3, k, kstop, blk, blen, maxbits):
     """
     due = (k > kstop) & (blen < maxbits)
     n = np.int64(c0 > k) + np.int64(c1 > k) + np.int64(c2 > k) + np.int64(c3 > k)
-    kk = np.uint64(max(k - 1, 0))  # plane -1 (not due) would be a bad shift
+    kk = np.uint64(imax(k - 1, 0))  # plane -1 (not due) would be a bad shift
     p = (((u0 >> kk) & _U1) | (((u1 >> kk) & _U1) << _U1)
          | (((u2 >> kk) & _U1) << np.uint64(2)) | (((u3 >> kk) & _U1) << np.uint64(3)))
-    pattern, length = _group_tests(p, min(n, 3))
-    bits = ((p & low_mask(n)) | (pattern << np.uint64(n))) << np.uint64(min(blen, 63))
+    pattern, length = _group_tests(p, imin(n, 3))
+    bits = ((p & low_mask(n)) | (pattern << np.uint64(n))) << np.uint64(imin(blen, 63))
     blk |= bits if due else _U0
     blen += (n + length) if due else 0
     k -= np.int64(due)
@@ -205,7 +205,7 @@ def finish_1d(u0, u1, u2, u3, k, blk, blen, maxbits):
     out: the next 16 planes (64 bits) are interleaved at once, plane k-1 in
     the lowest nibble.
     """
-    sh = np.uint64(64 - max(k, 1))
+    sh = np.uint64(64 - imax(k, 1))
     top = np.uint64(48)
     # planes k-1..k-16 of each value, plane k-1 in bit 15, interleaved 4 ways
     t = (_spread4((u0 << sh) >> top) | (_spread4((u1 << sh) >> top) << _U1)
@@ -213,8 +213,8 @@ def finish_1d(u0, u1, u2, u3, k, blk, blen, maxbits):
          | (_spread4((u3 << sh) >> top) << np.uint64(3)))
     # reverse the order of the 16 nibbles: plane k-1 first
     t = reverse_nibbles64(t)
-    t &= low_mask(max(maxbits - blen, 0))
-    blk |= (t << np.uint64(min(blen, 63))) if (blen < maxbits and k > 0) else _U0
+    t &= low_mask(imax(maxbits - blen, 0))
+    blk |= (t << np.uint64(imin(blen, 63))) if (blen < maxbits and k > 0) else _U0
     return blk & low_mask(maxbits)
 
 

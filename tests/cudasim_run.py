@@ -22,8 +22,13 @@ def case_data(case: dict) -> np.ndarray:
     x = rng.standard_normal(n) * np.exp(2 * rng.standard_normal(n))
     if case.get("kind") == "narrow":
         x = np.clip(x, -6e4, 6e4)
-    if case.get("kind") == "special" and n >= 8:
+    kind = case.get("kind")
+    if kind == "special" and n >= 8:
         x[:8] = [0.0, -0.0, 1e-30, -1e30, 5e-39, 3e-310, 1.5, -2.0]
+    if kind == "tiny":  # subnormals and blocks below zfp's 2**-97 (float32) / 2**-961 scale
+        x = x * (1e-40 if dt == np.float32 else 1e-300) * 1e-10
+    if kind == "nonfinite" and n >= 3:  # must be refused by the block codecs, as on the CPU
+        x[n // 2], x[-1] = np.nan, -np.inf
     return x.astype(dt)
 
 

@@ -41,6 +41,12 @@ def cases() -> list[dict]:
                 if codec.get("dtype") == "float16" and n == 100:
                     kind = "narrow"  # within half's range: these must encode
                 out.append({"codec": codec, "dtype": dtype, "n": n, "seed": n, "kind": kind})
+    # refusals and tiny values, for every codec
+    for codec in codecs + [{"id": "bitplane", "rate": 8.25}, {"id": "zfp", "rate": 8, "dims": 1},
+                           {"id": "zfp", "rate": 4, "dims": 3}]:
+        for dtype in ("float32", "float64"):
+            for kind in ("nonfinite", "tiny"):
+                out.append({"codec": codec, "dtype": dtype, "n": 333, "seed": 5, "kind": kind})
     return out + cuda_cases_bitplane.CASES + cuda_cases_zfp.CASES
 
 

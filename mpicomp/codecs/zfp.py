@@ -3,14 +3,17 @@
 A flat buffer of n values is coded as zfp codes the array of shape (n,),
 (ceil(n/4), 4) or (ceil(n/16), 4, 4) for ``dims`` = 1, 2, 3, i.e. blocks of
 4, 16 or 64 contiguous values; see docs/format.md for the exact stream and
-how a partial last block is padded.
+how a partial last block is padded. CUDA buffers are coded on the GPU by
+``kernels/zfp_cuda.py`` (the same per-block code, so the same bytes).
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
+from .. import device
 from ..kernels import zfp_cpu
 from ..kernels.launch import SERIAL_BELOW, call, readonly
 from .base import Codec, check_rate
@@ -106,3 +109,40 @@ class ZfpCodec(Codec):
             return
         call(zfp_cpu.decode, readonly(buf.view(np.uint64)), out, self.dims, self.maxbits,
              *self._scratch_for(out.dtype), serial=out.size < SERIAL_BELOW)
+
+    # -- CUDA buffers: kernels/zfp_cuda.py ------------------------------------
+    def _register_path(self) -> bool:
+        """1D blocks with budgets of at most 64 bits are coded in one register."""
+        return self.dims == 1 and self.maxbits <= 64
+
+    def _encode_device(self, x: Any, out: Any, stream: Any) -> None:
+        from ..kernels import zfp_cuda
+
+        bits = x.view(np.uint32 if np.dtype(x.dtype).itemsize == 4 else np.uint64)
+        words = out.view(np.uint64)
+        flag = device.zeros_like_flag(stream)
+        if self._register_path():
+            blocks, threads = device.grid(words.size)  # one thread per stream word
+            zfp_cuda.encode_1d[blocks, threads, stream](bits, words, self.maxbits, flag)
+        else:
+            # chunks of blocks that start and end on a 64-bit word boundary
+            chunk = 64 // math.gcd(self.maxbits, 64)
+            nblocks = -(-x.size // self.block_size)
+            blocks, threads = device.grid(-(-nblocks // chunk))
+            zfp_cuda.encode_chunks[blocks, threads, stream](
+                x, bits, words, self.dims, self.maxbits, chunk, flag)
+        # one 4-byte read (a stream synchronization): the only way to refuse the buffer
+        if flag.copy_to_host(stream=stream)[0]:
+            raise self._uncompressible(
+                "nonfinite", f"a block of {self.block_size} values holds NaN or Inf"
+            )
+
+    def _decode_device(self, buf: Any, out: Any, stream: Any) -> None:
+        from ..kernels import zfp_cuda
+
+        words = buf.view(np.uint64)
+        blocks, threads = device.grid(-(-out.size // self.block_size))  # one thread per block
+        if self._register_path():
+            zfp_cuda.decode_1d[blocks, threads, stream](words, out, self.maxbits)
+        else:
+            zfp_cuda.decode_blocks[blocks, threads, stream](words, out, self.dims, self.maxbits)
