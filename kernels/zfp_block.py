@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .bitstream import get_bits, low_mask, put_bits, put_zeros, refill, skip_bits
+from .bitstream import flush, get_bits, low_mask, put_bits, put_zeros, refill, skip_bits
 from .intbits import as_float, clz64, ctz64, imax, imin, is_single, wrap_int, wrap_uint
 from .jit import njit
 
 __all__ = [
     "PERM",
     "block_exponent",
+    "encode_blocks",
     "decode_block_ints",
     "encode_block_ints",
     "fwd_cast",
@@ -453,6 +454,29 @@ def encode_block(words, idx, acc, fill, xbits, base, t, fblock, iblock, ublock, 
                                              intprec)
     idx, acc, fill = put_zeros(words, idx, acc, fill, maxbits - hb - used)
     return idx, acc, fill, nonfinite
+
+
+@njit
+def encode_blocks(x, xbits, words, b0, b1, dims, maxbits, fblock, iblock, ublock):
+    """Encode blocks ``b0 <= b < b1`` (``b0`` starts a 64-bit word) of the flat ``x``.
+
+    The general path of the CPU driver and of the GPU chunk kernel; returns
+    the number of blocks holding NaN/Inf.
+    """
+    size = 1 << (2 * dims)
+    idx = (b0 * maxbits) >> 6
+    acc = np.uint64(0)
+    fill = 0
+    bad = 0
+    for b in range(b0, b1):
+        base = b * size
+        t = imin(size, x.size - base)
+        gather_block(x, base, t, fblock, dims)
+        idx, acc, fill, nonfinite = encode_block(words, idx, acc, fill, xbits, base, t,
+                                                 fblock, iblock, ublock, dims, maxbits)
+        bad += np.int64(nonfinite)
+    flush(words, idx, acc, fill)
+    return bad
 
 
 @njit

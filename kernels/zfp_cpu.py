@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 from numba import get_thread_id, njit, prange
 
-from .bitstream import flush, low_mask, seek
+from .bitstream import low_mask, seek
 from .intbits import as_float
-from .zfp_block import decode_block, encode_block, gather_block
+from .zfp_block import decode_block, encode_blocks
 from .zfp_decode1d import (
     block_bits,
     decode_block_1d,
@@ -143,19 +143,7 @@ def encode_chunk(x, xbits, words, b0, b1, dims, maxbits, fblock, iblock, ublock)
     nfull = min(b1, x.size // size)
     if fits_register(dims, maxbits) and nfull == b1:
         return encode_chunk_1d(x, xbits, words, b0, b1, maxbits, ublock)
-    idx = (b0 * maxbits) >> 6
-    acc = np.uint64(0)
-    fill = 0
-    bad = 0
-    for b in range(b0, b1):
-        base = b * size
-        t = min(size, x.size - base)
-        gather_block(x, base, t, fblock, dims)
-        idx, acc, fill, nf = encode_block(words, idx, acc, fill, xbits, base, t,
-                                          fblock, iblock, ublock, dims, maxbits)
-        bad += nf
-    flush(words, idx, acc, fill)
-    return bad
+    return encode_blocks(x, xbits, words, b0, b1, dims, maxbits, fblock, iblock, ublock)
 
 
 @njit(cache=True)

@@ -25,9 +25,9 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from .bitstream import flush, seek
+from .bitstream import seek
 from .intbits import imin
-from .zfp_block import decode_block, encode_block, gather_block
+from .zfp_block import decode_block, encode_blocks
 from .zfp_decode1d import block_bits, decode_block_1d
 from .zfp_encode1d import encode_block_1d
 
@@ -102,18 +102,7 @@ def encode_chunks(x, xbits, words, dims, maxbits, chunk, flag):
         iblock = cuda.local.array(64, np.int64)
         ublock = cuda.local.array(64, np.uint64)
         b1 = imin(nblocks, b0 + chunk)
-        idx = (b0 * maxbits) >> 6
-        acc = _U0
-        fill = 0
-        bad = False
-        for b in range(b0, b1):
-            base = b * size
-            t = imin(size, x.size - base)
-            gather_block(x, base, t, fblock, dims)
-            idx, acc, fill, nonfinite = encode_block(words, idx, acc, fill, xbits, base, t,
-                                                     fblock, iblock, ublock, dims, maxbits)
-            bad |= nonfinite
-        flush(words, idx, acc, fill)
+        bad = encode_blocks(x, xbits, words, b0, b1, dims, maxbits, fblock, iblock, ublock)
         if bad:
             flag[0] = 1
 

@@ -82,9 +82,10 @@ def gather(ctx: Ctx, x: np.ndarray, out: np.ndarray | None, root: int) -> None:
             ctx.decode(streams[i * nb : (i + 1) * nb], out[i * n : (i + 1) * n])
 
 
-def scatter(ctx: Ctx, x: np.ndarray | None, out: np.ndarray, root: int) -> None:
-    """Block i of root's ``x`` to rank i's ``out``."""
-    p, n, dt = ctx.size, out.size, out.dtype
+def scatter(ctx: Ctx, x: np.ndarray | None, out: np.ndarray | None, n: int, root: int) -> None:
+    """Block i (``n`` values) of root's ``x`` to rank i's ``out`` (None: the root in place)."""
+    p = ctx.size
+    dt = x.dtype if x is not None else out.dtype
     nb = ctx.nbytes(n, dt)
     streams = None
     if ctx.rank == root:
@@ -96,7 +97,8 @@ def scatter(ctx: Ctx, x: np.ndarray | None, out: np.ndarray, root: int) -> None:
     mine = ctx.scratch.get("recv", nb, np.uint8)
     with ctx.rec.mpi():
         ctx.comm.Scatter(streams, mine, root=root)
-    ctx.decode(mine, out)
+    if out is not None:
+        ctx.decode(mine, out)
 
 
 def reduce_scatter(ctx: Ctx, x: np.ndarray, out: np.ndarray, counts: list[int]) -> None:

@@ -438,7 +438,7 @@ class Comm(MPI.Intracomm):
         rbuf = parse(recvbuf, "recvbuf", blocks=p)
         n = rbuf.count
         if is_in_place(sendbuf):
-            sbuf = Buf(sendbuf, rbuf.array, n, rbuf.reason) if rbuf.compressible else rbuf
+            sbuf = rbuf
             x = rbuf.array[r * n : (r + 1) * n] if rbuf.compressible else None
         else:
             sbuf = parse(sendbuf, "sendbuf")
@@ -532,25 +532,24 @@ class Comm(MPI.Intracomm):
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0, **settings: Any) -> None:  # noqa: N802
         pol = self.resolved_policy(**settings)
         p, r = self.Get_size(), self.Get_rank()
-        if is_in_place(recvbuf):
-            if r != root:
-                raise ValueError("Scatter: MPI.IN_PLACE is only valid as the root's recvbuf")
-            # the root keeps its block: nothing of its own moves, so plain MPI is exact
-            rec = self._call("Scatter", 0)
-            return self._plain(rec, "in place at root", MPI.Intracomm.Scatter, sendbuf, recvbuf,
-                               root)
-        rbuf = parse(recvbuf, "recvbuf")
+        in_place = is_in_place(recvbuf)
+        if in_place and r != root:
+            raise ValueError("Scatter: MPI.IN_PLACE is only valid as the root's recvbuf")
         sbuf = parse(sendbuf, "sendbuf", blocks=p) if r == root else None
+        # the root in place keeps its own block untouched; it still takes part compressed
+        rbuf = sbuf if in_place else parse(recvbuf, "recvbuf")
+        assert rbuf is not None
         both = sbuf is not None and sbuf.compressible and rbuf.compressible
-        if both and sbuf.count != rbuf.count:
+        if both and not in_place and sbuf.count != rbuf.count:
             raise ValueError(
                 f"Scatter: sendbuf has {sbuf.count} values per rank, recvbuf {rbuf.count}"
             )
         x = sbuf.data(0, rbuf.count * p) if (sbuf is not None and sbuf.compressible) else None
+        out = None if in_place else rbuf.data() if rbuf.compressible else None
         bufs = [rbuf] + ([sbuf] if sbuf is not None else [])
         self._gatherlike("Scatter", MPI.Intracomm.Scatter, (sendbuf, recvbuf, root), pol, bufs,
                          x, rbuf.nbytes, f"Scatter n={rbuf.count} root={root}",
-                         lambda ctx: collectives.scatter(ctx, x, rbuf.data(), root))
+                         lambda ctx: collectives.scatter(ctx, x, out, rbuf.count, root))
 
     def Iallgather(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> MPI.Request:  # noqa: N802
         return self._nonblocking("Iallgather", self.Allgather, MPI.Intracomm.Iallgather,

@@ -61,8 +61,6 @@ def _simulated(obj: Any) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _cupy() -> Any:
-    from numba.cuda import is_available  # noqa: F401 - import check only
-
     from .kernels.jit import SIMULATOR
 
     if SIMULATOR:

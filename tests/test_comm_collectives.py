@@ -94,6 +94,13 @@ def run_suite(c, dt=np.float32) -> dict[str, np.ndarray]:
     y = np.empty(N, dt)
     c.Scatter(xb if r == p - 1 else None, y, root=p - 1)
     out["Scatter"] = y
+    if r == 0:  # the root in place keeps its whole send buffer untouched
+        y = xb.copy()
+        c.Scatter(y, MPI.IN_PLACE, root=0)
+    else:
+        y = np.empty(N, dt)
+        c.Scatter(None, y, root=0)
+    out["Scatter-inplace"] = y
 
     y = np.empty(N, dt)
     c.Sendrecv(x, (r + 1) % p, 7, y, (r - 1) % p, 7)

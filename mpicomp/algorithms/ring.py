@@ -48,20 +48,23 @@ def reduce_scatter(
     return partial[: counts[r]]
 
 
-def _final_streams(ctx: Ctx, x: np.ndarray) -> tuple[np.ndarray, list[int], list[int], list[int]]:
+def _final_streams(
+    ctx: Ctx, x: np.ndarray
+) -> tuple[np.ndarray, list[int], list[int], list[int], list[int]]:
     """Reduce-scatter, then compress the complete chunk once.
 
     Returns (stream buffer with this rank's compressed chunk in place, value
-    counts, value displacements, byte sizes of the compressed chunks).
+    counts, value displacements, byte sizes and byte offsets of the
+    compressed chunks).
     """
     p, r = ctx.size, ctx.rank
     counts, displs = split(x.size, p)
     mine = reduce_scatter(ctx, x, counts, displs)
     sizes = [ctx.nbytes(c, x.dtype) for c in counts]
-    offsets = list(np.cumsum([0] + sizes[:-1]))
+    offsets = [int(v) for v in np.cumsum([0] + sizes[:-1])]
     streams = ctx.scratch.get("streams", sum(sizes), np.uint8)
     ctx.encode_into(mine, streams[offsets[r] : offsets[r] + sizes[r]])
-    return streams, counts, displs, sizes
+    return streams, counts, displs, sizes, offsets
 
 
 def _decode_all(ctx: Ctx, streams: np.ndarray, sizes: list[int], counts: list[int],
@@ -75,8 +78,7 @@ def _decode_all(ctx: Ctx, streams: np.ndarray, sizes: list[int], counts: list[in
 def allreduce(ctx: Ctx, x: np.ndarray, out: np.ndarray) -> None:
     """Ring reduce-scatter, then a ring allgather of the compressed complete chunks."""
     p, r = ctx.size, ctx.rank
-    streams, counts, displs, sizes = _final_streams(ctx, x)
-    offsets = list(np.cumsum([0] + sizes[:-1]))
+    streams, counts, displs, sizes, offsets = _final_streams(ctx, x)
     right, left = (r + 1) % p, (r - 1) % p
     for step in range(p - 1):
         s, c = (r - step) % p, (r - step - 1) % p
@@ -93,8 +95,7 @@ def reduce(ctx: Ctx, x: np.ndarray, out: np.ndarray | None, root: int) -> None:
     ``root`` ends with the same bits as the ring allreduce would give it.
     """
     r = ctx.rank
-    streams, counts, displs, sizes = _final_streams(ctx, x)
-    offsets = list(np.cumsum([0] + sizes[:-1]))
+    streams, counts, displs, sizes, offsets = _final_streams(ctx, x)
     mine = streams[offsets[r] : offsets[r] + sizes[r]].copy()
     with ctx.rec.mpi():
         if r == root:
