@@ -4,7 +4,9 @@
 #   make bench     the codec benchmark (python -m mpicomp.bench codecs)
 #   make bench-comm  the collective benchmarks under mpiexec: allreduce (BENCH_RANKS ranks,
 #                  options in ARGS, e.g. ARGS=--quick) and overlap (2 ranks, OVERLAP_ARGS)
-#   make test-gpu  only the tests marked gpu (they skip without a CUDA device)
+#   make test-gpu  where a GPU is: the tests marked gpu (serial) and device (under mpiexec -n 2
+#                  and 4), then the GPU benchmarks (bench-gpu); they skip without a CUDA device
+#   make bench-gpu codecs --buffer cupy, and allreduce-gpu (256 MiB CuPy buffers, 4 ranks)
 #   make clean     remove caches and build outputs; make distclean also removes .venv
 # Pass options to the test runner with ARGS, e.g.  make test ARGS="--stages serial,2 -k codec"
 
@@ -14,8 +16,9 @@ VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PIP_INSTALL := $(VPY) -m pip install --disable-pip-version-check $(if $(filter true,$(CI)),--progress-bar off,)
 ARGS   ?=
+VENV_ARGS ?=
 
-.PHONY: all venv test bench bench-comm test-gpu clean distclean
+.PHONY: all venv test bench bench-comm test-gpu bench-gpu clean distclean
 
 all: test
 
@@ -25,7 +28,7 @@ $(STAMP): setup.py pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "mpicomp needs Python >= 3.10, $(PYTHON) is " + sys.version.split()[0])'
 	@if [ ! -x $(VPY) ]; then \
 	  echo "creating $(VENV) with $(PYTHON)"; \
-	  $(PYTHON) -m venv $(VENV) || { echo "'$(PYTHON) -m venv' failed (on Debian/Ubuntu: apt-get install python3-venv)"; rm -rf $(VENV); exit 1; }; \
+	  $(PYTHON) -m venv $(VENV_ARGS) $(VENV) || { echo "'$(PYTHON) -m venv' failed (on Debian/Ubuntu: apt-get install python3-venv)"; rm -rf $(VENV); exit 1; }; \
 	fi
 	$(PIP_INSTALL) --upgrade pip setuptools wheel
 	$(PIP_INSTALL) -e '.[test,mpich]'
@@ -45,7 +48,12 @@ bench-comm: venv
 	OMP_WAIT_POLICY=PASSIVE $(VENV)/bin/mpiexec -n 2 $(VPY) -m mpicomp.bench overlap $(OVERLAP_ARGS)
 
 test-gpu: venv
-	$(VPY) tests/run_tests.py --stages serial -m gpu $(ARGS)
+	@$(VPY) -c "import cupy" 2>/dev/null || { echo "test-gpu needs CuPy in $(VENV): pip install 'mpicomp[gpu]' (cupy-cuda12x; cupy-cuda13x for CUDA 13), or make the venv with VENV_ARGS=--system-site-packages where CuPy is installed system-wide"; exit 1; }
+	$(VPY) tests/run_tests.py --stages serial,2,4 -m "gpu or device" $(ARGS)
+
+bench-gpu: venv
+	$(VPY) -m mpicomp.bench codecs --buffer cupy --size-mib 512 --cases zfp:8,zfp:16,zfp:8:3,bitplane:4.25,bitplane:8.25,bitplane:16.25,cast:bfloat16 $(ARGS)
+	$(VENV)/bin/mpiexec -n 4 $(VPY) -m mpicomp.bench allreduce-gpu --size-mib 256
 
 clean:
 	rm -rf build dist .pytest_cache *.egg-info

@@ -4,14 +4,16 @@ Subcommands: ``codecs`` (codec speed and accuracy, ``mpicomp.bench.codecs``),
 ``accuracy`` (bitplane vs zfp PSNR, ``mpicomp.bench.accuracy``), and, under
 ``mpiexec``, ``allreduce`` (compressed vs plain MPI Allreduce,
 ``mpicomp.bench.allreduce``) and ``overlap`` (does a compressed Iallreduce
-progress while the caller computes, ``mpicomp.bench.overlap``).
+progress while the caller computes, ``mpicomp.bench.overlap``) and
+``allreduce-gpu`` (compressed vs plain Allreduce of CuPy buffers,
+``mpicomp.bench.allreduce_gpu``).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from . import accuracy, allreduce, codecs, overlap
+from . import accuracy, allreduce, allreduce_gpu, codecs, overlap
 
 SUBCOMMANDS = {
     "codecs": (codecs, "codec encode/decode speed and error on one buffer"),
@@ -20,6 +22,8 @@ SUBCOMMANDS = {
                              "(run under mpiexec)"),
     "overlap": (overlap, "compute/communication overlap of Iallreduce, compressed and plain "
                          "(run under mpiexec)"),
+    "allreduce-gpu": (allreduce_gpu, "compressed vs plain Allreduce of CuPy buffers, checked "
+                                     "against the exact sum (run under mpiexec, needs a GPU)"),
 }
 
 

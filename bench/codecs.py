@@ -370,10 +370,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="data seed (0)")
     parser.add_argument("--markdown", metavar="PATH", default=None,
                         help="also write the table as Markdown to PATH")
+    from . import codecs_gpu
+
+    codecs_gpu.add_arguments(parser)
 
 
 def main(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     """Entry point of the subcommand; returns the exit status (always 0)."""
+    if getattr(args, "buffer", "numpy") == "cupy":
+        from . import codecs_gpu
+
+        cases = [parse_case(c) for c in args.cases.split(",") if c.strip()]
+        codecs_gpu.run(args.size_mib, args.dtype, args.data, args.repeat, cases, args.seed,
+                       args.check, args.markdown, argv, sys.stdout, None)
+        return 0
     run(size_mib=args.size_mib, dtype=args.dtype, data=args.data, repeat=args.repeat,
         cases=args.cases, threads=args.threads, seed=args.seed, markdown=args.markdown,
         argv=argv)

@@ -6,8 +6,11 @@ mpi4py accepts a bare buffer, ``[buf, datatype]``, ``[buf, count, datatype]``,
 ``[buf, counts, datatype]`` or ``[buf, counts]`` (counts and displacements in
 elements). :func:`parse` turns such a spec into a :class:`Buf`: a flat NumPy
 view of the memory plus the element count (or counts) in use. Buffers the
-codecs can compress are C-contiguous NumPy float32/float64 arrays; anything
-else is marked so that the call goes to plain MPI unchanged.
+codecs can compress are contiguous float32/float64 NumPy arrays and
+C-contiguous float32/float64 CUDA buffers (anything with
+``__cuda_array_interface__`` or a CUDA ``__dlpack__``: CuPy, PyTorch,
+Numba), which become flat Numba device arrays over the same memory;
+anything else is marked so that the call goes to plain MPI unchanged.
 """
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
+
+from . import device
 
 __all__ = ["COMPRESSIBLE_DTYPES", "Buf", "is_in_place", "parse", "parse_v"]
 
@@ -41,6 +46,7 @@ class Buf:
     counts: tuple[int, ...] | None = None
     displs: tuple[int, ...] | None = None
     raw: int = 0  #: bytes of a buffer that is not compressible (for the stats)
+    on_device: bool = False  #: a CUDA buffer (``array`` is then a flat Numba device array)
 
     @property
     def compressible(self) -> bool:
@@ -48,11 +54,15 @@ class Buf:
 
     @property
     def dtype(self) -> np.dtype | None:
-        return None if self.array is None else self.array.dtype
+        return None if self.array is None else np.dtype(self.array.dtype)
+
+    @property
+    def itemsize(self) -> int:
+        return 0 if self.array is None else np.dtype(self.array.dtype).itemsize
 
     @property
     def nbytes(self) -> int:
-        return self.raw if self.array is None else self.count * self.array.itemsize
+        return self.raw if self.array is None else self.count * self.itemsize
 
     def data(self, offset: int = 0, count: int | None = None) -> np.ndarray:
         """The ``count`` elements starting at element ``offset`` (default: all of ``count``)."""
@@ -74,8 +84,10 @@ def parse(spec: Any, name: str = "buffer", blocks: int = 1) -> Buf:
     """
     obj, count, displ, datatype = _split_simple(spec, name)
     array, reason = _as_array(obj, datatype, name)
+    on_device = device.is_device_array(obj)
     if array is None:
-        return Buf(spec, None, 0, reason, raw=_raw_nbytes(obj, count, blocks))
+        return Buf(spec, None, 0, reason, raw=_raw_nbytes(obj, count, blocks),
+                   on_device=on_device)
     if count is None:
         if array.size % blocks:
             raise ValueError(
@@ -83,7 +95,7 @@ def parse(spec: Any, name: str = "buffer", blocks: int = 1) -> Buf:
             )
         count = array.size // blocks
     _check_extent(name, array.size, displ or 0, count * blocks)
-    return Buf(spec, array[displ or 0 :], count)
+    return Buf(spec, array[displ or 0 :], count, on_device=on_device)
 
 
 def parse_v(spec: Any, size: int, name: str = "buffer") -> Buf:
@@ -114,23 +126,30 @@ def parse_v(spec: Any, size: int, name: str = "buffer") -> Buf:
         displs = list(np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int))
     displs = _int_list(displs, size, f"{name} displacements")
     array, reason = _as_array(obj, datatype, name)
+    on_device = device.is_device_array(obj)
     if array is None:
-        return Buf(spec, None, 0, reason, tuple(counts), tuple(displs))
+        return Buf(spec, None, 0, reason, tuple(counts), tuple(displs), on_device=on_device)
     for c, d in zip(counts, displs, strict=True):
         _check_extent(name, array.size, d, c)
-    return Buf(spec, array, int(sum(counts)), "", tuple(counts), tuple(displs))
+    return Buf(spec, array, int(sum(counts)), "", tuple(counts), tuple(displs),
+               on_device=on_device)
 
 
 # -- helpers ----------------------------------------------------------------
 def _raw_nbytes(obj: Any, count: int | None, blocks: int) -> int:
     """Bytes a plain-MPI buffer moves per block (best effort: for the statistics only)."""
     try:
-        mv = memoryview(obj)
-    except TypeError:
+        if device.is_device_array(obj):
+            d = device.as_device(obj)
+            itemsize, nbytes = np.dtype(d.dtype).itemsize, d.size * np.dtype(d.dtype).itemsize
+        else:
+            mv = memoryview(obj)
+            itemsize, nbytes = mv.itemsize, mv.nbytes
+    except (TypeError, ValueError):
         return 0
     if count is not None:
-        return count * mv.itemsize
-    return mv.nbytes // max(blocks, 1)
+        return count * itemsize
+    return nbytes // max(blocks, 1)
 
 
 def _split_simple(spec: Any, name: str) -> tuple[Any, int | None, int | None, Any]:
@@ -179,30 +198,53 @@ def _check_extent(name: str, size: int, displ: int, count: int) -> None:
 
 
 def _as_array(obj: Any, datatype: Any, name: str) -> tuple[np.ndarray | None, str]:
-    """A flat NumPy view of ``obj`` in the element type, or ``(None, reason)``."""
-    if not isinstance(obj, np.ndarray):
-        if hasattr(obj, "__cuda_array_interface__"):
-            return None, "device buffer (the GPU path is not built yet)"
-        return None, f"not a numpy array ({type(obj).__name__})"
+    """A flat view of ``obj`` in the element type (NumPy, or a Numba device array for a
+    CUDA buffer), or ``(None, reason)``."""
     if datatype is not None and not isinstance(datatype, MPI.Datatype):
         raise TypeError(f"{name}: datatype must be an MPI.Datatype, got {datatype!r}")
+    if device.is_device_array(obj):
+        return _as_device_array(obj, datatype, name)
+    if not isinstance(obj, np.ndarray):
+        return None, f"not a numpy array ({type(obj).__name__})"
     if not (obj.flags.c_contiguous or obj.flags.f_contiguous):
         raise ValueError(
             f"{name}: the array must be contiguous (shape {obj.shape}, strides {obj.strides}); "
             "pass a contiguous copy, e.g. numpy.ascontiguousarray(x)"
         )
-    if datatype is not None:
-        try:
-            dt = dtlib.to_numpy_dtype(datatype)
-        except (ValueError, KeyError):
-            return None, f"datatype {datatype.Get_name() or datatype!r} has no numpy dtype"
-        if dt != obj.dtype:
-            raise TypeError(
-                f"{name}: the array has dtype {obj.dtype} but the MPI datatype is "
-                f"{datatype.Get_name() or datatype} ({dt}); they must match"
-            )
+    reason = _check_datatype(obj.dtype, datatype, name)
+    if reason:
+        return None, reason
     flat = obj.reshape(-1, order="A")
     if flat.dtype not in COMPRESSIBLE_DTYPES:
         return None, f"dtype {flat.dtype} is not float32/float64"
     return flat, ""
+
+
+def _as_device_array(obj: Any, datatype: Any, name: str) -> tuple[Any, str]:
+    """A flat Numba device array over a CUDA buffer (ValueError if not C-contiguous)."""
+    arr = device.as_device(obj, name)
+    dt = np.dtype(arr.dtype)
+    reason = _check_datatype(dt, datatype, name)
+    if reason:
+        return None, reason
+    if dt not in COMPRESSIBLE_DTYPES:
+        return None, f"dtype {dt} is not float32/float64"
+    return arr, ""
+
+
+def _check_datatype(dtype: np.dtype, datatype: Any, name: str) -> str:
+    """'' when ``datatype`` is None or matches ``dtype``; a plain-MPI reason when it has
+    no NumPy dtype; TypeError when they differ."""
+    if datatype is None:
+        return ""
+    try:
+        dt = dtlib.to_numpy_dtype(datatype)
+    except (ValueError, KeyError):
+        return f"datatype {datatype.Get_name() or datatype!r} has no numpy dtype"
+    if dt != dtype:
+        raise TypeError(
+            f"{name}: the array has dtype {dtype} but the MPI datatype is "
+            f"{datatype.Get_name() or datatype} ({dt}); they must match"
+        )
+    return ""
 

@@ -30,7 +30,7 @@ def allgatherv(ctx: Ctx, x: np.ndarray | None, out: np.ndarray,
     mine = x if x is not None else out[displs[r] : displs[r] + counts[r]]
     sizes = [ctx.nbytes(c, dt) for c in counts]
     offs = _offsets(sizes)
-    streams = ctx.scratch.get("streams", sum(sizes), np.uint8)
+    streams = ctx.wire("streams", sum(sizes))
     ctx.encode_into(mine, streams[offs[r] : offs[r] + sizes[r]])
     with ctx.rec.mpi():
         ctx.comm.Allgatherv(MPI.IN_PLACE, [streams, (sizes, offs), MPI.BYTE])
@@ -43,8 +43,8 @@ def alltoall(ctx: Ctx, x: np.ndarray, out: np.ndarray, count: int) -> None:
     """Block j of ``x`` (``count`` values) to rank j; block i of ``out`` from rank i."""
     p, dt = ctx.size, x.dtype
     nb = ctx.nbytes(count, dt)
-    send = ctx.scratch.get("send", p * nb, np.uint8)
-    recv = ctx.scratch.get("recv", p * nb, np.uint8)
+    send = ctx.wire("send", p * nb)
+    recv = ctx.wire("recv", p * nb)
     for j in range(p):
         ctx.encode_into(x[j * count : (j + 1) * count], send[j * nb : (j + 1) * nb])
     with ctx.rec.mpi():
@@ -61,7 +61,7 @@ def bcast(ctx: Ctx, buf: np.ndarray, root: int) -> None:
         stream = ctx.encode(buf, "send")
         ctx.rec.sent(nb)
     else:
-        stream = ctx.scratch.get("send", nb, np.uint8)
+        stream = ctx.wire("send", nb)
     with ctx.rec.mpi():
         ctx.comm.Bcast(stream, root=root)
     ctx.decode(stream, buf)
@@ -72,7 +72,7 @@ def gather(ctx: Ctx, x: np.ndarray, out: np.ndarray | None, root: int) -> None:
     p, n, dt = ctx.size, x.size, x.dtype
     nb = ctx.nbytes(n, dt)
     mine = ctx.encode(x, "send")
-    streams = ctx.scratch.get("streams", p * nb, np.uint8) if ctx.rank == root else None
+    streams = ctx.wire("streams", p * nb) if ctx.rank == root else None
     with ctx.rec.mpi():
         ctx.comm.Gather(mine, streams, root=root)
     ctx.rec.sent(nb)
@@ -90,11 +90,11 @@ def scatter(ctx: Ctx, x: np.ndarray | None, out: np.ndarray | None, n: int, root
     streams = None
     if ctx.rank == root:
         assert x is not None
-        streams = ctx.scratch.get("streams", p * nb, np.uint8)
+        streams = ctx.wire("streams", p * nb)
         for i in range(p):
             ctx.encode_into(x[i * n : (i + 1) * n], streams[i * nb : (i + 1) * nb])
         ctx.rec.sent((p - 1) * nb)
-    mine = ctx.scratch.get("recv", nb, np.uint8)
+    mine = ctx.wire("recv", nb)
     with ctx.rec.mpi():
         ctx.comm.Scatter(streams, mine, root=root)
     if out is not None:
@@ -105,4 +105,4 @@ def reduce_scatter(ctx: Ctx, x: np.ndarray, out: np.ndarray, counts: list[int]) 
     """Sum over ranks of block r (``counts[r]`` values) into rank r's ``out`` (ring)."""
     displs = _offsets(counts)
     mine = ring_reduce_scatter(ctx, x, counts, displs)
-    out[: counts[ctx.rank]] = mine
+    ctx.copy(out[: counts[ctx.rank]], mine)

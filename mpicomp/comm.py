@@ -30,10 +30,13 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
 
-from . import algorithms, collectives, p2p
+from . import algorithms, collectives, device, p2p
+from . import plain as plain_mpi
 from .agreement import agree
 from .algorithms.common import Ctx
 from .buffers import Buf, is_in_place, parse, parse_v
+from .cuda_aware import cuda_aware
+from .memory import DeviceMemory, DevicePools, HostMemory
 from .policy import Policy, Resolved, resolve
 from .requests import Request
 from .scratch import Scratch
@@ -63,9 +66,19 @@ class _Engine:
         # private communicator must never compress its own (agreement) traffic
         self.comm: MPI.Intracomm = MPI.Intracomm(MPI.Intracomm.Dup(parent))
         self.scratch = Scratch()
+        self.pools: DevicePools | None = None
 
-    def ctx(self, codec: Any, rec: Recorder) -> Ctx:
-        return Ctx(self.comm, codec, rec, self.scratch)
+    def memory(self, on_device: bool) -> HostMemory | DeviceMemory:
+        """Where this call's values and streams live (device: on the current stream)."""
+        if not on_device:
+            return HostMemory(self.scratch)
+        if self.pools is None:
+            self.pools = DevicePools()
+        return DeviceMemory(self.pools, device.current_stream(), cuda_aware()[0])
+
+    def ctx(self, codec: Any, rec: Recorder, memory: HostMemory | DeviceMemory) -> Ctx:
+        rec.where(memory.label)
+        return Ctx(self.comm, codec, rec, memory)
 
     def free(self) -> None:
         if self.comm != MPI.COMM_NULL:
@@ -207,6 +220,7 @@ class Comm(MPI.Intracomm):
         collective: bool = True,
     ) -> str | None:
         """Why this call must go to plain MPI (rank-consistent reasons), or None."""
+        _same_memory(bufs)
         if not pol.enabled:
             return "codec none"
         if collective and self.Get_size() == 1:
@@ -228,12 +242,11 @@ class Comm(MPI.Intracomm):
             return f"below threshold ({nbytes} B < {pol.threshold} B)"
         return None
 
-    def _agree(self, engine: _Engine, name: str, pol: Resolved, local: np.ndarray | None,
-               dtype: np.dtype, settings: str, summands: int) -> str | None:
+    def _agree(self, engine: _Engine, name: str, pol: Resolved, local: Any,
+               dtype: np.dtype, settings: str, summands: int,
+               memory: HostMemory | DeviceMemory) -> str | None:
         """The agreement step: None to go ahead compressed, else the plain-MPI reason."""
-        from .kernels.scan_cpu import max_abs
-
-        local_max = max_abs(local) if local is not None and local.size else 0.0
+        local_max = memory.max_abs(local) if local is not None else 0.0
         ag = agree(engine.comm, name, local_max, f"{settings} {pol.describe()}")
         if not math.isfinite(ag.max_abs):
             return "nonfinite (NaN or Inf on some rank)"
@@ -247,16 +260,15 @@ class Comm(MPI.Intracomm):
 
     def _plain(self, rec: Recorder, reason: str, fn: Callable[..., Any], *args: Any,
                sent: int | None = None) -> Any:
-        rec.plain(reason)
-        with rec.mpi():
-            result = fn(self, *args)
+        result = _plain_on(self, rec, reason, fn, args)
         rec.sent(rec.raw_bytes if sent is None else sent)
         rec.commit()
         return result
 
     # -- Allreduce and Reduce -------------------------------------------------
-    def _allreduce_body(self, engine: _Engine, rec: Recorder, pol: Resolved, x: np.ndarray,
-                        out: np.ndarray, op: MPI.Op, sendbuf: Any, recvbuf: Any) -> None:
+    def _allreduce_body(self, engine: _Engine, rec: Recorder, pol: Resolved, x: Any,
+                        out: Any, op: MPI.Op, sendbuf: Any, recvbuf: Any,
+                        on_device: bool) -> None:
         p = self.Get_size()
         opname = _op_name(op)
         algorithm = pol.algorithm
@@ -265,14 +277,13 @@ class Comm(MPI.Intracomm):
         elif algorithm == "auto":
             algorithm = algorithms.choose(x.nbytes, p)
         settings = f"Allreduce n={x.size} {x.dtype} op={opname} alg={algorithm}"
-        reason = self._agree(engine, "Allreduce", pol, x, x.dtype, settings, p)
+        memory = engine.memory(on_device)
+        reason = self._agree(engine, "Allreduce", pol, x, x.dtype, settings, p, memory)
         if reason is not None:
-            rec.plain(reason)
-            with rec.mpi():
-                MPI.Intracomm.Allreduce(engine.comm, sendbuf, recvbuf, op)
+            _plain_on(engine.comm, rec, reason, MPI.Intracomm.Allreduce, (sendbuf, recvbuf, op))
             rec.sent(rec.raw_bytes)
             return
-        ctx = engine.ctx(pol.codec, rec)
+        ctx = engine.ctx(pol.codec, rec, memory)
         detail = ""
         if algorithm == "cast_order":
             _cast_order_allreduce(ctx, x, out, op)
@@ -301,7 +312,8 @@ class Comm(MPI.Intracomm):
         if reason is not None:
             return self._plain(rec, reason, MPI.Intracomm.Allreduce, sendbuf, recvbuf, op)
         x, out = sbuf.data(), rbuf.data()
-        self._allreduce_body(self._main_engine(), rec, pol, x, out, op, sendbuf, recvbuf)
+        self._allreduce_body(self._main_engine(), rec, pol, x, out, op, sendbuf, recvbuf,
+                             sbuf.on_device)
         rec.commit()
 
     def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,  # noqa: N802
@@ -312,9 +324,12 @@ class Comm(MPI.Intracomm):
             return self._plain(rec, reason, MPI.Intracomm.Iallreduce, sendbuf, recvbuf, op)
         engine, executor = self._async()
         x, out = sbuf.data(), rbuf.data()
+        stream = device.current_stream() if sbuf.on_device else None
 
         def work() -> None:
-            self._allreduce_body(engine, rec, pol, x, out, op, sendbuf, recvbuf)
+            with device.using_stream(stream):
+                self._allreduce_body(engine, rec, pol, x, out, op, sendbuf, recvbuf,
+                                     sbuf.on_device)
             rec.commit()
 
         return Request.start(work, executor)
@@ -342,10 +357,11 @@ class Comm(MPI.Intracomm):
         x = sbuf.data()
         p = self.Get_size()
         settings_s = f"Reduce n={x.size} {x.dtype} root={root}"
-        reason = self._agree(engine, "Reduce", pol, x, x.dtype, settings_s, p)
+        memory = engine.memory(sbuf.on_device)
+        reason = self._agree(engine, "Reduce", pol, x, x.dtype, settings_s, p, memory)
         if reason is not None:
             return self._plain(rec, reason, MPI.Intracomm.Reduce, sendbuf, recvbuf, op, root)
-        ctx = engine.ctx(pol.codec, rec)
+        ctx = engine.ctx(pol.codec, rec, memory)
         out = rbuf.data() if rbuf is not None else None
         algorithms.ring.reduce(ctx, x, out, root)
         rec.compressed("ring", pol.codec.codec_id)
@@ -399,11 +415,12 @@ class Comm(MPI.Intracomm):
             raise ValueError(f"{name}: recvbuf holds {rbuf.count} values, needs {counts[r]}")
         engine = self._main_engine()
         x = sbuf.data(0, total)
+        memory = engine.memory(sbuf.on_device)
         reason = self._agree(engine, name, pol, x, x.dtype, f"{name} counts={counts} {x.dtype}",
-                             self.Get_size())
+                             self.Get_size(), memory)
         if reason is not None:
             return self._plain(rec, reason, plain, *args)
-        collectives.reduce_scatter(engine.ctx(pol.codec, rec), x, rbuf.data(), counts)
+        collectives.reduce_scatter(engine.ctx(pol.codec, rec, memory), x, rbuf.data(), counts)
         rec.compressed("ring", pol.codec.codec_id)
         rec.commit()
 
@@ -420,14 +437,13 @@ class Comm(MPI.Intracomm):
             return None
         engine = engine or self._main_engine()
         dtype = next(b.dtype for b in bufs if b.dtype is not None)
-        reason = self._agree(engine, name, pol, local, dtype, f"{settings_s} {dtype}", 1)
+        memory = engine.memory(bufs[0].on_device)
+        reason = self._agree(engine, name, pol, local, dtype, f"{settings_s} {dtype}", 1, memory)
         if reason is not None:
-            rec.plain(reason)
-            with rec.mpi():
-                plain(engine.comm, *args)
+            _plain_on(engine.comm, rec, reason, plain, args)
             rec.sent(rec.raw_bytes)
         else:
-            body(engine.ctx(pol.codec, rec))
+            body(engine.ctx(pol.codec, rec, memory))
             rec.compressed(name.lower(), pol.codec.codec_id)
         rec.commit()
         return rec
@@ -453,7 +469,7 @@ class Comm(MPI.Intracomm):
             collectives.allgatherv(ctx, x, rbuf.array, counts, displs)
 
         self._gatherlike("Allgather", MPI.Intracomm.Allgather, (sendbuf, recvbuf), pol,
-                         [sbuf, rbuf], x, n * (rbuf.array.itemsize if rbuf.compressible else 0),
+                         [sbuf, rbuf], x, n * rbuf.itemsize,
                          f"Allgather n={n}", body)
 
     def Allgatherv(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> None:  # noqa: N802
@@ -477,7 +493,7 @@ class Comm(MPI.Intracomm):
         def body(ctx: Ctx) -> None:
             collectives.allgatherv(ctx, local, rbuf.array, counts, displs)
 
-        itemsize = rbuf.array.itemsize if rbuf.compressible else 0
+        itemsize = rbuf.itemsize
         self._gatherlike("Allgatherv", MPI.Intracomm.Allgatherv, (sendbuf, recvbuf), pol,
                          [sbuf, rbuf], local, max(counts) * itemsize,
                          f"Allgatherv counts={counts}", body)
@@ -496,7 +512,7 @@ class Comm(MPI.Intracomm):
             collectives.alltoall(ctx, x, rbuf.array, n)
 
         self._gatherlike("Alltoall", MPI.Intracomm.Alltoall, (sendbuf, recvbuf), pol,
-                         [sbuf, rbuf], x, n * p * (x.itemsize if x is not None else 0),
+                         [sbuf, rbuf], x, n * p * sbuf.itemsize,
                          f"Alltoall n={n}", body)
 
     def Bcast(self, buf: Any, root: int = 0, **settings: Any) -> None:  # noqa: N802
@@ -576,48 +592,71 @@ class Comm(MPI.Intracomm):
             return self._plain(self._call(name, main.nbytes), reason, plain, *args)
         engine, executor = self._async()
         worker_comm = _WorkerView(self, engine)
-        return Request.start(lambda: blocking.__func__(worker_comm, *args, **settings), executor)
+        stream = device.current_stream() if main.on_device else None
+
+        def work() -> None:
+            with device.using_stream(stream):
+                blocking.__func__(worker_comm, *args, **settings)
+
+        return Request.start(work, executor)
 
     # -- point to point -----------------------------------------------------------
+    def _p2p_memory(self, on_device: bool, own_pools: bool = False) -> HostMemory | DeviceMemory:
+        """Memory for a point-to-point call (device: the current stream; ``own_pools`` for
+        work finished on another thread)."""
+        if not on_device:
+            return HostMemory(Scratch())
+        if own_pools:
+            pools = DevicePools()
+        else:
+            if getattr(self, "_p2p_pools", None) is None:
+                self._p2p_pools = DevicePools()
+            pools = self._p2p_pools
+        return DeviceMemory(pools, device.current_stream(), cuda_aware()[0])
+
     def _frame_for(self, name: str, buf: Any, settings: dict[str, Any]) -> tuple[Any, Recorder]:
         """The message to send: a compressed frame, or ``buf`` itself (plain)."""
         pol = self.resolved_policy(**settings)
         b = parse(buf, "buf")
         rec = self._call(name, b.nbytes)
         reason = self._screen(pol, [b], b.nbytes, collective=False)
+        memory = self._p2p_memory(b.on_device)
         if reason is None:
-            from .kernels.scan_cpu import max_abs
-
-            m = max_abs(b.data()) if b.count else 0.0
+            m = memory.max_abs(b.data()) if b.count else 0.0
             if not math.isfinite(m):
                 reason = "nonfinite (NaN or Inf)"
             elif pol.codec.codec_id == "cast" and m > _CAST_MAX[pol.codec.get_config()["dtype"]]:
                 reason = f"overflow (max |x| {m:.3g} beyond the cast's range)"
+        if reason is None and p2p.frame_nbytes(pol.codec, b.data()) >= b.nbytes:
+            # never longer than the plain message: receivers size their landing buffers by it
+            reason = "no gain (compressed frame not smaller than the data)"
         if reason is not None:
             rec.plain(reason)
             rec.sent(b.nbytes)
             return buf, rec
-        if p2p.frame_nbytes(pol.codec, b.data()) >= b.nbytes:
-            # never longer than the plain message: receivers size their landing buffers by it
-            rec.plain("no gain (compressed frame not smaller than the data)")
-            rec.sent(b.nbytes)
-            return buf, rec
         with rec.codec():
-            frame = p2p.build(pol.codec, b.data())
+            frame = p2p.build(pol.codec, b.data(), memory)
+        memory.synchronize()  # MPI reads the frame next
+        rec.where(memory.label)
         rec.compressed("frame", pol.codec.codec_id)
         rec.sent(frame.nbytes)
         return frame, rec
 
+    def _send_on(self, fn: Callable[..., Any], rec: Recorder, args: tuple[Any, ...]) -> Any:
+        with rec.mpi():
+            result, where = plain_mpi.call(fn, self, args)
+        if rec.path == "plain":
+            rec.where(where)
+        return result
+
     def Send(self, buf: Any, dest: int, tag: int = 0, **settings: Any) -> None:  # noqa: N802
         msg, rec = self._frame_for("Send", buf, settings)
-        with rec.mpi():
-            MPI.Intracomm.Send(self, msg, dest, tag)
+        self._send_on(MPI.Intracomm.Send, rec, (msg, dest, tag))
         rec.commit()
 
     def Isend(self, buf: Any, dest: int, tag: int = 0, **settings: Any) -> MPI.Request:  # noqa: N802
         msg, rec = self._frame_for("Isend", buf, settings)
-        with rec.mpi():
-            req = MPI.Intracomm.Isend(self, msg, dest, tag)
+        req = self._send_on(MPI.Intracomm.Isend, rec, (msg, dest, tag))
         rec.commit()
         return req
 
@@ -635,15 +674,21 @@ class Comm(MPI.Intracomm):
         with rec.mpi():
             msg = MPI.Intracomm.Mprobe(self, source, tag, st)
         nbytes = st.Get_count(MPI.BYTE)
+        memory = self._p2p_memory(b.on_device)
+
+        def receive(_comm: Any, into: Any, st_: MPI.Status) -> None:
+            msg.Recv(into, st_)
+
         if not p2p.is_frame_length(nbytes):
             rec.plain("sender sent plain data")
             with rec.mpi():
-                msg.Recv(buf, st)
+                _, where = plain_mpi.call(receive, None, (buf, st), written=lambda i: i == 0)
+            rec.where(where)
         else:
-            frame = np.empty(nbytes, dtype=np.uint8)
+            frame = _landing(memory, nbytes)
             with rec.mpi():
-                msg.Recv([frame, MPI.BYTE], st)
-            _unframe(frame, b, rec, st)
+                plain_mpi.call(receive, None, ([frame, MPI.BYTE], st))
+            _unframe(frame, b, rec, st, memory)
         rec.commit()
 
     def Irecv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG,  # noqa: N802
@@ -657,19 +702,26 @@ class Comm(MPI.Intracomm):
             return self._plain(rec, why, MPI.Intracomm.Irecv, buf, source, tag, sent=0)
         # The receive is posted now (MPI keeps its matching order); a frame is
         # never longer than the plain message, so the plain size is enough.
-        landing = np.empty(b.nbytes, dtype=np.uint8)
+        memory = self._p2p_memory(b.on_device, own_pools=True)
+        landing = _landing(memory, b.nbytes)
         status = MPI.Status()
         with rec.mpi():
-            inner = MPI.Intracomm.Irecv(self, [landing, MPI.BYTE], source, tag)
+            inner, _ = plain_mpi.call(MPI.Intracomm.Irecv, self, ([landing, MPI.BYTE], source, tag))
 
         def work() -> None:
             inner.Wait(status)
             nbytes = status.Get_count(MPI.BYTE)
             if p2p.is_frame_length(nbytes):
-                _unframe(landing[:nbytes], b, rec, status)
+                _unframe(landing[:nbytes], b, rec, status, memory)
             else:
                 rec.plain("sender sent plain data")
-                b.array.view(np.uint8)[:nbytes] = landing[:nbytes]
+                rec.where(memory.label)
+                target = b.array.view(np.uint8)[:nbytes]
+                if b.on_device:
+                    device.copy_to_device(target, landing[:nbytes], memory.stream)
+                    memory.synchronize()
+                else:
+                    target[...] = landing[:nbytes]
             rec.commit()
 
         return Request.start(work)
@@ -678,14 +730,21 @@ class Comm(MPI.Intracomm):
                  source: int = MPI.ANY_SOURCE, recvtag: int = MPI.ANY_TAG,
                  status: MPI.Status | None = None, **settings: Any) -> None:
         msg, rec = self._frame_for("Sendrecv", sendbuf, settings)
-        with rec.mpi():
-            req = MPI.Intracomm.Isend(self, msg, dest, sendtag)
+        req = self._send_on(MPI.Intracomm.Isend, rec, (msg, dest, sendtag))
         rec.commit()
         self.Recv(recvbuf, source, recvtag, status, **settings)
         req.Wait()
 
 
-def _unframe(frame: np.ndarray, b: Buf, rec: Recorder, status: MPI.Status) -> None:
+def _landing(memory: HostMemory | DeviceMemory, nbytes: int) -> Any:
+    """A new buffer a message lands in: on the device for a CUDA-aware MPI, else host."""
+    if memory.wire_on_device:
+        return device.as_device(device.empty(nbytes, np.uint8), "landing")
+    return np.empty(nbytes, dtype=np.uint8)
+
+
+def _unframe(frame: Any, b: Buf, rec: Recorder, status: MPI.Status,
+             memory: HostMemory | DeviceMemory) -> None:
     """Decode a received frame into ``b``; the status then counts values, not frame bytes."""
     codec, count, dtype, stream = p2p.parse(frame)
     if dtype != b.dtype:
@@ -693,8 +752,9 @@ def _unframe(frame: np.ndarray, b: Buf, rec: Recorder, status: MPI.Status) -> No
     if count > b.count:
         raise ValueError(f"message of {count} values does not fit the receive buffer of {b.count}")
     with rec.codec():
-        codec.decode(stream, out=b.array[:count])
+        memory.decode(codec, stream, b.array[:count])
     status.Set_elements(dtlib.from_numpy_dtype(dtype), count)
+    rec.where(memory.label)
     rec.compressed("frame", codec.codec_id)
 
 
@@ -724,27 +784,45 @@ class _WorkerView(Comm):
 
     def _plain(self, rec: Recorder, reason: str, fn: Callable[..., Any], *args: Any,
                sent: int | None = None) -> Any:
-        rec.plain(reason)
         assert self._engine is not None
-        with rec.mpi():
-            result = fn(self._engine.comm, *args)
+        result = _plain_on(self._engine.comm, rec, reason, fn, args)
         rec.sent(rec.raw_bytes if sent is None else sent)
         rec.commit()
         return result
 
 
-def _cast_order_allreduce(ctx: Ctx, x: np.ndarray, out: np.ndarray, op: MPI.Op) -> None:
+def _plain_on(comm: Any, rec: Recorder, reason: str, fn: Callable[..., Any],
+              args: tuple[Any, ...]) -> Any:
+    """Record and run ``fn(comm, *args)`` as plain MPI (device buffers: see mpicomp.plain)."""
+    rec.plain(reason)
+    with rec.mpi():
+        result, where = plain_mpi.call(fn, comm, args)
+    rec.where(where)
+    return result
+
+
+def _same_memory(bufs: Sequence[Buf]) -> None:
+    """ValueError when a call mixes host and device buffers (they must be all one or other)."""
+    kinds = {b.on_device for b in bufs}
+    if len(kinds) > 1:
+        raise ValueError(
+            "the buffers of one call must all be host (NumPy) or all device (CUDA) memory, "
+            "got a mix"
+        )
+
+
+def _cast_order_allreduce(ctx: Ctx, x: Any, out: Any, op: MPI.Op) -> None:
     """MAX/MIN of cast values: 16-bit codes mapped to order-preserving int16, one MPI MAX/MIN.
 
     ``cast`` is monotonic, so the max of the casts is the cast of the max:
     the result is exactly ``decode(encode(max over ranks))``, the same bits
     on every rank.
     """
-    codes = ctx.encode(x, "send").view(np.int16)
-    keys = np.where(codes < 0, codes ^ np.int16(0x7FFF), codes)
-    result = ctx.scratch.get("recv", keys.size, np.int16)
+    keys = ctx.encode(x, "send").view(np.int16)
+    ctx.memory.order_keys(keys)
+    result = ctx.wire("recv", keys.nbytes).view(np.int16)
     with ctx.rec.mpi():
         ctx.comm.Allreduce(keys, result, op=op)
     ctx.rec.sent(keys.nbytes)
-    back = np.where(result < 0, result ^ np.int16(0x7FFF), result)
-    ctx.decode(back.view(np.uint8), out)
+    ctx.memory.order_keys(result)  # the map is its own inverse
+    ctx.decode(result.view(np.uint8), out)

@@ -9,19 +9,30 @@ stream: CuPy's current stream when CuPy is in use, else Numba's default.
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import functools
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 __all__ = [
     "THREADS",
+    "HostMemoryAsDevice",
     "as_device",
+    "copy_to_device",
+    "copy_to_host",
     "current_stream",
     "empty",
+    "for_mpi",
     "grid",
     "is_device_array",
+    "pinned_empty",
+    "serialized",
     "synchronize",
+    "using_stream",
     "zeros_like_flag",
 ]
 
@@ -46,6 +57,12 @@ def is_device_array(obj: Any) -> bool:
         return int(dev()[0]) == _DLPACK_CUDA
     except Exception:  # noqa: BLE001 - any failure means "not a CUDA buffer"
         return False
+
+
+def _sim() -> bool:
+    from .kernels.jit import SIMULATOR
+
+    return SIMULATOR
 
 
 def _simulated(obj: Any) -> bool:
@@ -81,7 +98,12 @@ def as_device(obj: Any, name: str = "x") -> Any:
         if cp is None:
             raise TypeError(f"{name}: a DLPack CUDA buffer needs CuPy to be viewed")
         obj = cp.from_dlpack(obj)
-    arr = obj if _simulated(obj) else cuda.as_cuda_array(obj)
+    if _simulated(obj):
+        arr = obj
+    elif _sim():
+        arr = _simulated_view(obj)
+    else:
+        arr = cuda.as_cuda_array(obj)
     if not arr.is_c_contiguous():
         raise ValueError(f"{name} must be C-contiguous (shape {arr.shape}, strides {arr.strides})")
     return arr.reshape(arr.size)
@@ -97,9 +119,40 @@ def empty(n: int, dtype: Any, like: Any = None) -> Any:
     return cuda.device_array(n, dtype=dtype, stream=current_stream())
 
 
+_local = threading.local()
+_simulator_lock = threading.RLock()
+
+
+def serialized() -> Any:
+    """A lock around kernel launches under the CUDA simulator, which cannot run kernels
+    from two threads at once (a nonblocking receive decodes on its own thread); a no-op
+    context on a GPU."""
+    return _simulator_lock if _sim() else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def using_stream(stream: Any) -> Iterator[None]:
+    """Make :func:`current_stream` return ``stream`` in this thread for the block.
+
+    The communicator captures the caller's stream when a call starts and
+    runs its kernels there, also from its worker thread.
+    """
+    previous = getattr(_local, "stream", None)
+    _local.stream = stream
+    try:
+        yield
+    finally:
+        _local.stream = previous
+
+
 def current_stream() -> Any:
-    """The Numba stream kernels launch on: CuPy's current stream, else the default stream."""
+    """The Numba stream kernels launch on (see :func:`using_stream`), else CuPy's current
+    stream when CuPy is in use, else Numba's default stream."""
     from numba import cuda
+
+    forced = getattr(_local, "stream", None)
+    if forced is not None:
+        return forced
 
     cp = _cupy()
     if cp is not None:
@@ -117,8 +170,87 @@ def synchronize(stream: Any) -> None:
     stream.synchronize()
 
 
+_ZERO = np.zeros(1, np.int32)
+
+
 def zeros_like_flag(stream: Any) -> Any:
-    """A device int32[1] set to 0 on ``stream`` (for kernels that flag a condition)."""
+    """A device int32[1] set to 0 on ``stream`` (for kernels that flag a condition).
+
+    The memory comes from CuPy's pool when CuPy is here (no cudaMalloc per call)."""
+    flag = as_device(empty(1, np.int32), "flag")
+    flag.copy_to_device(_ZERO, stream=stream)
+    return flag
+
+
+def pinned_empty(nbytes: int) -> np.ndarray:
+    """A page-locked host uint8 buffer (for staging streams between the device and MPI)."""
     from numba import cuda
 
-    return cuda.to_device(np.zeros(1, np.int32), stream=stream)
+    return cuda.pinned_array(nbytes, dtype=np.uint8)
+
+
+def copy_to_host(dst: np.ndarray, src: Any, stream: Any) -> None:
+    """Enqueue ``dst[:] = src`` (device to host) on ``stream``; ``dst`` should be pinned."""
+    if src.size:
+        as_device(src, "src").copy_to_host(dst, stream=stream)
+
+
+def copy_to_device(dst: Any, src: Any, stream: Any) -> None:
+    """Enqueue ``dst[:] = src`` on ``stream``; ``src`` is host memory or a device array."""
+    if dst.size:
+        d = as_device(dst, "dst")
+        d.copy_to_device(as_device(src, "src") if is_device_array(src) else src, stream=stream)
+
+
+class HostMemoryAsDevice:
+    """Host memory offered through ``__cuda_array_interface__`` (as a device pointer).
+
+    Under Numba's CUDA simulator "device" arrays live in host memory but
+    carry no interface; wrapped in this, they reach MPI as device pointers
+    do on a GPU (mpi4py reads the interface), so the CUDA-aware code path is
+    exercised on a machine without a GPU.
+    """
+
+    def __init__(self, array: np.ndarray) -> None:
+        if not array.flags.c_contiguous:
+            raise ValueError("HostMemoryAsDevice needs a C-contiguous array")
+        self._array = array
+        self.__cuda_array_interface__ = {
+            "shape": array.shape,
+            "typestr": array.dtype.str,
+            "data": (array.ctypes.data if array.size else 0, not array.flags.writeable),
+            "strides": None,
+            "version": 3,
+        }
+
+    @property
+    def array(self) -> np.ndarray:
+        return self._array
+
+
+def for_mpi(obj: Any) -> Any:
+    """``obj`` as mpi4py should be given it: a simulator array becomes its host memory
+    behind ``__cuda_array_interface__``; everything else is returned as is."""
+    if _simulated(obj):
+        return HostMemoryAsDevice(obj._ary)
+    return obj
+
+
+def _simulated_view(obj: Any) -> Any:
+    """Under the simulator: a simulated device array over the host memory ``obj``'s
+    ``__cuda_array_interface__`` points to (no copy)."""
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    if isinstance(obj, HostMemoryAsDevice):
+        return FakeCUDAArray(obj.array)
+    cai = obj.__cuda_array_interface__
+    dtype = np.dtype(cai["typestr"])
+    shape = tuple(cai["shape"])
+    if cai.get("strides") is not None:
+        raise ValueError("x must be C-contiguous (the interface gives strides)")
+    n = int(np.prod(shape)) if shape else 1
+    ptr = cai["data"][0]
+    if n == 0:
+        return FakeCUDAArray(np.empty(shape, dtype))
+    raw = (ctypes.c_uint8 * (n * dtype.itemsize)).from_address(ptr)
+    return FakeCUDAArray(np.frombuffer(raw, dtype=dtype).reshape(shape))

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
+from . import device
 from .codecs import Codec, get_codec
 
 __all__ = ["MAGIC", "FrameError", "build", "frame_nbytes", "is_frame_length", "parse"]
@@ -56,29 +59,66 @@ def frame_nbytes(codec: Codec, x: np.ndarray) -> int:
     return nb + len(header_bytes(codec, x.size, x.dtype, nb))
 
 
-def build(codec: Codec, x: np.ndarray) -> np.ndarray:
-    """A new frame holding ``x`` encoded with ``codec`` (a uint8 array of odd length)."""
-    nb = codec.encoded_nbytes(x.size, x.dtype)
-    tail = header_bytes(codec, x.size, x.dtype, nb)
-    frame = np.empty(nb + len(tail), dtype=np.uint8)
-    codec.encode(x, out=frame[:nb])
-    frame[nb:] = np.frombuffer(tail, dtype=np.uint8)
+def build(codec: Codec, x: Any, memory: Any = None) -> Any:
+    """A new frame holding ``x`` encoded with ``codec`` (a uint8 array of odd length).
+
+    ``memory`` (:mod:`mpicomp.memory`) places a device buffer's frame: on
+    the device for a CUDA-aware MPI, else in host memory (only the stream is
+    copied off the device). The frame may still be being written on the
+    call's stream when this returns.
+    """
+    x_dtype = np.dtype(x.dtype)
+    nb = codec.encoded_nbytes(x.size, x_dtype)
+    tail = np.frombuffer(header_bytes(codec, x.size, x_dtype, nb), dtype=np.uint8)
+    if memory is None or not memory.on_device:
+        frame = np.empty(nb + tail.size, dtype=np.uint8)
+        codec.encode(x, out=frame[:nb])
+        frame[nb:] = tail
+        return frame
+    if memory.wire_on_device:
+        frame = device.as_device(device.empty(nb + tail.size, np.uint8), "frame")
+        memory.encode(codec, x, frame[:nb])
+        device.copy_to_device(frame[nb:], tail, memory.stream)
+    else:
+        frame = np.empty(nb + tail.size, dtype=np.uint8)
+        memory.encode(codec, x, frame[:nb])
+        frame[nb:] = tail
     return frame
 
 
-def parse(frame: np.ndarray) -> tuple[Codec, int, np.dtype, np.ndarray]:
-    """(codec, count, dtype, stream) of a received frame; FrameError if it is malformed."""
+def last_bytes_of(frame: Any) -> Callable[[int], bytes]:
+    """A reader of a frame's last ``k`` bytes (copied off the device for a device frame)."""
     n = frame.size
+
+    def last(k: int) -> bytes:
+        part = frame[n - k :]
+        if device.is_device_array(part):
+            host = np.empty(k, dtype=np.uint8)
+            device.as_device(part).copy_to_host(host)
+            return host.tobytes()
+        return bytes(part)
+
+    return last
+
+
+def parse(frame: Any) -> tuple[Codec, int, np.dtype, Any]:
+    """(codec, count, dtype, stream) of a received frame; FrameError if it is malformed.
+
+    ``frame`` is a host or device uint8 array; only its header is read on
+    the host, and ``stream`` is a view of the frame.
+    """
+    n = frame.size
+    last = last_bytes_of(frame)
     if n < _TRAILER.size or not is_frame_length(n):
         raise FrameError(f"a compressed frame has an odd length of at least 7 bytes, got {n}")
-    hlen, magic = _TRAILER.unpack(bytes(frame[n - _TRAILER.size :]))
+    hlen, magic = _TRAILER.unpack(last(_TRAILER.size))
     if magic != MAGIC:
         raise FrameError(f"compressed frame: bad magic {magic!r} (expected {MAGIC!r})")
     start = n - _TRAILER.size - hlen
     if start < 0:
         raise FrameError(f"compressed frame: header length {hlen} exceeds the frame ({n} bytes)")
     try:
-        header = json.loads(bytes(frame[start : n - _TRAILER.size]))
+        header = json.loads(last(n - start)[: hlen])
         if header.get("v") != VERSION:
             raise FrameError(f"compressed frame: unknown version {header.get('v')!r}")
         codec = get_codec(header["codec"])

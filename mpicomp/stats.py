@@ -3,9 +3,13 @@
 ``comm.stats()`` returns, per method name (``"Allreduce"``, ``"Send"``, ...):
 calls, compressed calls, raw bytes (what the caller's buffers hold), bytes
 on the wire (what this rank handed to MPI to send), seconds spent in codecs
-and in MPI, plain-MPI calls with their reasons, and the algorithms that ran.
-``MPICOMP_DEBUG=1`` prints one line per call, on stderr, saying which path
-ran and why.
+and in MPI, plain-MPI calls with their reasons, the algorithms that ran, and
+where the data was (``memory``: ``host``; ``device, CUDA-aware MPI``: device
+buffers handed to MPI; ``device, staged through pinned host``: only the
+compressed bytes copied through reused page-locked host buffers; ``device,
+staged through host (plain data)``: a plain call on device buffers with an
+MPI that is not CUDA-aware). ``MPICOMP_DEBUG=1`` prints one line per call,
+on stderr, saying which path ran, why, and where.
 """
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ class OpStats:
     mpi_seconds: float = 0.0
     fallbacks: Counter = dataclasses.field(default_factory=Counter)
     algorithms: Counter = dataclasses.field(default_factory=Counter)
+    memory: Counter = dataclasses.field(default_factory=Counter)
 
     @property
     def ratio(self) -> float:
@@ -48,6 +53,7 @@ class OpStats:
         d = dataclasses.asdict(self)
         d["fallbacks"] = dict(self.fallbacks)
         d["algorithms"] = dict(self.algorithms)
+        d["memory"] = dict(self.memory)
         d["ratio"] = self.ratio
         return d
 
@@ -91,6 +97,7 @@ class Recorder:
         self.path = "plain"
         self.reason = ""
         self.detail = ""
+        self.memory = "host"
 
     @contextlib.contextmanager
     def codec(self) -> Iterator[None]:
@@ -114,6 +121,10 @@ class Recorder:
     def plain(self, reason: str) -> None:
         self.path, self.reason = "plain", reason
 
+    def where(self, memory: str) -> None:
+        """Where the call's data was (see the module docs)."""
+        self.memory = memory
+
     def compressed(self, algorithm: str, detail: str = "") -> None:
         self.path, self.reason, self.detail = "compressed", algorithm, detail
 
@@ -130,6 +141,7 @@ class Recorder:
                 s.algorithms[self.reason] += 1
             else:
                 s.fallbacks[self.reason] += 1
+            s.memory[self.memory] += 1
         if debug_enabled():
             what = (
                 f"compressed ({self.reason}{', ' + self.detail if self.detail else ''})"
@@ -137,7 +149,8 @@ class Recorder:
                 else f"plain MPI ({self.reason})"
             )
             print(
-                f"[mpicomp rank {self.rank}] {self.op}: {what}; raw {self.raw_bytes} B, "
+                f"[mpicomp rank {self.rank}] {self.op}: {what}; {self.memory}; "
+                f"raw {self.raw_bytes} B, "
                 f"sent {self.wire_bytes} B, codec {self.codec_seconds * 1e3:.3f} ms, "
                 f"MPI {self.mpi_seconds * 1e3:.3f} ms",
                 file=sys.stderr,

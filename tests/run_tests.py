@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Run the test suite serially and under ``mpiexec -n 2, 3, 4``; print one honest summary.
 
-Stages (``--stages``, default ``serial,2,3,4``):
+Stages (``--stages``, default ``serial,2,3,4,sim2,sim3``):
 
 * ``serial``: ``python -m pytest --with-mpi tests`` in one process (MPI
   singleton); every test runs.
 * ``N``: ``mpiexec -n N python -m pytest --with-mpi -m mpi tests``; only the
   tests marked ``@pytest.mark.mpi`` run, on every rank.
+* ``simN``: like ``N`` with ``NUMBA_ENABLE_CUDASIM=1`` (Numba's CUDA
+  simulator) and only the tests marked ``device``: device buffers through
+  the communicator, on a machine without a GPU.
 
 Every rank writes a JSON report (see ``tests/conftest.py``). The run fails
 (exit status 1) when any rank of any stage has a failed test or an error,
@@ -85,7 +88,7 @@ def parse_args(argv: list[str]):
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         epilog="Other options and paths are passed to pytest.")
-    p.add_argument("--stages", default="serial,2,3,4",
+    p.add_argument("--stages", default="serial,2,3,4,sim2,sim3",
                    help="comma-separated stages: 'serial' and/or rank counts (default %(default)s)")
     p.add_argument("--timeout", type=float, default=1200.0,
                    help="seconds per stage before it is killed and counted failed "
@@ -106,8 +109,10 @@ def parse_args(argv: list[str]):
             stages.append(s)
         elif s.isdigit() and int(s) >= 1:
             stages.append(str(int(s)))
+        elif s.startswith("sim") and s[3:].isdigit() and int(s[3:]) >= 1:
+            stages.append(f"sim{int(s[3:])}")
         elif s:
-            p.error(f"bad stage {s!r}: use 'serial' or a number of ranks")
+            p.error(f"bad stage {s!r}: use 'serial', a number of ranks or simN")
     if not stages:
         p.error("no stages selected")
     return args, extra, stages
@@ -126,6 +131,9 @@ def pytest_args_for(stage: str, args, extra: list[str]) -> list[str]:
     if stage == "serial":
         if args.markexpr:
             out += ["-m", args.markexpr]
+    elif stage.startswith("sim"):
+        sel = "mpi and device"
+        out += ["-m", f"{sel} and ({args.markexpr})" if args.markexpr else sel]
     else:
         out += ["-m", f"mpi and ({args.markexpr})" if args.markexpr else "mpi"]
     if args.keyword:
@@ -161,11 +169,13 @@ def run_stage(stage: str, args, extra, report_dir: str, run_id: str, mpiexec: st
         backstop = timeout
     else:
         env["MPIEXEC_TIMEOUT"] = str(max(1, int(round(timeout))))
+        if stage.startswith("sim"):
+            env["NUMBA_ENABLE_CUDASIM"] = "1"
         # several ranks share the cores: idle OpenMP workers (Numba's
         # threading layer) must sleep, not spin, or the ranks starve each other
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        cmd = [mpiexec, "-n", stage, sys.executable, str(Path(__file__).resolve()),
-               RANK_EXEC, report_dir, stage, "--", *ptargs]
+        cmd = [mpiexec, "-n", stage.removeprefix("sim"), sys.executable,
+               str(Path(__file__).resolve()), RANK_EXEC, report_dir, stage, "--", *ptargs]
         backstop = timeout + BACKSTOP_S
     print(f"\n===== stage {stage}: {shlex.join(cmd)}", flush=True)
     t0 = time.monotonic()
@@ -215,7 +225,7 @@ class Totals:
 
 
 def judge_stage(stage, rc, timed_out, elapsed, report_dir, run_id, args, totals: Totals):
-    nranks = 1 if stage == "serial" else int(stage)
+    nranks = 1 if stage == "serial" else int(stage.removeprefix("sim"))
     label = f"stage {stage}"
     lines = []
     stage_tests = 0

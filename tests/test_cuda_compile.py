@@ -31,6 +31,21 @@ KERNELS = [
     ("cast_cuda", "encode_bf16_from64", "void(float64[:], uint16[:], int32[:])"),
     ("cast_cuda", "decode_bf16", "void(uint16[:], float32[:])"),
     ("cast_cuda", "decode_bf16", "void(uint16[:], float64[:])"),
+    ("scan_cuda", "max_abs_bits", "void(uint32[:], uint32, uint32[:])"),
+    ("scan_cuda", "max_abs_bits", "void(uint64[:], uint64, uint64[:])"),
+    ("scan_cuda", "add_into", "void(float32[:], float32[:])"),
+    ("scan_cuda", "add_into", "void(float64[:], float64[:])"),
+    ("scan_cuda", "order_keys", "void(int16[:])"),
+    ("fixedpoint_cuda", "block_exponents", "void(float32[:], int64, int16[:])"),
+    ("fixedpoint_cuda", "block_exponents", "void(float64[:], int64, int16[:])"),
+    ("fixedpoint_cuda", "quantize_pack",
+     "void(float32[:], int16[:], int64, int64, int64, uint64[:])"),
+    ("fixedpoint_cuda", "quantize_pack",
+     "void(float64[:], int16[:], int64, int64, int64, uint64[:])"),
+    ("fixedpoint_cuda", "unpack_dequantize",
+     "void(uint64[:], int16[:], int64, int64, int64, float32[:])"),
+    ("fixedpoint_cuda", "unpack_dequantize",
+     "void(uint64[:], int16[:], int64, int64, int64, float64[:])"),
 ] + cuda_cases_bitplane.KERNELS + cuda_cases_zfp.KERNELS
 
 

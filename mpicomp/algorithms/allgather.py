@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.scan_cpu import add_into
 from .common import Ctx
 
 __all__ = ["allreduce"]
@@ -20,12 +19,12 @@ def allreduce(ctx: Ctx, x: np.ndarray, out: np.ndarray) -> None:
     p, n = ctx.size, x.size
     nb = ctx.nbytes(n, x.dtype)
     mine = ctx.encode(x, "send")
-    streams = ctx.scratch.get("streams", p * nb, np.uint8)
+    streams = ctx.wire("streams", p * nb)
     with ctx.rec.mpi():
         ctx.comm.Allgather(mine, streams)
     ctx.rec.sent(nb)
     ctx.decode(streams[:nb], out)
-    tmp = ctx.scratch.get("term", n, x.dtype)
+    tmp = ctx.values("term", n, x.dtype)
     for r in range(1, p):
         ctx.decode(streams[r * nb : (r + 1) * nb], tmp)
-        add_into(out, tmp)
+        ctx.add_into(out, tmp)

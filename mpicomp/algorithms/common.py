@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
 from ..codecs import Codec
-from ..scratch import Scratch
+from ..memory import HostMemory
 from ..stats import Recorder
 
 __all__ = ["ALIGN", "Ctx", "split"]
@@ -19,12 +20,26 @@ ALIGN = 64
 
 @dataclasses.dataclass
 class Ctx:
-    """One compressed call: the private communicator, the codec, the recorder, scratch."""
+    """One compressed call: the private communicator, the codec, the recorder, the memory.
+
+    ``memory`` (:mod:`mpicomp.memory`) says where values and streams live
+    (host, or device with direct or staged streams); the algorithms take
+    scratch arrays, encode, decode, add and copy only through this object,
+    so each runs unchanged on host and device buffers. ``comm`` waits for
+    the device stream before each MPI call when the data is on the device.
+    """
 
     comm: MPI.Intracomm
     codec: Codec
     rec: Recorder
-    scratch: Scratch
+    memory: Any = None
+
+    def __post_init__(self) -> None:
+        if self.memory is None:
+            from ..scratch import Scratch
+
+            self.memory = HostMemory(Scratch())
+        self.comm = self.memory.mpi_comm(self.comm)
 
     @property
     def rank(self) -> int:
@@ -37,19 +52,37 @@ class Ctx:
     def nbytes(self, count: int, dtype: np.dtype) -> int:
         return self.codec.encoded_nbytes(count, dtype)
 
-    def encode(self, x: np.ndarray, name: str) -> np.ndarray:
-        """``x`` encoded into the scratch buffer ``name``."""
-        out = self.scratch.get(name, self.nbytes(x.size, x.dtype), np.uint8)
-        with self.rec.codec():
-            return self.codec.encode(x, out=out)
+    @property
+    def on_device(self) -> bool:
+        return bool(self.memory.on_device)
 
-    def encode_into(self, x: np.ndarray, out: np.ndarray) -> np.ndarray:
-        with self.rec.codec():
-            return self.codec.encode(x, out=out)
+    def values(self, name: str, n: int, dtype: Any) -> Any:
+        """Scratch for ``n`` values, where the caller's values live."""
+        return self.memory.values(name, n, dtype)
 
-    def decode(self, buf: np.ndarray, out: np.ndarray) -> np.ndarray:
+    def wire(self, name: str, nbytes: int) -> Any:
+        """Scratch for ``nbytes`` of streams, where MPI reads and writes them."""
+        return self.memory.wire(name, nbytes)
+
+    def encode(self, x: Any, name: str) -> Any:
+        """``x`` encoded into the stream scratch ``name``."""
+        return self.encode_into(x, self.wire(name, self.nbytes(x.size, x.dtype)))
+
+    def encode_into(self, x: Any, out: Any) -> Any:
         with self.rec.codec():
-            return self.codec.decode(buf, out=out)
+            return self.memory.encode(self.codec, x, out)
+
+    def decode(self, buf: Any, out: Any) -> Any:
+        with self.rec.codec():
+            return self.memory.decode(self.codec, buf, out)
+
+    def add_into(self, acc: Any, x: Any) -> None:
+        """``acc += x`` (values)."""
+        self.memory.add_into(acc, x)
+
+    def copy(self, dst: Any, src: Any) -> None:
+        """``dst[:] = src`` (values)."""
+        self.memory.copy(dst, src)
 
     def sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray, source: int) -> None:
         with self.rec.mpi():

@@ -11,6 +11,11 @@
    (modulo ``2**k``, exact thanks to the headroom).
 4. ``sum * 2**e / Q`` is the result, the same bits on every rank.
 
+On device buffers the three kernels run on the GPU (``fixedpoint_cuda.py``,
+the same per-word code as the CPU's, so the same bits); the exponents and
+packed words, which the MPI op adds on the host, go through pinned host
+buffers.
+
 The quantization error is made once per input, not once per hop: per value,
 ``|result - exact sum| <= p * 2**e / (2 Q)`` (plus one float rounding of the
 final product). ``k`` is the largest field width with
@@ -21,10 +26,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
+from .. import device
 from ..kernels import fixedpoint_cpu as fx
 from .common import Ctx
 
@@ -82,25 +89,96 @@ def _sum_op(k: int) -> MPI.Op:
     return MPI.Op.Create(add, commute=True)
 
 
-def allreduce(ctx: Ctx, x: np.ndarray, out: np.ndarray, rate: float) -> Format:
+def allreduce(ctx: Ctx, x: Any, out: Any, rate: float) -> Format:
     p, n = ctx.size, x.size
     fmt = choose_format(rate, p)
     nblocks = -(-n // BLOCK)
-    exps = ctx.scratch.get("exps", nblocks, np.int16)
-    gexps = ctx.scratch.get("gexps", nblocks, np.int16)
-    with ctx.rec.codec():
-        fx.block_exponents(x, BLOCK, exps)
+    nwords = -(-n // fmt.per_word)
+    steps = _DeviceSteps(ctx) if ctx.on_device else _HostSteps(ctx)
+    exps = steps.exponents(x, nblocks)
+    gexps = ctx.memory.host("gexps", nblocks, np.int16)
     with ctx.rec.mpi():
         ctx.comm.Allreduce(exps, gexps, op=MPI.MAX)
     ctx.rec.sent(exps.nbytes)
-    nwords = -(-n // fmt.per_word)
-    words = ctx.scratch.get("words", nwords, np.uint64)
-    sums = ctx.scratch.get("sums", nwords, np.uint64)
-    with ctx.rec.codec():
-        fx.quantize_pack(x, gexps, BLOCK, fmt.k, fmt.q_max, words)
+    words = steps.pack(x, gexps, fmt, nwords)
+    sums = ctx.memory.host("sums", nwords, np.uint64)
     with ctx.rec.mpi():
         ctx.comm.Allreduce(words, sums, op=_sum_op(fmt.k))
     ctx.rec.sent(words.nbytes)
-    with ctx.rec.codec():
-        fx.unpack_dequantize(sums, gexps, BLOCK, fmt.k, fmt.q_max, out)
+    steps.unpack(sums, fmt, out)
     return fmt
+
+
+class _HostSteps:
+    """The three kernels on host arrays (``kernels/fixedpoint_cpu.py``)."""
+
+    def __init__(self, ctx: Ctx) -> None:
+        self.ctx = ctx
+        self.gexps: np.ndarray | None = None
+
+    def exponents(self, x: np.ndarray, nblocks: int) -> np.ndarray:
+        exps = self.ctx.memory.host("exps", nblocks, np.int16)
+        with self.ctx.rec.codec():
+            fx.block_exponents(x, BLOCK, exps)
+        return exps
+
+    def pack(self, x: np.ndarray, gexps: np.ndarray, fmt: Format, nwords: int) -> np.ndarray:
+        self.gexps = gexps
+        words = self.ctx.memory.host("words", nwords, np.uint64)
+        with self.ctx.rec.codec():
+            fx.quantize_pack(x, gexps, BLOCK, fmt.k, fmt.q_max, words)
+        return words
+
+    def unpack(self, sums: np.ndarray, fmt: Format, out: np.ndarray) -> None:
+        with self.ctx.rec.codec():
+            fx.unpack_dequantize(sums, self.gexps, BLOCK, fmt.k, fmt.q_max, out)
+
+
+class _DeviceSteps:
+    """The same kernels on the GPU (``kernels/fixedpoint_cuda.py``).
+
+    MPI adds the packed words with a Python op, which must run on host
+    memory: the exponents and words (the compressed data) always go through
+    the pinned host buffers, also with a CUDA-aware MPI.
+    """
+
+    def __init__(self, ctx: Ctx) -> None:
+        self.ctx = ctx
+        self.memory = ctx.memory
+        self.stream = ctx.memory.stream
+        self.gexps_d: Any = None
+        ctx.rec.where("device, staged through pinned host")
+
+    def _launch(self, kernel: Any, items: int, *args: Any) -> None:
+        blocks, threads = device.grid(items)
+        with self.ctx.rec.codec(), device.serialized():
+            kernel[blocks, threads, self.stream](*args)
+
+    def exponents(self, x: Any, nblocks: int) -> np.ndarray:
+        from ..kernels import fixedpoint_cuda as fc
+
+        exps_d = self.ctx.values("exps", nblocks, np.int16)
+        self._launch(fc.block_exponents, nblocks, x, BLOCK, exps_d)
+        exps = self.memory.host("exps", nblocks, np.int16)
+        device.copy_to_host(exps, exps_d, self.stream)
+        return exps  # MPIOnDevice waits for the stream before MPI reads it
+
+    def pack(self, x: Any, gexps: np.ndarray, fmt: Format, nwords: int) -> np.ndarray:
+        from ..kernels import fixedpoint_cuda as fc
+
+        self.gexps_d = self.ctx.values("gexps", gexps.size, np.int16)
+        device.copy_to_device(self.gexps_d, gexps, self.stream)
+        words_d = self.ctx.values("words", nwords, np.uint64)
+        self._launch(fc.quantize_pack, nwords, x, self.gexps_d, BLOCK, fmt.k, fmt.q_max,
+                     words_d)
+        words = self.memory.host("words", nwords, np.uint64)
+        device.copy_to_host(words, words_d, self.stream)
+        return words
+
+    def unpack(self, sums: np.ndarray, fmt: Format, out: Any) -> None:
+        from ..kernels import fixedpoint_cuda as fc
+
+        sums_d = self.ctx.values("sums", sums.size, np.uint64)
+        device.copy_to_device(sums_d, sums, self.stream)
+        self._launch(fc.unpack_dequantize, sums.size, sums_d, self.gexps_d, BLOCK, fmt.k,
+                     fmt.q_max, out)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.scan_cpu import add_into
 from .common import Ctx
 
 __all__ = ["allreduce"]
@@ -31,8 +30,8 @@ def allreduce(ctx: Ctx, x: np.ndarray, out: np.ndarray) -> None:
     nb = ctx.nbytes(n, dt)
     q = 1 << (p.bit_length() - 1)
     extra = p - q
-    recv = ctx.scratch.get("recv", nb, np.uint8)
-    term = ctx.scratch.get("term", n, dt)
+    recv = ctx.wire("recv", nb)
+    term = ctx.values("term", n, dt)
 
     # fold the first 2*extra ranks pairwise: even ones hand their data to the odd ones
     if r < 2 * extra and r % 2 == 0:
@@ -47,12 +46,11 @@ def allreduce(ctx: Ctx, x: np.ndarray, out: np.ndarray) -> None:
         with ctx.rec.mpi():
             ctx.comm.Recv(recv, r - 1, 0)
         ctx.decode(recv, term)
-        out[...] = x
-        add_into(out, term)
+        ctx.copy(out, x)
+        ctx.add_into(out, term)
         vrank = r // 2
     else:
-        if out is not x:
-            out[...] = x
+        ctx.copy(out, x)
         vrank = r - extra
 
     def real(v: int) -> int:
@@ -65,7 +63,7 @@ def allreduce(ctx: Ctx, x: np.ndarray, out: np.ndarray) -> None:
         ctx.sendrecv(send, partner, recv, partner)
         ctx.decode(send, out)
         ctx.decode(recv, term)
-        add_into(out, term)
+        ctx.add_into(out, term)
         mask <<= 1
 
     if extra:

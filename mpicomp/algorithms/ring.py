@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.scan_cpu import add_into
 from .common import Ctx, split
 
 __all__ = ["allreduce", "reduce", "reduce_scatter"]
@@ -34,15 +33,15 @@ def reduce_scatter(
     def chunk(c: int) -> np.ndarray:
         return x[displs[c] : displs[c] + counts[c]]
 
-    partial = ctx.scratch.get("partial", max(counts), dt)
+    partial = ctx.values("partial", max(counts), dt)
     send = ctx.encode(chunk((r - 1) % p), "send")
     for step in range(p - 1):
         c = (r - 2 - step) % p
-        recv = ctx.scratch.get("recv", ctx.nbytes(counts[c], dt), np.uint8)
+        recv = ctx.wire("recv", ctx.nbytes(counts[c], dt))
         ctx.sendrecv(send, right, recv, left)
         acc = partial[: counts[c]]
         ctx.decode(recv, acc)
-        add_into(acc, chunk(c))
+        ctx.add_into(acc, chunk(c))
         if step < p - 2:
             send = ctx.encode(acc, "send")
     return partial[: counts[r]]
@@ -62,7 +61,7 @@ def _final_streams(
     mine = reduce_scatter(ctx, x, counts, displs)
     sizes = [ctx.nbytes(c, x.dtype) for c in counts]
     offsets = [int(v) for v in np.cumsum([0] + sizes[:-1])]
-    streams = ctx.scratch.get("streams", sum(sizes), np.uint8)
+    streams = ctx.wire("streams", sum(sizes))
     ctx.encode_into(mine, streams[offsets[r] : offsets[r] + sizes[r]])
     return streams, counts, displs, sizes, offsets
 
@@ -96,7 +95,8 @@ def reduce(ctx: Ctx, x: np.ndarray, out: np.ndarray | None, root: int) -> None:
     """
     r = ctx.rank
     streams, counts, displs, sizes, offsets = _final_streams(ctx, x)
-    mine = streams[offsets[r] : offsets[r] + sizes[r]].copy()
+    mine = ctx.wire("mine", sizes[r])
+    ctx.copy(mine, streams[offsets[r] : offsets[r] + sizes[r]])
     with ctx.rec.mpi():
         if r == root:
             ctx.comm.Gatherv(mine, [streams, (sizes, offsets)], root=root)

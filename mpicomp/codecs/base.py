@@ -44,16 +44,23 @@ class Codec(abc.ABC):
             return 0.0
         return 8.0 * self.encoded_nbytes(count, dtype) / count
 
-    def encode(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    def encode(self, x: np.ndarray, out: np.ndarray | None = None, *,
+               checked: bool = False) -> np.ndarray:
         """Encode a contiguous array; return a 1-D uint8 array of ``encoded_nbytes`` bytes.
 
         ``out``, when given, is a 1-D contiguous uint8 array of at least that
         many bytes; the stream is written to its head and that head returned.
         Raises :class:`~mpicomp.errors.UncompressibleError` when the buffer
         holds values the format cannot carry (see each codec's docs).
+
+        ``checked=True`` says the caller has already made sure that ``x``
+        can be encoded (finite, and within a cast's range; the
+        communicator's agreement step does): on the device the encoder then
+        skips the 4-byte flag read that would wait for the stream, so the
+        call stays asynchronous. The stream is the same either way.
         """
         if device.is_device_array(x):
-            return self._encode_on_device(x, out)
+            return self._encode_on_device(x, out, checked)
         flat = self._check_input(x)
         n = self._nbytes(flat.size, flat.dtype)
         stream = _check_stream_out(out, n)
@@ -124,7 +131,7 @@ class Codec(abc.ABC):
         """Decode the uint8 ``buf`` of exact size into the 1-D contiguous ``out``."""
 
     # -- CUDA buffers (mpicomp/device.py) -------------------------------------
-    def _encode_on_device(self, x: Any, out: Any) -> Any:
+    def _encode_on_device(self, x: Any, out: Any, checked: bool = False) -> Any:
         xd = device.as_device(x)
         self._check_dtype(xd.dtype)
         n = self._nbytes(xd.size, np.dtype(xd.dtype))
@@ -134,7 +141,7 @@ class Codec(abc.ABC):
         if np.dtype(od.dtype) != np.uint8 or od.size < n:
             raise ValueError(f"out must be a device uint8 buffer of at least {n} bytes")
         if n:
-            self._encode_device(xd, od[:n], device.current_stream())
+            self._encode_device(xd, od[:n], device.current_stream(), checked)
         return out[:n]
 
     def _decode_on_device(self, buf: Any, out: Any, count: Any, dtype: Any) -> Any:
@@ -152,8 +159,9 @@ class Codec(abc.ABC):
             self._decode_device(bd[:n], od, device.current_stream())
         return out
 
-    def _encode_device(self, x: Any, out: Any, stream: Any) -> None:
-        """Encode the flat device array ``x`` into ``out`` on ``stream`` (GPU codecs override)."""
+    def _encode_device(self, x: Any, out: Any, stream: Any, checked: bool) -> None:
+        """Encode the flat device array ``x`` into ``out`` on ``stream`` (GPU codecs override);
+        read the kernel's refusal flag unless ``checked``."""
         raise TypeError(f"codec {self.codec_id!r} has no GPU kernels")
 
     def _decode_device(self, buf: Any, out: Any, stream: Any) -> None:

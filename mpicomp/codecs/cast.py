@@ -96,7 +96,7 @@ class CastCodec(Codec):
         kernel = cast_cpu.decode_f16 if self.target == "float16" else cast_cpu.decode_bf16
         call(kernel, readonly(buf.view(np.uint16)), out, serial=out.size < SERIAL_BELOW)
 
-    def _encode_device(self, x: Any, out: Any, stream: Any) -> None:
+    def _encode_device(self, x: Any, out: Any, stream: Any, checked: bool) -> None:
         from ..kernels import cast_cuda
 
         codes = out.view(np.uint16)
@@ -111,7 +111,7 @@ class CastCodec(Codec):
             kernel = cast_cuda.encode_bf16_from64 if wide else cast_cuda.encode_bf16_from32
             kernel[blocks, threads, stream](x if wide else x.view(np.uint32), codes, flag)
         # one 4-byte read (a stream synchronization): the only way to refuse the buffer
-        if flag.copy_to_host(stream=stream)[0]:
+        if not checked and flag.copy_to_host(stream=stream)[0]:
             raise self._uncompressible(
                 "overflow", f"a finite value is beyond the range of {self.target}"
             )

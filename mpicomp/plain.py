@@ -1,0 +1,93 @@
+"""Plain MPI calls on any buffers: host, device with a CUDA-aware MPI, or device staged.
+
+Calls that do not compress (below the threshold, NaN/Inf, an unsupported
+dtype or op, ...) go to mpi4py's own method with the caller's arguments.
+With CUDA buffers that needs care MPI cannot take itself:
+
+* the stream that produced a buffer must have finished before MPI reads it
+  (mpi4py ignores the stream of ``__cuda_array_interface__``);
+* an MPI library that is not CUDA-aware cannot touch device memory at all:
+  each device buffer of the call is then copied to a host buffer, MPI runs
+  on the copies, and the copies of the buffers MPI writes are copied back
+  (after completion, for a nonblocking call). This fallback moves the
+  uncompressed data twice over PCIe; compressed calls stage only their
+  streams (:mod:`mpicomp.memory`).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from . import device
+from .cuda_aware import cuda_aware
+
+__all__ = ["call", "on_device"]
+
+#: methods whose first buffer argument is (also) written by MPI
+_FIRST_WRITTEN = ("Bcast", "Ibcast", "Recv", "Irecv")
+
+
+def _obj(spec: Any) -> Any:
+    return spec[0] if isinstance(spec, (list, tuple)) and spec else spec
+
+
+def _replace(spec: Any, obj: Any) -> Any:
+    if isinstance(spec, (list, tuple)) and spec:
+        return [obj, *spec[1:]]
+    return obj
+
+
+def on_device(spec: Any) -> bool:
+    """True when a buffer spec's memory is a CUDA buffer."""
+    return spec is not MPI.IN_PLACE and device.is_device_array(_obj(spec))
+
+
+def call(fn: Callable[..., Any], comm: Any, args: tuple[Any, ...],
+         written: Callable[[int], bool] | None = None) -> tuple[Any, str]:
+    """``fn(comm, *args)`` made safe for device buffers; returns (result, memory label)."""
+    dev = [i for i, a in enumerate(args) if on_device(a)]
+    if not dev:
+        return fn(comm, *args), "host"
+    stream = device.current_stream()
+    stream.synchronize()
+    direct, _ = cuda_aware()
+    if direct:
+        new = [_replace(a, device.for_mpi(_obj(a))) if i in dev else a
+               for i, a in enumerate(args)]
+        return fn(comm, *new), "device, CUDA-aware MPI"
+    name = getattr(fn, "__name__", "")
+    if written is None:
+        def written(i: int) -> bool:
+            return i > 0 or name in _FIRST_WRITTEN
+    new = list(args)
+    copies: list[tuple[Any, np.ndarray]] = []
+    for i in dev:
+        d = device.as_device(_obj(args[i]), f"argument {i}")
+        host = np.empty(d.size, dtype=d.dtype)
+        device.copy_to_host(host, d, stream)
+        new[i] = _replace(args[i], host)
+        if written(i):
+            copies.append((d, host))
+    stream.synchronize()
+    result = fn(comm, *new)
+
+    def copy_back() -> None:
+        for d, host in copies:
+            device.copy_to_device(d, host, stream)
+        stream.synchronize()
+
+    if isinstance(result, MPI.Request):
+        from .requests import Request
+
+        inner = result
+
+        def work() -> None:
+            inner.Wait()
+            copy_back()
+
+        return Request.start(work), "device, staged through host (plain data)"
+    copy_back()
+    return result, "device, staged through host (plain data)"

@@ -1,0 +1,427 @@
+"""Device (CUDA) buffers through the communicator: every method, both MPI paths.
+
+These tests are marked ``device`` and run wherever device arrays exist:
+
+* on a machine with a GPU (``make test-gpu``): CuPy arrays and Numba device
+  arrays, and the results must be bitwise identical to the host path's;
+* without one, under Numba's CUDA simulator (``make test`` runs the stages
+  ``sim2`` and ``sim3``: ``NUMBA_ENABLE_CUDASIM=1 mpiexec -n 2|3``). There
+  the kernels are the simulated GPU kernels, and device memory is host
+  memory: handed to MPI through ``__cuda_array_interface__`` it takes the
+  same device-pointer path into mpi4py as on a GPU. Buffers are Numba
+  simulator arrays and, for the ``cai`` kind, plain host memory behind
+  ``__cuda_array_interface__`` (as any foreign CUDA array reaches us).
+
+Each test runs with ``MPICOMP_CUDA_AWARE=1`` (streams handed to MPI on the
+device) and ``=0`` (staged through pinned host buffers); ``comm.stats()``
+must say which ran. Lossy results are checked against the exact sum with
+the bound of ``mpicomp.algorithms.bounds``.
+"""
+from __future__ import annotations
+
+import hashlib
+import warnings
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import mpicomp
+from mpicomp import device
+from mpicomp.algorithms import bounds, homomorphic
+from mpicomp.codecs import get_codec
+from mpicomp.kernels.jit import SIMULATOR
+
+pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.device]
+
+LABEL = {"1": "device, CUDA-aware MPI", "0": "device, staged through pinned host"}
+PLAIN_LABEL = {"1": "device, CUDA-aware MPI", "0": "device, staged through host (plain data)"}
+N = 2048 + 37  # a partial last block for every codec
+
+
+def _gpu() -> bool:
+    if SIMULATOR:
+        return False
+    try:
+        from numba import cuda
+
+        return bool(cuda.is_available())
+    except Exception:  # noqa: BLE001
+        return False
+
+
+KINDS = ["numba", "cai"] if SIMULATOR else ["cupy", "numba"]
+
+
+@pytest.fixture(autouse=True)
+def _needs_device():
+    if not (SIMULATOR or _gpu()):
+        pytest.skip("needs a CUDA device, or NUMBA_ENABLE_CUDASIM=1 (make test runs the "
+                    "simulator stages sim2 and sim3)")
+    with warnings.catch_warnings():
+        # the simulator runs the kernels' integer arithmetic in NumPy scalars, which wrap
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
+@pytest.fixture(params=["1", "0"], ids=["cuda-aware", "staged"])
+def aware(request, monkeypatch):
+    monkeypatch.setenv("MPICOMP_CUDA_AWARE", request.param)
+    return request.param
+
+
+def to_device(x: np.ndarray, kind: str):
+    """A device buffer of kind ``kind`` holding a copy of ``x``."""
+    from numba import cuda
+
+    if kind == "cupy":
+        import cupy
+
+        return cupy.asarray(x)
+    if kind == "cai":  # host memory behind __cuda_array_interface__ (simulator only)
+        return device.HostMemoryAsDevice(np.array(x, copy=True))
+    return cuda.to_device(x)
+
+
+def to_host(d) -> np.ndarray:
+    device.current_stream().synchronize()
+    if isinstance(d, device.HostMemoryAsDevice):
+        return d.array.copy()
+    if hasattr(d, "get") and not hasattr(d, "copy_to_host"):
+        return d.get()
+    return d.copy_to_host()
+
+
+def gradient_like(n: int, dtype, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(n) * np.exp(rng.standard_normal(n))).astype(dtype)
+
+
+def exact_sum(comm, x: np.ndarray) -> np.ndarray:
+    out = np.empty(x.size, np.float64)
+    comm.Allreduce(x.astype(np.float64), out)
+    return out
+
+
+def check_sum(comm, config, algorithm, x, y):
+    """``y`` (the compressed sum of every rank's ``x``) within the bound, same bits everywhere."""
+    p = comm.Get_size()
+    digests = comm.allgather(hashlib.sha256(y.tobytes()).hexdigest())
+    assert len(set(digests)) == 1, "ranks disagree bitwise"
+    c, a = bounds.codec_constants(get_codec(config), x.dtype)
+    g = comm.allreduce(float(np.abs(x).max()), op=MPI.SUM)
+    bound = bounds.allreduce_bound(algorithm, p, c, a, g, x.dtype)
+    err = float(np.abs(y.astype(np.float64) - exact_sum(comm, x)).max())
+    assert err <= bound, f"max error {err:.3g} > bound {bound:.3g}"
+
+
+def host_result(comm, config, algorithm, x):
+    """The host path's Allreduce of ``x`` (only where the CPU codecs run: not in the simulator)."""
+    mc = mpicomp.Comm(comm, codec=config, threshold=0, algorithm=algorithm)
+    y = np.empty_like(x)
+    mc.Allreduce(x, y)
+    return y
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+@pytest.mark.parametrize("config", [{"id": "bitplane", "rate": 8.25}, {"id": "cast",
+                                                                       "dtype": "bfloat16"}],
+                         ids=["bitplane8", "bf16"])
+@pytest.mark.parametrize("algorithm", ["allgather", "ring", "recursive_doubling"])
+def test_allreduce(comm, aware, kind, dtype, config, algorithm):
+    r = comm.Get_rank()
+    mc = mpicomp.Comm(comm, codec=config, threshold=0, algorithm=algorithm)
+    x = gradient_like(N, dtype, seed=10 + r)
+    dx, dy = to_device(x, kind), to_device(np.full(N, np.nan, dtype), kind)
+    mc.Allreduce(dx, dy)
+    y = to_host(dy)
+    check_sum(comm, config, algorithm, x, y)
+    st = mc.stats()["Allreduce"]
+    assert st["compressed"] == 1 and st["algorithms"] == {algorithm: 1}
+    assert st["memory"] == {LABEL[aware]: 1}
+    np.testing.assert_array_equal(to_host(dx), x)  # the send buffer is untouched
+    if not SIMULATOR:
+        np.testing.assert_array_equal(y, host_result(comm, config, algorithm, x))
+
+
+@pytest.mark.parametrize("config", [{"id": "zfp", "rate": 16, "dims": 1},
+                                    {"id": "zfp", "rate": 12, "dims": 3}], ids=["1d", "3d"])
+def test_allreduce_zfp_in_place(comm, aware, config):
+    """zfp has no pointwise bound: the result must be close and identical on all ranks."""
+    r = comm.Get_rank()
+    mc = mpicomp.Comm(comm, codec=config, threshold=0, algorithm="ring")
+    x = gradient_like(N, np.float32, seed=20 + r)
+    d = to_device(x, KINDS[0])
+    mc.Allreduce(MPI.IN_PLACE, d)
+    y = to_host(d)
+    digests = comm.allgather(hashlib.sha256(y.tobytes()).hexdigest())
+    assert len(set(digests)) == 1
+    exact = exact_sum(comm, x)
+    rel = np.abs(y - exact).max() / np.abs(exact).max()
+    assert rel < 2.0 ** -(config["rate"] - 8), rel
+    assert mc.stats()["Allreduce"]["memory"] == {LABEL[aware]: 1}
+    if not SIMULATOR:
+        np.testing.assert_array_equal(y, host_result(comm, config, "ring", x))
+
+
+def test_allreduce_max_with_cast(comm, aware):
+    r = comm.Get_rank()
+    mc = mpicomp.Comm(comm, codec={"id": "cast", "dtype": "float16"}, threshold=0)
+    x = gradient_like(N, np.float32, seed=30 + r)
+    dx, dy = to_device(x, KINDS[0]), to_device(np.zeros(N, np.float32), KINDS[0])
+    mc.Allreduce(dx, dy, op=MPI.MAX)
+    exact = np.empty_like(x)
+    comm.Allreduce(x, exact, op=MPI.MAX)
+    want = exact.astype(np.float16).astype(np.float32)  # the cast of the max, exactly
+    np.testing.assert_array_equal(to_host(dy), want)
+    assert mc.stats()["Allreduce"]["algorithms"] == {"cast_order": 1}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_homomorphic_on_device(comm, aware, dtype):
+    """GPU fixed-point kernels; exponents and packed words staged for MPI's host-side op."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    mc = mpicomp.Comm(comm, rate=16, threshold=0, algorithm="homomorphic")
+    x = gradient_like(N, dtype, seed=40 + r)
+    x[64:128] = 0.0  # an all-zero block
+    dx, dy = to_device(x, KINDS[0]), to_device(np.zeros(N, dtype), KINDS[0])
+    mc.Allreduce(dx, dy)
+    y = to_host(dy)
+    digests = comm.allgather(hashlib.sha256(y.tobytes()).hexdigest())
+    assert len(set(digests)) == 1, "ranks disagree bitwise"
+    fmt = homomorphic.choose_format(16, p)
+    nblocks = -(-N // homomorphic.BLOCK)
+    peak = np.zeros(nblocks * homomorphic.BLOCK)
+    peak[:N] = np.abs(x.astype(np.float64))
+    m = peak.reshape(nblocks, homomorphic.BLOCK).max(axis=1)
+    exps = np.where(m > 0, np.frexp(m)[1], -32768).astype(np.int16)
+    gexps = np.empty_like(exps)
+    comm.Allreduce(exps, gexps, op=MPI.MAX)
+    bound = bounds.homomorphic_bound(p, fmt.q_max, gexps, y)
+    err = np.abs(y.astype(np.float64) - exact_sum(comm, x))
+    assert np.all(err <= bound), f"worst excess {float((err - bound).max()):.3g}"
+    st = mc.stats()["Allreduce"]
+    assert st["algorithms"] == {"homomorphic": 1}
+    assert st["memory"] == {"device, staged through pinned host": 1}
+    if not SIMULATOR:
+        host = mpicomp.Comm(comm, rate=16, threshold=0, algorithm="homomorphic")
+        want = np.empty_like(x)
+        host.Allreduce(x, want)
+        np.testing.assert_array_equal(y, want)
+
+
+def test_nonfinite_goes_plain_and_exact(comm, aware):
+    """A NaN on one rank: every rank sends its device buffer uncompressed; MPI's exact sum."""
+    r = comm.Get_rank()
+    mc = mpicomp.Comm(comm, threshold=0)
+    x = gradient_like(N, np.float32, seed=50 + r)
+    if r == 1:
+        x[7] = np.nan
+    dx, dy = to_device(x, KINDS[0]), to_device(np.zeros(N, np.float32), KINDS[0])
+    mc.Allreduce(dx, dy)
+    want = np.empty_like(x)
+    comm.Allreduce(x, want)
+    np.testing.assert_array_equal(to_host(dy), want)
+    st = mc.stats()["Allreduce"]
+    assert st["compressed"] == 0
+    assert st["fallbacks"] == {"nonfinite (NaN or Inf on some rank)": 1}
+    assert st["memory"] == {PLAIN_LABEL[aware]: 1}
+
+
+def test_unsupported_dtype_goes_plain(comm, aware):
+    r, p = comm.Get_rank(), comm.Get_size()
+    mc = mpicomp.Comm(comm, threshold=0)
+    x = np.arange(N, dtype=np.int32) + r
+    dx, dy = to_device(x, KINDS[0]), to_device(np.zeros(N, np.int32), KINDS[0])
+    mc.Allreduce(dx, dy)
+    np.testing.assert_array_equal(to_host(dy), np.arange(N, dtype=np.int32) * p + p * (p - 1) // 2)
+    assert mc.stats()["Allreduce"]["fallbacks"] == {"dtype int32 is not float32/float64": 1}
+
+
+def test_reduce_and_reduce_scatter(comm, aware):
+    p, r = comm.Get_size(), comm.Get_rank()
+    config = {"id": "bitplane", "rate": 12.25}
+    mc = mpicomp.Comm(comm, codec=config, threshold=0)
+    n = 64 * 7 * p
+    x = gradient_like(n, np.float32, seed=60 + r)
+    dx = to_device(x, KINDS[0])
+    dy = to_device(np.zeros(n, np.float32), KINDS[0]) if r == 0 else None
+    mc.Reduce(dx, dy, root=0)
+    c, a = bounds.codec_constants(get_codec(config), x.dtype)
+    g = comm.allreduce(float(np.abs(x).max()), op=MPI.SUM)
+    bound = bounds.allreduce_bound("ring", p, c, a, g, x.dtype)
+    exact = exact_sum(comm, x)
+    if r == 0:
+        assert np.abs(to_host(dy) - exact).max() <= bound
+    ds = to_device(np.zeros(n // p, np.float32), KINDS[0])
+    mc.Reduce_scatter_block(dx, ds)
+    part = exact[r * (n // p) : (r + 1) * (n // p)]
+    assert np.abs(to_host(ds) - part).max() <= bound
+    for name in ("Reduce", "Reduce_scatter_block"):
+        assert mc.stats()[name]["memory"] == {LABEL[aware]: 1}, name
+
+
+def within_codec(config, got: np.ndarray, want: np.ndarray) -> None:
+    c, a = bounds.codec_constants(get_codec(config), want.dtype)
+    err = np.abs(got.astype(np.float64) - want)
+    assert float(err.max()) <= c * float(np.abs(want).max()) + a
+
+
+def test_data_movement(comm, aware):
+    """Allgather, Allgatherv, Alltoall, Bcast, Gather, Scatter on device buffers."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    config = {"id": "bitplane", "rate": 10.25}
+    mc = mpicomp.Comm(comm, codec=config, threshold=0)
+    n = 500
+    kind = KINDS[-1]
+    x = gradient_like(n, np.float32, seed=70 + r)
+    everyone = np.concatenate([gradient_like(n, np.float32, seed=70 + i) for i in range(p)])
+
+    d = to_device(np.zeros(n * p, np.float32), kind)
+    mc.Allgather(to_device(x, kind), d)
+    within_codec(config, to_host(d), everyone)
+
+    counts = [n - 3 * i for i in range(p)]
+    displs = [int(v) for v in np.cumsum([0] + counts[:-1])]
+    d = to_device(np.zeros(sum(counts), np.float32), kind)
+    mc.Allgatherv(to_device(x[: counts[r]], kind), [d, counts, displs, MPI.FLOAT])
+    want = np.concatenate([everyone[i * n : i * n + counts[i]] for i in range(p)])
+    within_codec(config, to_host(d), want)
+
+    blocks = gradient_like(n * p, np.float32, seed=80 + r)
+    d = to_device(np.zeros(n * p, np.float32), kind)
+    mc.Alltoall(to_device(blocks, kind), d)
+    want = np.concatenate([gradient_like(n * p, np.float32, seed=80 + i)[r * n : (r + 1) * n]
+                           for i in range(p)])
+    within_codec(config, to_host(d), want)
+
+    d = to_device(x if r == 1 else np.zeros(n, np.float32), kind)
+    mc.Bcast(d, root=1)
+    within_codec(config, to_host(d), gradient_like(n, np.float32, seed=71))
+
+    d = to_device(np.zeros(n * p, np.float32), kind) if r == 0 else None
+    mc.Gather(to_device(x, kind), d, root=0)
+    if r == 0:
+        within_codec(config, to_host(d), everyone)
+
+    src = to_device(everyone, kind) if r == 0 else None
+    d = to_device(np.zeros(n, np.float32), kind)
+    mc.Scatter(src, d, root=0)
+    within_codec(config, to_host(d), x)
+
+    stats = mc.stats()
+    for name in ("Allgather", "Allgatherv", "Alltoall", "Bcast", "Gather", "Scatter"):
+        assert stats[name]["compressed"] == 1, name
+        assert stats[name]["memory"] == {LABEL[aware]: 1}, name
+
+
+def test_nonblocking(comm, aware):
+    p, r = comm.Get_size(), comm.Get_rank()
+    config = {"id": "bitplane", "rate": 8.25}
+    mc = mpicomp.Comm(comm, codec=config, threshold=0, algorithm="ring")
+    x = gradient_like(N, np.float32, seed=90 + r)
+    dx, dy = to_device(x, KINDS[0]), to_device(np.zeros(N, np.float32), KINDS[0])
+    dg = to_device(np.zeros(N * p, np.float32), KINDS[0])
+    reqs = [mc.Iallreduce(dx, dy), mc.Iallgather(dx, dg)]
+    for q in reqs:
+        q.Wait()
+    check_sum(comm, config, "ring", x, to_host(dy))
+    everyone = np.concatenate([gradient_like(N, np.float32, seed=90 + i) for i in range(p)])
+    within_codec(config, to_host(dg), everyone)
+    stats = mc.stats()
+    assert stats["Iallreduce"]["memory"] == {LABEL[aware]: 1}
+    assert stats["Iallgather"]["memory"] == {LABEL[aware]: 1}
+
+
+def test_reduce_scatter_and_nonblocking_movement(comm, aware, capfd, monkeypatch):
+    """Reduce_scatter with counts, Ialltoall, Ibcast; the MPICOMP_DEBUG line names the path."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    monkeypatch.setenv("MPICOMP_DEBUG", "1")
+    config = {"id": "bitplane", "rate": 12.25}
+    mc = mpicomp.Comm(comm, codec=config, threshold=0)
+    counts = [64 * (3 + i) + 5 * i for i in range(p)]
+    total = sum(counts)
+    x = gradient_like(total, np.float64, seed=110 + r)
+    d = to_device(np.zeros(counts[r], np.float64), KINDS[0])
+    mc.Reduce_scatter(to_device(x, KINDS[0]), d, counts)
+    exact = exact_sum(comm, x)
+    c, a = bounds.codec_constants(get_codec(config), x.dtype)
+    g = comm.allreduce(float(np.abs(x).max()), op=MPI.SUM)
+    bound = bounds.allreduce_bound("ring", p, c, a, g, x.dtype)
+    start = sum(counts[:r])
+    assert np.abs(to_host(d) - exact[start : start + counts[r]]).max() <= bound
+
+    n = 300
+    blocks = gradient_like(n * p, np.float64, seed=120 + r)
+    da = to_device(np.zeros(n * p, np.float64), KINDS[-1])
+    db = to_device(blocks[:n] if r == 0 else np.zeros(n, np.float64), KINDS[-1])
+    reqs = [mc.Ialltoall(to_device(blocks, KINDS[-1]), da), mc.Ibcast(db, root=0)]
+    for q in reqs:
+        q.Wait()
+    want = np.concatenate([gradient_like(n * p, np.float64, seed=120 + i)[r * n : (r + 1) * n]
+                           for i in range(p)])
+    within_codec(config, to_host(da), want)
+    within_codec(config, to_host(db), gradient_like(n * p, np.float64, seed=120)[:n])
+    stats = mc.stats()
+    for name in ("Reduce_scatter", "Ialltoall", "Ibcast"):
+        assert stats[name]["compressed"] == 1 and stats[name]["memory"] == {LABEL[aware]: 1}
+    err = capfd.readouterr().err
+    assert f"Reduce_scatter: compressed (ring, bitplane); {LABEL[aware]};" in err
+
+
+def test_point_to_point(comm, aware):
+    r = comm.Get_rank()
+    config = {"id": "bitplane", "rate": 8.25}
+    mc = mpicomp.Comm(comm, codec=config, threshold=0)
+    x = gradient_like(N, np.float64, seed=100 + r)
+    peer_x = gradient_like(N, np.float64, seed=100 + (1 - r)) if r < 2 else None
+    if r < 2:
+        peer = 1 - r
+        # blocking: 0 sends first
+        d = to_device(np.zeros(N, np.float64), KINDS[0])
+        st = MPI.Status()
+        if r == 0:
+            mc.Send(to_device(x, KINDS[0]), peer, tag=3)
+            mc.Recv(d, peer, tag=4, status=st)
+        else:
+            mc.Recv(d, peer, tag=3, status=st)
+            mc.Send(to_device(x, KINDS[0]), peer, tag=4)
+        within_codec(config, to_host(d), peer_x)
+        assert st.Get_count(MPI.DOUBLE) == N
+        # nonblocking, and a NaN buffer that goes plain (exact)
+        y = x.copy()
+        y[3] = np.nan
+        d1 = to_device(np.zeros(N, np.float64), KINDS[-1])
+        d2 = to_device(np.zeros(N, np.float64), KINDS[-1])
+        reqs = [mc.Irecv(d1, peer, tag=5), mc.Irecv(d2, peer, tag=6),
+                mc.Isend(to_device(x, KINDS[-1]), peer, tag=5),
+                mc.Isend(to_device(y, KINDS[-1]), peer, tag=6)]
+        for q in reqs:
+            q.Wait()
+        within_codec(config, to_host(d1), peer_x)
+        peer_y = peer_x.copy()
+        peer_y[3] = np.nan
+        np.testing.assert_array_equal(to_host(d2), peer_y)
+        # Sendrecv
+        d3 = to_device(np.zeros(N, np.float64), KINDS[0])
+        mc.Sendrecv(to_device(x, KINDS[0]), peer, 7, d3, peer, 7)
+        within_codec(config, to_host(d3), peer_x)
+        stats = mc.stats()
+        assert stats["Send"]["memory"] == {LABEL[aware]: 1}
+        assert stats["Recv"]["memory"] == {LABEL[aware]: 2}  # Sendrecv's receive counts here
+        assert stats["Isend"]["compressed"] == 1
+        assert stats["Isend"]["fallbacks"] == {"nonfinite (NaN or Inf)": 1}
+        assert stats["Irecv"]["compressed"] == 1
+    comm.Barrier()
+
+
+def test_bad_device_input_raises(comm, aware):
+    mc = mpicomp.Comm(comm, threshold=0)
+    x = np.zeros(N, np.float32)
+    with pytest.raises(ValueError, match="all be host .* or all device"):
+        mc.Allreduce(to_device(x, KINDS[0]), np.zeros(N, np.float32))
+    if KINDS[0] == "numba":
+        strided = to_device(np.zeros(2 * N, np.float32), "numba")[::2]
+        with pytest.raises(ValueError, match="C-contiguous"):
+            mc.Allreduce(strided, to_device(x, "numba"))
