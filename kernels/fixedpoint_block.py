@@ -23,10 +23,16 @@ EXP_NONE = -32768
 
 @njit(cache=True, inline="always")
 def round_half_even(v):
-    """``v`` rounded to the nearest integer, ties to even (``np.rint``) for ``|v| < 2**51``."""
-    r = math.floor(v + 0.5)
-    if r - v == 0.5 and (np.int64(r) & np.int64(1)) != 0:
-        r -= 1.0
+    """``v`` rounded to the nearest integer, ties to even (``np.rint``) for ``|v| < 2**51``.
+
+    ``v`` (a product) is only floored and compared, never added to: the CUDA
+    compiler would fuse such an addition with the product into one FMA,
+    which rounds differently from the CPU near ties.
+    """
+    r = math.floor(v)
+    h = r + 0.5
+    if v > h or (v == h and (np.int64(r) & np.int64(1)) != 0):
+        r += 1.0
     return r
 
 

@@ -324,10 +324,10 @@ class Comm(MPI.Intracomm):
             return self._plain(rec, reason, MPI.Intracomm.Iallreduce, sendbuf, recvbuf, op)
         engine, executor = self._async()
         x, out = sbuf.data(), rbuf.data()
-        stream = device.current_stream() if sbuf.on_device else None
+        where = device.capture() if sbuf.on_device else (None, None)
 
         def work() -> None:
-            with device.using_stream(stream):
+            with device.using_stream(*where):
                 self._allreduce_body(engine, rec, pol, x, out, op, sendbuf, recvbuf,
                                      sbuf.on_device)
             rec.commit()
@@ -592,10 +592,10 @@ class Comm(MPI.Intracomm):
             return self._plain(self._call(name, main.nbytes), reason, plain, *args)
         engine, executor = self._async()
         worker_comm = _WorkerView(self, engine)
-        stream = device.current_stream() if main.on_device else None
+        where = device.capture() if main.on_device else (None, None)
 
         def work() -> None:
-            with device.using_stream(stream):
+            with device.using_stream(*where):
                 blocking.__func__(worker_comm, *args, **settings)
 
         return Request.start(work, executor)
@@ -707,21 +707,25 @@ class Comm(MPI.Intracomm):
         status = MPI.Status()
         with rec.mpi():
             inner, _ = plain_mpi.call(MPI.Intracomm.Irecv, self, ([landing, MPI.BYTE], source, tag))
+        where = device.capture() if b.on_device else (None, None)
 
         def work() -> None:
             inner.Wait(status)
             nbytes = status.Get_count(MPI.BYTE)
-            if p2p.is_frame_length(nbytes):
-                _unframe(landing[:nbytes], b, rec, status, memory)
-            else:
-                rec.plain("sender sent plain data")
-                rec.where(memory.label)
-                target = b.array.view(np.uint8)[:nbytes]
-                if b.on_device:
-                    device.copy_to_device(target, landing[:nbytes], memory.stream)
-                    memory.synchronize()
+            with device.using_stream(*where):
+                if p2p.is_frame_length(nbytes):
+                    _unframe(landing[:nbytes], b, rec, status, memory)
                 else:
-                    target[...] = landing[:nbytes]
+                    rec.plain("sender sent plain data")
+                    rec.where(memory.label)
+                    target = b.array.view(np.uint8)[:nbytes]
+                    if b.on_device:
+                        device.copy_to_device(target, landing[:nbytes], memory.stream)
+                    else:
+                        target[...] = landing[:nbytes]
+                # complete only when the data is in place (and before this request's
+                # landing and stage buffers go back to the pool)
+                memory.synchronize()
             rec.commit()
 
         return Request.start(work)
@@ -739,7 +743,7 @@ class Comm(MPI.Intracomm):
 def _landing(memory: HostMemory | DeviceMemory, nbytes: int) -> Any:
     """A new buffer a message lands in: on the device for a CUDA-aware MPI, else host."""
     if memory.wire_on_device:
-        return device.as_device(device.empty(nbytes, np.uint8), "landing")
+        return device.as_device(device.empty(nbytes, np.uint8), "landing", sync=False)
     return np.empty(nbytes, dtype=np.uint8)
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "THREADS",
     "HostMemoryAsDevice",
     "as_device",
+    "capture",
     "copy_to_device",
     "copy_to_host",
     "current_stream",
@@ -30,6 +31,7 @@ __all__ = [
     "grid",
     "is_device_array",
     "pinned_empty",
+    "same_memory",
     "serialized",
     "synchronize",
     "using_stream",
@@ -46,8 +48,11 @@ def is_device_array(obj: Any) -> bool:
     """True for a CUDA buffer (``__cuda_array_interface__`` or a CUDA DLPack capsule)."""
     if isinstance(obj, (np.ndarray, bytes, bytearray, memoryview)):
         return False
-    if hasattr(obj, "__cuda_array_interface__"):
-        return True
+    try:
+        if hasattr(obj, "__cuda_array_interface__"):
+            return True
+    except Exception:  # noqa: BLE001 - e.g. a dtype the interface cannot describe
+        pass
     if _simulated(obj):
         return True
     dev = getattr(obj, "__dlpack_device__", None)
@@ -89,21 +94,30 @@ def _cupy() -> Any:
     return cupy
 
 
-def as_device(obj: Any, name: str = "x") -> Any:
-    """A flat Numba device array over ``obj``'s memory (ValueError if not contiguous)."""
+def as_device(obj: Any, name: str = "x", sync: bool = True) -> Any:
+    """A flat Numba device array over ``obj``'s memory (ValueError if not contiguous).
+
+    ``sync`` waits for the stream a foreign array names in its interface (Numba's
+    default); mpicomp's own buffers, ordered on the call's stream, pass False.
+    """
     from numba import cuda
 
-    if not hasattr(obj, "__cuda_array_interface__") and not _simulated(obj):
-        cp = _cupy()
-        if cp is None:
-            raise TypeError(f"{name}: a DLPack CUDA buffer needs CuPy to be viewed")
-        obj = cp.from_dlpack(obj)
     if _simulated(obj):
         arr = obj
     elif _sim():
         arr = _simulated_view(obj)
     else:
-        arr = cuda.as_cuda_array(obj)
+        from numba.cuda.cudadrv.devicearray import DeviceNDArray
+
+        if isinstance(obj, DeviceNDArray):
+            arr = obj
+        else:
+            if not hasattr(obj, "__cuda_array_interface__"):
+                cp = _cupy()
+                if cp is None:
+                    raise TypeError(f"{name}: a DLPack CUDA buffer needs CuPy to be viewed")
+                obj = cp.from_dlpack(obj)
+            arr = cuda.as_cuda_array(obj, sync=sync)
     if not arr.is_c_contiguous():
         raise ValueError(f"{name} must be C-contiguous (shape {arr.shape}, strides {arr.strides})")
     return arr.reshape(arr.size)
@@ -131,18 +145,51 @@ def serialized() -> Any:
 
 
 @contextlib.contextmanager
-def using_stream(stream: Any) -> Iterator[None]:
-    """Make :func:`current_stream` return ``stream`` in this thread for the block.
+def using_stream(stream: Any, device_id: int | None = None) -> Iterator[None]:
+    """Make :func:`current_stream` return ``stream`` in this thread for the block,
+    with ``device_id`` (when given) the current GPU of Numba and CuPy.
 
-    The communicator captures the caller's stream when a call starts and
-    runs its kernels there, also from its worker thread.
+    The communicator captures the caller's stream and GPU when a call starts
+    (:func:`capture`) and runs its kernels there, also from its worker thread
+    (where Numba and CuPy would otherwise use GPU 0).
     """
     previous = getattr(_local, "stream", None)
     _local.stream = stream
     try:
-        yield
+        with contextlib.ExitStack() as stack:
+            if device_id is not None and not _sim():
+                from numba import cuda
+
+                stack.enter_context(cuda.gpus[device_id])
+                cp = _cupy()
+                if cp is not None:
+                    stack.enter_context(cp.cuda.Device(device_id))
+            yield
     finally:
         _local.stream = previous
+
+
+def capture() -> tuple[Any, int | None]:
+    """(stream, GPU id) of the calling thread, for :func:`using_stream` on another thread."""
+    stream = current_stream()
+    if _sim():
+        return stream, None
+    cp = _cupy()
+    if cp is not None:
+        return stream, cp.cuda.Device().id
+    from numba import cuda
+
+    return stream, cuda.get_current_device().id
+
+
+def same_memory(a: Any, b: Any) -> bool:
+    """True when two device arrays start at the same address (in-place calls)."""
+    if _simulated(a) and _simulated(b):
+        return a._ary.ctypes.data == b._ary.ctypes.data
+    try:
+        return int(a.device_ctypes_pointer.value or 0) == int(b.device_ctypes_pointer.value or 0)
+    except AttributeError:
+        return False
 
 
 def current_stream() -> Any:
@@ -177,7 +224,7 @@ def zeros_like_flag(stream: Any) -> Any:
     """A device int32[1] set to 0 on ``stream`` (for kernels that flag a condition).
 
     The memory comes from CuPy's pool when CuPy is here (no cudaMalloc per call)."""
-    flag = as_device(empty(1, np.int32), "flag")
+    flag = as_device(empty(1, np.int32), "flag", sync=False)
     flag.copy_to_device(_ZERO, stream=stream)
     return flag
 

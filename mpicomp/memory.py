@@ -85,10 +85,26 @@ class DevicePools:
     def __init__(self) -> None:
         self.device = Scratch(_device_alloc)
         self.pinned = Scratch(device.pinned_empty)
+        self._stream: Any = None
+
+    def use(self, stream: Any) -> None:
+        """Start a call on ``stream``: when the previous call ran on another stream,
+        wait for it first (its last decode may still read these buffers)."""
+        previous = self._stream
+        if previous is not None and previous is not stream and _key(previous) != _key(stream):
+            previous.synchronize()
+        self._stream = stream
+
+
+def _key(stream: Any) -> Any:
+    try:
+        return int(stream)
+    except TypeError:
+        return id(stream)
 
 
 def _device_alloc(nbytes: int) -> Any:
-    return device.as_device(device.empty(nbytes, np.uint8), "scratch")
+    return device.as_device(device.empty(nbytes, np.uint8), "scratch", sync=False)
 
 
 class DeviceMemory:
@@ -101,6 +117,7 @@ class DeviceMemory:
     on_device = True
 
     def __init__(self, pools: DevicePools, stream: Any, direct: bool) -> None:
+        pools.use(stream)
         self.pools = pools
         self.stream = stream
         self.direct = direct
@@ -152,6 +169,8 @@ class DeviceMemory:
         if dst is src or not dst.size:
             return
         if device.is_device_array(dst):
+            if device.is_device_array(src) and device.same_memory(dst, src):
+                return  # in place
             device.copy_to_device(dst, src, self.stream)
         else:  # staged streams: host memory the stream may still be writing
             self.stream.synchronize()
@@ -159,8 +178,6 @@ class DeviceMemory:
 
     def max_abs(self, x: Any) -> float:
         """max |x| over a device array (+Inf for NaN/Inf); waits for the stream."""
-        from numba import cuda
-
         from .kernels import scan_cuda
 
         if not x.size:
@@ -168,7 +185,8 @@ class DeviceMemory:
         wide = np.dtype(x.dtype) == np.float64
         utype, ftype = (np.uint64, np.float64) if wide else (np.uint32, np.float32)
         mask = utype(0x7FFFFFFFFFFFFFFF if wide else 0x7FFFFFFF)
-        result = cuda.to_device(np.zeros(1, utype), stream=self.stream)
+        result = device.as_device(device.empty(1, utype), "result", sync=False)  # CuPy's pool
+        result.copy_to_device(np.zeros(1, utype), stream=self.stream)
         blocks, threads = device.grid(x.size)
         with device.serialized():
             scan_cuda.max_abs_bits[min(blocks, 256), threads, self.stream](
@@ -181,7 +199,8 @@ class DeviceMemory:
     def order_keys(self, codes: Any) -> None:
         from .kernels import scan_cuda
 
-        if not self.wire_on_device:
+        if not self.wire_on_device:  # staged: wait for the copy into the host buffer
+            self.stream.synchronize()
             np.bitwise_xor(codes, np.int16(0x7FFF), out=codes, where=codes < 0)
         elif codes.size:
             blocks, threads = device.grid(codes.size)

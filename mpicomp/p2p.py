@@ -76,7 +76,7 @@ def build(codec: Codec, x: Any, memory: Any = None) -> Any:
         frame[nb:] = tail
         return frame
     if memory.wire_on_device:
-        frame = device.as_device(device.empty(nb + tail.size, np.uint8), "frame")
+        frame = device.as_device(device.empty(nb + tail.size, np.uint8), "frame", sync=False)
         memory.encode(codec, x, frame[:nb])
         device.copy_to_device(frame[nb:], tail, memory.stream)
     else:

@@ -83,10 +83,12 @@ def call(fn: Callable[..., Any], comm: Any, args: tuple[Any, ...],
         from .requests import Request
 
         inner = result
+        where = device.capture()
 
         def work() -> None:
             inner.Wait()
-            copy_back()
+            with device.using_stream(*where):
+                copy_back()
 
         return Request.start(work), "device, staged through host (plain data)"
     copy_back()
