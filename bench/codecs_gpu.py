@@ -130,15 +130,13 @@ def run(size_mib: float, dtype: str, data: str, repeat: int, cases: list[tuple[s
         if "note" in r:
             lines.append(f"| {r['case']} | {r['note']} |||||||")
             continue
+        identical = "-" if "identical" not in r else "yes" if r["identical"] else "NO"
+        target = (f"{r['target_gbps']:.0f} | {'yes' if r['met'] else 'NO'}"
+                  if "target_gbps" in r else "- | -")
         lines.append(
             f"| {r['case']} | {r['bits_per_value']:.3f} | {r['enc_gbps']:.1f} | "
             f"{r['dec_gbps']:.1f} | {r['enc_copy']:.2f} | {r['dec_copy']:.2f} | "
-            f"{'yes' if r.get('identical') else 'NO' if 'identical' in r else '-'} | "
-            f"{r['target_gbps']:.0f} | {'yes' if r['met'] else 'NO'} |"
-            if "target_gbps" in r else
-            f"| {r['case']} | {r['bits_per_value']:.3f} | {r['enc_gbps']:.1f} | "
-            f"{r['dec_gbps']:.1f} | {r['enc_copy']:.2f} | {r['dec_copy']:.2f} | "
-            f"{'yes' if r.get('identical') else 'NO' if 'identical' in r else '-'} | - | - |"
+            f"{identical} | {target} |"
         )
     text = "\n".join(f"# {h}" for h in header) + "\n" + "\n".join(lines) + "\n"
     print(text, end="", file=out)

@@ -33,7 +33,6 @@ __all__ = [
     "pinned_empty",
     "same_memory",
     "serialized",
-    "synchronize",
     "using_stream",
     "zeros_like_flag",
 ]
@@ -97,8 +96,9 @@ def _cupy() -> Any:
 def as_device(obj: Any, name: str = "x", sync: bool = True) -> Any:
     """A flat Numba device array over ``obj``'s memory (ValueError if not contiguous).
 
-    ``sync`` waits for the stream a foreign array names in its interface (Numba's
-    default); mpicomp's own buffers, ordered on the call's stream, pass False.
+    ``sync`` waits for the stream a foreign array names in its interface when that
+    is not the stream mpicomp's kernels run on (so an encode on the caller's current
+    stream stays asynchronous); mpicomp's own buffers pass False.
     """
     from numba import cuda
 
@@ -117,7 +117,7 @@ def as_device(obj: Any, name: str = "x", sync: bool = True) -> Any:
                 if cp is None:
                     raise TypeError(f"{name}: a DLPack CUDA buffer needs CuPy to be viewed")
                 obj = cp.from_dlpack(obj)
-            arr = cuda.as_cuda_array(obj, sync=sync)
+            arr = cuda.as_cuda_array(obj, sync=sync and _other_stream(obj))
     if not arr.is_c_contiguous():
         raise ValueError(f"{name} must be C-contiguous (shape {arr.shape}, strides {arr.strides})")
     return arr.reshape(arr.size)
@@ -169,6 +169,16 @@ def using_stream(stream: Any, device_id: int | None = None) -> Iterator[None]:
         _local.stream = previous
 
 
+def _other_stream(obj: Any) -> bool:
+    """True when a foreign array's interface names a stream other than the one mpicomp's
+    kernels run on (only then must that stream be waited for)."""
+    named = obj.__cuda_array_interface__.get("stream")
+    if named is None:
+        return False
+    mine = int(current_stream()) or 1  # the interface calls the legacy default stream 1
+    return int(named) != mine
+
+
 def capture() -> tuple[Any, int | None]:
     """(stream, GPU id) of the calling thread, for :func:`using_stream` on another thread."""
     stream = current_stream()
@@ -211,10 +221,6 @@ def current_stream() -> Any:
 def grid(n: int) -> tuple[int, int]:
     """(blocks, threads) covering ``n`` work items."""
     return max(1, -(-n // THREADS)), THREADS
-
-
-def synchronize(stream: Any) -> None:
-    stream.synchronize()
 
 
 _ZERO = np.zeros(1, np.int32)

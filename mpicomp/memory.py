@@ -243,6 +243,6 @@ class MPIOnDevice:
 
 
 def _for_mpi(arg: Any) -> Any:
-    if isinstance(arg, list) and arg:
-        return [device.for_mpi(arg[0]), *arg[1:]]
-    return device.for_mpi(arg)
+    from .plain import spec_object, with_object
+
+    return with_object(arg, device.for_mpi(spec_object(arg)))

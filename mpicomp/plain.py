@@ -24,17 +24,19 @@ from mpi4py import MPI
 from . import device
 from .cuda_aware import cuda_aware
 
-__all__ = ["call", "on_device"]
+__all__ = ["call", "on_device", "spec_object", "with_object"]
 
 #: methods whose first buffer argument is (also) written by MPI
 _FIRST_WRITTEN = ("Bcast", "Ibcast", "Recv", "Irecv")
 
 
-def _obj(spec: Any) -> Any:
+def spec_object(spec: Any) -> Any:
+    """The memory object of a buffer spec (``buf`` or the first item of ``[buf, ...]``)."""
     return spec[0] if isinstance(spec, (list, tuple)) and spec else spec
 
 
-def _replace(spec: Any, obj: Any) -> Any:
+def with_object(spec: Any, obj: Any) -> Any:
+    """``spec`` with its memory object replaced by ``obj``."""
     if isinstance(spec, (list, tuple)) and spec:
         return [obj, *spec[1:]]
     return obj
@@ -42,7 +44,7 @@ def _replace(spec: Any, obj: Any) -> Any:
 
 def on_device(spec: Any) -> bool:
     """True when a buffer spec's memory is a CUDA buffer."""
-    return spec is not MPI.IN_PLACE and device.is_device_array(_obj(spec))
+    return spec is not MPI.IN_PLACE and device.is_device_array(spec_object(spec))
 
 
 def call(fn: Callable[..., Any], comm: Any, args: tuple[Any, ...],
@@ -55,7 +57,7 @@ def call(fn: Callable[..., Any], comm: Any, args: tuple[Any, ...],
     stream.synchronize()
     direct, _ = cuda_aware()
     if direct:
-        new = [_replace(a, device.for_mpi(_obj(a))) if i in dev else a
+        new = [with_object(a, device.for_mpi(spec_object(a))) if i in dev else a
                for i, a in enumerate(args)]
         return fn(comm, *new), "device, CUDA-aware MPI"
     name = getattr(fn, "__name__", "")
@@ -65,10 +67,10 @@ def call(fn: Callable[..., Any], comm: Any, args: tuple[Any, ...],
     new = list(args)
     copies: list[tuple[Any, np.ndarray]] = []
     for i in dev:
-        d = device.as_device(_obj(args[i]), f"argument {i}")
+        d = device.as_device(spec_object(args[i]), f"argument {i}")
         host = np.empty(d.size, dtype=d.dtype)
         device.copy_to_host(host, d, stream)
-        new[i] = _replace(args[i], host)
+        new[i] = with_object(args[i], host)
         if written(i):
             copies.append((d, host))
     stream.synchronize()

@@ -8,7 +8,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..codecs import Codec
-from ..memory import HostMemory
+from ..memory import DeviceMemory, HostMemory
 from ..stats import Recorder
 
 __all__ = ["ALIGN", "Ctx", "split"]
@@ -32,13 +32,9 @@ class Ctx:
     comm: MPI.Intracomm
     codec: Codec
     rec: Recorder
-    memory: Any = None
+    memory: HostMemory | DeviceMemory
 
     def __post_init__(self) -> None:
-        if self.memory is None:
-            from ..scratch import Scratch
-
-            self.memory = HostMemory(Scratch())
         self.comm = self.memory.mpi_comm(self.comm)
 
     @property
