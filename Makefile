@@ -4,6 +4,8 @@
 #   make bench     the codec benchmark (python -m mpicomp.bench codecs)
 #   make bench-comm  the collective benchmarks under mpiexec: allreduce (BENCH_RANKS ranks,
 #                  options in ARGS, e.g. ARGS=--quick) and overlap (2 ranks, OVERLAP_ARGS)
+#   make bench-net (root) the benchmark in ARGS on a simulated cluster (bench/netcluster.sh):
+#                  HOSTS network namespaces (4) x PPN ranks (1), links shaped to RATE (1gbit)
 #   make test-gpu  where a GPU is: the tests marked gpu (serial) and device (under mpiexec -n 2
 #                  and 4), then the GPU benchmarks (bench-gpu); they skip without a CUDA device
 #   make bench-gpu codecs --buffer cupy, and allreduce-gpu (256 MiB CuPy buffers, 4 ranks)
@@ -18,7 +20,7 @@ PIP_INSTALL := $(VPY) -m pip install --disable-pip-version-check $(if $(filter t
 ARGS   ?=
 VENV_ARGS ?=
 
-.PHONY: all venv test bench bench-comm test-gpu bench-gpu clean distclean
+.PHONY: all venv test bench bench-comm bench-net test-gpu bench-gpu clean distclean
 
 all: test
 
@@ -31,7 +33,7 @@ $(STAMP): setup.py pyproject.toml
 	  $(PYTHON) -m venv $(VENV_ARGS) $(VENV) || { echo "'$(PYTHON) -m venv' failed (on Debian/Ubuntu: apt-get install python3-venv)"; rm -rf $(VENV); exit 1; }; \
 	fi
 	$(PIP_INSTALL) --upgrade pip setuptools wheel
-	$(PIP_INSTALL) -e '.[test,mpich]'
+	$(PIP_INSTALL) -e '.[test,mpich,bench]'
 	@touch $@
 
 test: venv
@@ -46,6 +48,16 @@ OVERLAP_ARGS ?=
 bench-comm: venv
 	OMP_WAIT_POLICY=PASSIVE $(VENV)/bin/mpiexec -n $(BENCH_RANKS) $(VPY) -m mpicomp.bench allreduce $(ARGS)
 	OMP_WAIT_POLICY=PASSIVE $(VENV)/bin/mpiexec -n 2 $(VPY) -m mpicomp.bench overlap $(OVERLAP_ARGS)
+
+HOSTS ?= 4
+PPN   ?= 1
+RATE  ?= 1gbit
+NET_ARGS_DEFAULT := allreduce --sizes 4M,16M --cases bitplane:8.25,bitplane:4.25 --algorithms ring
+
+bench-net: venv
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" MPIEXEC="$(CURDIR)/$(VENV)/bin/mpiexec" OMP_WAIT_POLICY=PASSIVE \
+	  bench/netcluster.sh --hosts $(HOSTS) --ppn $(PPN) --rate $(RATE) -- \
+	  $(VPY) -m mpicomp.bench $(or $(strip $(ARGS)),$(NET_ARGS_DEFAULT))
 
 test-gpu: venv
 	@$(VPY) -c "import cupy" 2>/dev/null || { echo "test-gpu needs CuPy in $(VENV): pip install 'mpicomp[gpu]' (cupy-cuda12x; cupy-cuda13x for CUDA 13), or make the venv with VENV_ARGS=--system-site-packages where CuPy is installed system-wide"; exit 1; }

@@ -18,5 +18,6 @@ setup(
         "mpich": ["mpich"],
         "test": ["pytest>=8", "pytest-mpi>=0.6", "pytest-timeout", "zfpy>=1.0.1"],
         "gpu": ["cupy-cuda12x"],
+        "bench": ["scikit-learn", "matplotlib"],
     },
 )

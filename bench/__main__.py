@@ -6,14 +6,17 @@ Subcommands: ``codecs`` (codec speed and accuracy, ``mpicomp.bench.codecs``),
 ``mpicomp.bench.allreduce``) and ``overlap`` (does a compressed Iallreduce
 progress while the caller computes, ``mpicomp.bench.overlap``) and
 ``allreduce-gpu`` (compressed vs plain Allreduce of CuPy buffers,
-``mpicomp.bench.allreduce_gpu``).
+``mpicomp.bench.allreduce_gpu``), and the OSU-style sweeps ``osu_allreduce``,
+``osu_allgather``, ``osu_alltoall``, ``osu_reduce_scatter``, ``osu_bcast``,
+``osu_latency`` and ``osu_bw`` (mpicomp vs plain MPI over message sizes, in
+the OSU Micro-Benchmarks' conventions, ``mpicomp.bench.osu``).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from . import accuracy, allreduce, allreduce_gpu, codecs, overlap
+from . import accuracy, allreduce, allreduce_gpu, codecs, osu, overlap
 
 SUBCOMMANDS = {
     "codecs": (codecs, "codec encode/decode speed and error on one buffer"),
@@ -24,6 +27,7 @@ SUBCOMMANDS = {
                          "(run under mpiexec)"),
     "allreduce-gpu": (allreduce_gpu, "compressed vs plain Allreduce of CuPy buffers, checked "
                                      "against the exact sum (run under mpiexec, needs a GPU)"),
+    **osu.subcommands(),
 }
 
 

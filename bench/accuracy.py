@@ -90,7 +90,7 @@ def _psnr_and_bits(codec, x: np.ndarray) -> tuple[float, float]:
 def run(
     n: int = 1 << 20,
     dtype: str = "float32",
-    data: str = "gradient,gaussian,smooth",
+    data: str = "real,gradient,gaussian,smooth",
     seed: int = 0,
     argv: list[str] | None = None,
     out: TextIO | None = None,
@@ -161,7 +161,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``accuracy`` subcommand's options."""
     parser.add_argument("--n", type=int, default=1 << 20, help="values per data set (1048576)")
     parser.add_argument("--dtype", choices=bench_data.DTYPES, default="float32")
-    parser.add_argument("--data", default="gradient,gaussian,smooth",
+    parser.add_argument("--data", default="real,gradient,gaussian,smooth",
                         help="comma-separated data sets among " + ", ".join(bench_data.KINDS))
     parser.add_argument("--seed", type=int, default=0, help="data seed (0)")
 

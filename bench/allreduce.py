@@ -49,6 +49,8 @@ __all__ = ["DEFAULT_CASES", "add_arguments", "main", "parse_sizes", "run"]
 DEFAULT_SIZES = "256K,4M,64M"
 DEFAULT_CASES = "bitplane:4.25,bitplane:8.25,bitplane:16.25,cast:bfloat16,zfp:8,zfp:16"
 DEFAULT_ALGORITHMS = "allgather,ring,recursive_doubling,homomorphic"
+#: "default" in --algorithms adds the case a user gets with no settings at all
+#: (codec auto: compressed only where the calibrated model predicts a gain)
 DEFAULT_HOMOMORPHIC_RATES = "4.25,8.25,16.25"
 QUICK = {"sizes": "64K", "repeat": 2, "warmup": 1, "min_time": 0.0,
          "cases": "bitplane:8.25,cast:bfloat16,zfp:8", "homomorphic_rates": "8.25"}
@@ -217,12 +219,16 @@ def build_cases(cases: str, algorithms: str, homomorphic_rates: str, p: int
 
     algs = [a.strip().replace("-", "_") for a in algorithms.split(",") if a.strip()]
     for a in algs:
-        if a not in ALGORITHMS:
-            raise ValueError(f"unknown algorithm {a!r}; use some of {list(ALGORITHMS)}")
+        if a not in ALGORITHMS and a != "default":
+            raise ValueError(f"unknown algorithm {a!r}; use some of "
+                             f"{[*ALGORITHMS, 'default']}")
     parsed = [parse_case(c) for c in cases.split(",") if c.strip()]
     out = []
+    if "default" in algs:
+        # what a user gets with mpicomp.COMM_WORLD and no settings: the model decides
+        out.append({"case": "default", "algorithm": "model", "settings": {}, "default": True})
     for alg in algs:
-        if alg == "homomorphic":
+        if alg in ("homomorphic", "default"):
             continue
         for label, codec in parsed:
             config = codec.get_config()
@@ -270,7 +276,9 @@ def measure(world: Any, case: dict[str, Any], x: np.ndarray, ref: np.ndarray, re
     if case["settings"] is None:
         times = timed(world, lambda: world.Allreduce(x, out), repeat, warmup, min_time)
     else:
-        comm = mpicomp.Comm(world.Dup(), threshold=0, **case["settings"])
+        # the default case keeps the default threshold; the others compress every size
+        extra = {} if case.get("default") else {"threshold": 0}
+        comm = mpicomp.Comm(world.Dup(), **extra, **case["settings"])
         try:
             times = timed(world, lambda: comm.Allreduce(x, out), repeat, warmup, min_time,
                           after_warmup=comm.reset_stats)
@@ -278,6 +286,9 @@ def measure(world: Any, case: dict[str, Any], x: np.ndarray, ref: np.ndarray, re
         finally:
             comm.Free()
         calls = st["calls"]
+        if case.get("default"):
+            ran = sorted(st["algorithms"]) or ["plain"]
+            row["algorithm"] = "model: " + "/".join(ran)
         row.update(
             wire_kib=_mean(world, st["wire_bytes"] / calls) / 1024,
             ratio=_mean(world, st["ratio"]),
@@ -321,7 +332,7 @@ def run(
     repeat: int = 5,
     warmup: int = 1,
     min_time: float = 0.5,
-    data: str = "gradient",
+    data: str = "real",
     seed: int = 0,
     threads: int | None = None,
     argv: list[str] | None = None,
@@ -410,7 +421,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default {DEFAULT_CASES})")
     parser.add_argument("--algorithms", default=DEFAULT_ALGORITHMS,
                         help=f"comma-separated algorithms (default {DEFAULT_ALGORITHMS}); "
-                             "homomorphic runs once per --homomorphic-rates")
+                             "homomorphic runs once per --homomorphic-rates; default adds "
+                             "the no-settings case (the model decides)")
     parser.add_argument("--homomorphic-rates", default=None,
                         help="comma-separated rates of the homomorphic algorithm "
                              f"(default {DEFAULT_HOMOMORPHIC_RATES})")
@@ -424,7 +436,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_rank_options(parser: argparse.ArgumentParser, quick: dict[str, Any]) -> None:
     """Options shared by the benchmarks that run on MPI ranks (data, seed, threads, quick)."""
-    parser.add_argument("--data", choices=bench_data.KINDS, default="gradient")
+    parser.add_argument("--data", choices=bench_data.KINDS, default="real")
     parser.add_argument("--seed", type=int, default=0, help="data seed of rank 0 (0)")
     parser.add_argument("--threads", type=int, default=None,
                         help="numba threads per rank (default: usable cores / ranks per node)")

@@ -75,7 +75,7 @@ def main(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     p, r = world.Get_size(), world.Get_rank()
     cp.cuda.Device(r % cp.cuda.runtime.getDeviceCount()).use()
     n = int(args.size_mib * 2**20) // 4
-    x_host = bench_data.generate("gradient", n, np.dtype(np.float32), seed=r)
+    x_host = bench_data.generate("real", n, np.dtype(np.float32), seed=r)
     exact = np.empty(n, np.float64)
     world.Allreduce(x_host.astype(np.float64), exact)
     g = world.allreduce(float(np.abs(x_host).max()), op=MPI.SUM)

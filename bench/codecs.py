@@ -240,7 +240,7 @@ COLUMNS = [
 def run(
     size_mib: float = 64,
     dtype: str = "float32",
-    data: str = "gradient",
+    data: str = "real",
     repeat: int = 5,
     cases: str = DEFAULT_CASES,
     threads: int | None = None,
@@ -359,7 +359,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``codecs`` subcommand's options."""
     parser.add_argument("--size-mib", type=float, default=64, help="buffer size in MiB (64)")
     parser.add_argument("--dtype", choices=bench_data.DTYPES, default="float32")
-    parser.add_argument("--data", choices=bench_data.KINDS, default="gradient")
+    parser.add_argument("--data", choices=bench_data.KINDS, default="real")
     parser.add_argument("--repeat", type=int, default=5, help="timed calls per measurement (5)")
     parser.add_argument("--cases", default=DEFAULT_CASES,
                         help="comma-separated codec specs: zfp:RATE[:DIMS], "

@@ -155,7 +155,7 @@ def run(
     algorithm: str = "auto",
     computes: str = "numpy,sleep",
     repeat: int = 5,
-    data: str = "gradient",
+    data: str = "real",
     seed: int = 0,
     threads: int | None = None,
     argv: list[str] | None = None,

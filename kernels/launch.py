@@ -1,4 +1,4 @@
-"""Calling the parallel (``prange``) kernels: small calls run on one thread.
+"""Calling the parallel (``prange``) kernels: on this rank's thread budget, small calls on one.
 
 A ``parallel=True`` kernel wakes every Numba worker thread even when there
 is one work item. That costs microseconds on an idle machine, and much more
@@ -10,6 +10,10 @@ count inside the kernel instead would stop Numba from caching it.)
 Numba compiles a kernel separately for read-only and writable arrays;
 ``readonly`` gives inputs one type, so that a read-only buffer (say, from
 ``bytes``) does not trigger a second compilation.
+
+Every call runs on at most :func:`mpicomp.threads.budget` threads (the
+usable cores divided among the ranks of the job on this node), whatever
+Numba's own thread count is.
 """
 from __future__ import annotations
 
@@ -19,23 +23,28 @@ from typing import Any
 import numba
 import numpy as np
 
+from ..threads import budget
+
 __all__ = ["SERIAL_BELOW", "call", "readonly"]
 
 #: kernels on fewer values than this run on one thread (cast kernels)
 SERIAL_BELOW = 1 << 16
 
 
-def call(kernel: Callable[..., Any], *args: Any, serial: bool) -> Any:
-    """``kernel(*args)``, on one thread when ``serial`` (restoring the thread count after)."""
-    if serial:
-        nthreads = numba.get_num_threads()
-        if nthreads > 1:
-            numba.set_num_threads(1)
-            try:
-                return kernel(*args)
-            finally:
-                numba.set_num_threads(nthreads)
-    return kernel(*args)
+def call(kernel: Callable[..., Any], *args: Any, serial: bool = False) -> Any:
+    """``kernel(*args)`` on one thread when ``serial``, else on at most the rank's budget.
+
+    Numba's thread count is per calling thread; it is restored after the call.
+    """
+    nthreads = numba.get_num_threads()
+    want = 1 if serial else min(nthreads, budget())
+    if want == nthreads:
+        return kernel(*args)
+    numba.set_num_threads(want)
+    try:
+        return kernel(*args)
+    finally:
+        numba.set_num_threads(nthreads)
 
 
 def readonly(a: np.ndarray) -> np.ndarray:

@@ -4,14 +4,16 @@
   NaN or an infinity. One value decides, for every rank at once (after a
   MAX allreduce), whether a buffer can be compressed safely: no NaN/Inf,
   and sums of ``p`` such values cannot overflow.
-* :func:`add_into`: ``acc += x`` on all cores.
+* :func:`add_into`: ``acc += x`` on the rank's thread budget.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["CHUNK", "add_into", "max_abs", "max_abs_bits"]
+from .launch import call
+
+__all__ = ["CHUNK", "add_into", "add_into_kernel", "max_abs", "max_abs_bits"]
 
 #: values per parallel work item
 CHUNK = 1 << 16
@@ -41,17 +43,24 @@ def max_abs_bits(u, mask):
 
 def max_abs(x: np.ndarray) -> float:
     """max |x| as a float64, +Inf when ``x`` holds a NaN or an Inf (0.0 if empty)."""
+    serial = x.size <= CHUNK
     if x.dtype == np.float32:
-        bits = max_abs_bits(x.view(np.uint32), np.uint32(0x7FFFFFFF))
+        bits = call(max_abs_bits, x.view(np.uint32), np.uint32(0x7FFFFFFF), serial=serial)
         v = float(np.array(bits, dtype=np.uint32).view(np.float32))
     else:
-        bits = max_abs_bits(x.view(np.uint64), np.uint64(0x7FFFFFFFFFFFFFFF))
+        bits = call(max_abs_bits, x.view(np.uint64), np.uint64(0x7FFFFFFFFFFFFFFF),
+                    serial=serial)
         v = float(np.array(bits, dtype=np.uint64).view(np.float64))
     return v if v <= np.finfo(np.float64).max else float("inf")
 
 
+def add_into(acc: np.ndarray, x: np.ndarray) -> None:
+    """``acc += x`` on the rank's thread budget (``kernels/launch.py``)."""
+    call(add_into_kernel, acc, x, serial=acc.size <= CHUNK)
+
+
 @njit(parallel=True, cache=True, nogil=True)
-def add_into(acc, x):
+def add_into_kernel(acc, x):
     """``acc[i] += x[i]`` for every i (same length, same dtype)."""
     n = acc.size
     nchunks = (n + CHUNK - 1) // CHUNK

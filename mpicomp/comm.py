@@ -21,6 +21,7 @@ which and why:
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import math
 import threading
 from collections.abc import Callable, Sequence
@@ -30,17 +31,17 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
 
-from . import algorithms, collectives, device, p2p
+from . import algorithms, calibration, collectives, device, model, p2p, topology
 from . import plain as plain_mpi
 from .agreement import agree
 from .algorithms.common import Ctx
 from .buffers import Buf, is_in_place, parse, parse_v
 from .cuda_aware import cuda_aware
 from .memory import DeviceMemory, DevicePools, HostMemory
-from .policy import Policy, Resolved, resolve
+from .policy import Policy, Resolved, environment_policy, resolve
 from .requests import Request
 from .scratch import Scratch
-from .stats import Recorder, Stats
+from .stats import Recorder, Stats, debug_enabled
 
 __all__ = ["Comm"]
 
@@ -49,6 +50,10 @@ _OP_NAMES = ("SUM", "MAX", "MIN", "PROD", "LAND", "LOR", "LXOR", "BAND", "BOR", 
 
 #: largest finite value of each cast target
 _CAST_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
+
+
+#: why the codec ``auto`` leaves host buffers of a one-node communicator to plain MPI
+ONE_NODE = "codec auto: one node (plain MPI through shared memory is faster)"
 
 
 def _op_name(op: MPI.Op) -> str:
@@ -83,6 +88,22 @@ class _Engine:
     def free(self) -> None:
         if self.comm != MPI.COMM_NULL:
             self.comm.Free()
+
+
+class _ModelState:
+    """A communicator's calibration and codec speeds (shared with its worker view).
+
+    Filled at the same collective calls on every rank, so every rank holds
+    the same numbers and takes the same decisions.
+    """
+
+    def __init__(self) -> None:
+        self.cal: calibration.Calibration | None = None
+        self.speeds: dict[tuple[str, str, bool], tuple[float, float]] = {}
+        self.layout: topology.Layout | None = None
+        #: (bytes, reason): calls without settings on NumPy arrays of fewer bytes go to
+        #: plain MPI at once, without parsing or screening (see Comm._fast_plain)
+        self.plain_below: tuple[float, str] | None = None
 
 
 class Comm(MPI.Intracomm):
@@ -132,6 +153,10 @@ class Comm(MPI.Intracomm):
 
     def _setup(self, policy: Policy) -> None:
         self._policy = policy
+        self._env_policy = environment_policy()
+        self._default: Resolved | None = None
+        self._model = _ModelState()
+        self._debug = debug_enabled()
         self._stats = Stats()
         self._lock = threading.Lock()
         self._engine: _Engine | None = None
@@ -152,7 +177,124 @@ class Comm(MPI.Intracomm):
     def resolved_policy(self, **settings: Any) -> Resolved:
         """The settings a call with these keyword overrides would use."""
         self._state_ok()
-        return resolve(Policy(**settings), self._policy)
+        if settings:
+            return resolve(Policy(**settings), self._policy, env=self._env_policy)
+        if self._default is None:
+            pol = self._default = resolve(Policy(), self._policy, env=self._env_policy)
+            if not self._debug and self._model.plain_below is None:
+                self._size1 = self.Get_size() == 1
+                self._stats.threshold = pol.threshold
+                self._model.plain_below = (
+                    (math.inf, "codec none") if not pol.enabled
+                    else (pol.threshold, "below threshold"))
+        return self._default
+
+    def _fast_plain(self, name: str, nbytes: int) -> bool:
+        """True (and counted) when a call without settings goes to plain MPI by its size alone.
+
+        The test must cost next to nothing, since tiny calls are the ones
+        it serves: a cached size limit for the default policy, known once a
+        first call resolved it (the threshold; with the codec ``auto``, no
+        limit at all once the model found that the communicator is on one
+        node). The limit is the same on every rank.
+        """
+        try:
+            limit = self._model.plain_below
+        except AttributeError:  # made by mpi4py without __new__: not set up yet
+            return False
+        if limit is None or nbytes >= limit[0] or self._size1:
+            return False
+        self._stats.fast_plain(name, nbytes, limit[1])
+        return True
+
+    # -- the performance model ----------------------------------------------------
+    @property
+    def calibration(self) -> calibration.Calibration | None:
+        """The measured speeds the model uses (None until a call or :meth:`calibrate` needed them)."""
+        self._state_ok()
+        return self._model.cal
+
+    def calibrate(self, force: bool = False, **settings: Any) -> calibration.Calibration:
+        """Measure (or load, see ``MPICOMP_CALIBRATION``) this job's MPI and codec speeds.
+
+        Collective. Runs by itself at the first call that needs the model;
+        call it first to keep the probe out of a timed region. ``force``
+        measures anew. The codec of the policy (with ``settings``) is measured
+        on float32 host buffers too.
+        """
+        self._state_ok()
+        engine = self._main_engine()
+        if force or self._model.cal is None:
+            self._model.cal = calibration.obtain(engine.comm, topology.layout(engine.comm),
+                                                 force=force)
+            self._model.speeds.clear()
+        pol = self.resolved_policy(**settings)
+        if pol.enabled:
+            self._codec_speed(pol, np.dtype(np.float32), False)
+        return self._model.cal
+
+    def predict(self, method: str, nbytes: int, dtype: Any = np.float32,
+                **settings: Any) -> model.Prediction:
+        """The model's prediction for ``method`` on ``nbytes`` raw bytes (``comm.stats()``'s
+        count: Allgather one rank's part, Alltoall the whole send buffer).
+
+        Collective the first time it needs a measurement (the calibration,
+        a codec's speed); local after that.
+        """
+        pol = self.resolved_policy(**settings)
+        if not pol.enabled:
+            raise ValueError("predict: the policy's codec is 'none', nothing to predict")
+        self.calibrate()
+        dt = np.dtype(dtype)
+        speed = self._codec_speed(pol, dt, False)
+        assert self._model.cal is not None
+        return model.predict(self._model.cal, method, int(nbytes), pol.codec, dt, speed,
+                             pol.algorithm)
+
+    def _predict(self, engine: _Engine, method: str, pol: Resolved, nbytes: int,
+                 dtype: np.dtype, on_device: bool, codec: Any = None,
+                 algorithm: str | None = None) -> model.Prediction:
+        """The model's prediction with ``pol``'s codec speed (collective if not measured yet)."""
+        if self._model.cal is None:
+            self.calibrate()
+        speed = self._codec_speed(pol, np.dtype(dtype), on_device, engine)
+        assert self._model.cal is not None
+        return model.predict(self._model.cal, method, nbytes, codec or pol.codec, dtype, speed,
+                             algorithm or pol.algorithm)
+
+    def _codec_speed(self, pol: Resolved, dtype: np.dtype, on_device: bool,
+                     engine: _Engine | None = None) -> tuple[float, float]:
+        key = _speed_key(pol, dtype, on_device)
+        speed = self._model.speeds.get(key)
+        if speed is None:
+            engine = engine or self._main_engine()
+            assert self._model.cal is not None
+            speed = calibration.codec_speed(engine.comm, self._model.cal, pol.codec, dtype,
+                                            engine.memory(on_device))
+            self._model.speeds[key] = speed
+        return speed
+
+    def _consult(self, method: str, pol: Resolved, nbytes: int, dtype: np.dtype,
+                 on_device: bool, rec: Recorder | None) -> str | None:
+        """Ask the model (collective the first time); the plain-MPI reason or None."""
+        if pol.auto and not on_device:
+            if self._model.layout is None:
+                self._model.layout = topology.layout(self._main_engine().comm)
+            if not self._model.layout.spans_nodes:
+                # shared memory moves bytes faster than a CPU codec encodes them: no probe
+                if self._model.plain_below is not None and pol is self._default:
+                    self._model.plain_below = (math.inf, ONE_NODE)
+                return ONE_NODE
+        # Before the agreement step, ranks may hold different per-call settings (an error
+        # the agreement reports): so the codec speed used here is that of the
+        # communicator's own auto codec, which every rank measured at the same call.
+        pred = self._predict(self._main_engine(), method, self.resolved_policy(), nbytes, dtype,
+                             on_device, codec=pol.codec, algorithm=pol.algorithm)
+        if rec is not None:
+            rec.predicted(pred)
+        if pol.auto and not pred.compress:
+            return "model: plain MPI predicted faster"
+        return None
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per-method counters of this rank (see :mod:`mpicomp.stats`)."""
@@ -217,9 +359,16 @@ class Comm(MPI.Intracomm):
 
     def _screen(
         self, pol: Resolved, bufs: Sequence[Buf], nbytes: int, op: MPI.Op | None = None,
-        collective: bool = True,
+        collective: bool = True, method: str | None = None, rec: Recorder | None = None,
     ) -> str | None:
-        """Why this call must go to plain MPI (rank-consistent reasons), or None."""
+        """Why this call must go to plain MPI (rank-consistent reasons), or None.
+
+        ``method`` names a collective the model can predict: with the codec
+        ``auto`` it decides whether to compress, and for an allreduce with the
+        algorithm ``auto`` it picks the algorithm (kept in ``rec``).
+        Point-to-point calls (not ``collective``) never compress under ``auto``:
+        a receive may be posted before the sender's side calibrated.
+        """
         _same_memory(bufs)
         if not pol.enabled:
             return "codec none"
@@ -240,6 +389,10 @@ class Comm(MPI.Intracomm):
                 return f"op {name} cannot be computed on {pol.codec.codec_id} streams"
         if nbytes < pol.threshold:
             return f"below threshold ({nbytes} B < {pol.threshold} B)"
+        if pol.auto and not collective:
+            return "codec auto: point to point stays plain (name a codec to compress it)"
+        if method is not None and pol.auto:
+            return self._consult(method, pol, nbytes, dt, bufs[0].on_device, rec)
         return None
 
     def _agree(self, engine: _Engine, name: str, pol: Resolved, local: Any,
@@ -268,14 +421,10 @@ class Comm(MPI.Intracomm):
     # -- Allreduce and Reduce -------------------------------------------------
     def _allreduce_body(self, engine: _Engine, rec: Recorder, pol: Resolved, x: Any,
                         out: Any, op: MPI.Op, sendbuf: Any, recvbuf: Any,
-                        on_device: bool) -> None:
+                        on_device: bool, may_measure: bool = True) -> None:
         p = self.Get_size()
         opname = _op_name(op)
-        algorithm = pol.algorithm
-        if opname != "SUM":
-            algorithm = "cast_order"
-        elif algorithm == "auto":
-            algorithm = algorithms.choose(x.nbytes, p)
+        algorithm = "cast_order" if opname != "SUM" else pol.algorithm
         settings = f"Allreduce n={x.size} {x.dtype} op={opname} alg={algorithm}"
         memory = engine.memory(on_device)
         reason = self._agree(engine, "Allreduce", pol, x, x.dtype, settings, p, memory)
@@ -283,6 +432,17 @@ class Comm(MPI.Intracomm):
             _plain_on(engine.comm, rec, reason, MPI.Intracomm.Allreduce, (sendbuf, recvbuf, op))
             rec.sent(rec.raw_bytes)
             return
+        if algorithm == "auto":
+            # The model's choice: made in _screen (codec auto), or now that the agreement
+            # has shown every rank holds the same settings (so a codec probe, if needed, is
+            # run by all of them); on the worker thread only from what is known already.
+            pred = rec.prediction
+            if pred is None and (may_measure or self._model.cal is not None):
+                key = _speed_key(pol, x.dtype, on_device)
+                if may_measure or key in self._model.speeds:
+                    pred = self._predict(engine, "Allreduce", pol, x.nbytes, x.dtype, on_device)
+                    rec.predicted(pred)
+            algorithm = pred.algorithm if pred is not None else algorithms.choose(x.nbytes, p)
         ctx = engine.ctx(pol.codec, rec, memory)
         detail = ""
         if algorithm == "cast_order":
@@ -303,10 +463,13 @@ class Comm(MPI.Intracomm):
         sbuf = rbuf if is_in_place(sendbuf) else parse(sendbuf, "sendbuf")
         _same_count(sbuf, rbuf, name)
         rec = self._call(name, sbuf.nbytes)
-        return pol, sbuf, rbuf, rec, self._screen(pol, [sbuf, rbuf], sbuf.nbytes, op)
+        return pol, sbuf, rbuf, rec, self._screen(pol, [sbuf, rbuf], sbuf.nbytes, op,
+                                                  method="Allreduce", rec=rec)
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,  # noqa: N802
                   **settings: Any) -> None:
+        if not settings and _fast_size(self, "Allreduce", sendbuf, recvbuf):
+            return MPI.Intracomm.Allreduce(self, sendbuf, recvbuf, op)
         pol, sbuf, rbuf, rec, reason = self._allreduce_call(
             "Allreduce", sendbuf, recvbuf, op, settings)
         if reason is not None:
@@ -318,6 +481,8 @@ class Comm(MPI.Intracomm):
 
     def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,  # noqa: N802
                    **settings: Any) -> MPI.Request:
+        if not settings and _fast_size(self, "Iallreduce", sendbuf, recvbuf):
+            return MPI.Intracomm.Iallreduce(self, sendbuf, recvbuf, op)
         pol, sbuf, rbuf, rec, reason = self._allreduce_call(
             "Iallreduce", sendbuf, recvbuf, op, settings)
         if reason is not None:
@@ -329,7 +494,7 @@ class Comm(MPI.Intracomm):
         def work() -> None:
             with device.using_stream(*where):
                 self._allreduce_body(engine, rec, pol, x, out, op, sendbuf, recvbuf,
-                                     sbuf.on_device)
+                                     sbuf.on_device, may_measure=False)
             rec.commit()
 
         return Request.start(work, executor)
@@ -348,7 +513,8 @@ class Comm(MPI.Intracomm):
         if rbuf is not None:
             _same_count(sbuf, rbuf, "Reduce")
         rec = self._call("Reduce", sbuf.nbytes)
-        reason = self._screen(pol, [sbuf] + ([rbuf] if rbuf else []), sbuf.nbytes, op)
+        reason = self._screen(pol, [sbuf] + ([rbuf] if rbuf else []), sbuf.nbytes, op,
+                              method="Reduce", rec=rec)
         if reason is None and _op_name(op) != "SUM":
             reason = f"op {_op_name(op)}: Reduce compresses only SUM"
         if reason is not None:
@@ -369,6 +535,8 @@ class Comm(MPI.Intracomm):
 
     def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,  # noqa: N802
                              **settings: Any) -> None:
+        if not settings and _fast_size(self, "Reduce_scatter_block", sendbuf, recvbuf):
+            return MPI.Intracomm.Reduce_scatter_block(self, sendbuf, recvbuf, op)
         p = self.Get_size()
         rbuf = parse(recvbuf, "recvbuf")
         if is_in_place(sendbuf):
@@ -403,7 +571,7 @@ class Comm(MPI.Intracomm):
         pol = self.resolved_policy(**settings)
         r = self.Get_rank()
         rec = self._call(name, sbuf.nbytes)
-        reason = self._screen(pol, [sbuf, rbuf], sbuf.nbytes, op)
+        reason = self._screen(pol, [sbuf, rbuf], sbuf.nbytes, op, method=name, rec=rec)
         if reason is None and _op_name(op) != "SUM":
             reason = f"op {_op_name(op)}: {name} compresses only SUM"
         if reason is not None:
@@ -431,7 +599,7 @@ class Comm(MPI.Intracomm):
                     engine: _Engine | None = None) -> Recorder | None:
         """Screen, agree, run ``body`` compressed or ``plain``; returns the recorder."""
         rec = self._call(name, nbytes)
-        reason = self._screen(pol, bufs, nbytes)
+        reason = self._screen(pol, bufs, nbytes, method=name, rec=rec)
         if reason is not None:
             self._plain(rec, reason, plain, *args)
             return None
@@ -449,6 +617,8 @@ class Comm(MPI.Intracomm):
         return rec
 
     def Allgather(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> None:  # noqa: N802
+        if not settings and _fast_size(self, "Allgather", sendbuf, recvbuf, per_rank=True):
+            return MPI.Intracomm.Allgather(self, sendbuf, recvbuf)
         pol = self.resolved_policy(**settings)
         p, r = self.Get_size(), self.Get_rank()
         rbuf = parse(recvbuf, "recvbuf", blocks=p)
@@ -499,6 +669,8 @@ class Comm(MPI.Intracomm):
                          f"Allgatherv counts={counts}", body)
 
     def Alltoall(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> None:  # noqa: N802
+        if not settings and _fast_size(self, "Alltoall", sendbuf, recvbuf):
+            return MPI.Intracomm.Alltoall(self, sendbuf, recvbuf)
         pol = self.resolved_policy(**settings)
         p = self.Get_size()
         rbuf = parse(recvbuf, "recvbuf", blocks=p)
@@ -516,6 +688,8 @@ class Comm(MPI.Intracomm):
                          f"Alltoall n={n}", body)
 
     def Bcast(self, buf: Any, root: int = 0, **settings: Any) -> None:  # noqa: N802
+        if not settings and _fast_size(self, "Bcast", buf, buf):
+            return MPI.Intracomm.Bcast(self, buf, root)
         pol = self.resolved_policy(**settings)
         b = parse(buf, "buf")
         local = b.data() if (b.compressible and self.Get_rank() == root) else None
@@ -587,7 +761,9 @@ class Comm(MPI.Intracomm):
         reasons) go to MPI's own nonblocking function at once.
         """
         pol = self.resolved_policy(**settings)
-        reason = self._screen(pol, [main], main.nbytes)
+        method = name[1].upper() + name[2:]  # Iallgather -> Allgather
+        nbytes = main.nbytes // self.Get_size() if method == "Allgather" else main.nbytes
+        reason = self._screen(pol, [main], nbytes, method=method)
         if reason is not None:
             return self._plain(self._call(name, main.nbytes), reason, plain, *args)
         engine, executor = self._async()
@@ -696,9 +872,11 @@ class Comm(MPI.Intracomm):
         pol = self.resolved_policy(**settings)
         b = parse(buf, "buf")
         rec = self._call("Irecv", b.nbytes)
-        if not (pol.enabled and b.compressible) or b.nbytes < pol.threshold:
+        if not (pol.enabled and b.compressible) or b.nbytes < pol.threshold or pol.auto:
             why = "codec none" if not pol.enabled else (
-                b.reason or f"below threshold ({b.nbytes} B < {pol.threshold} B)")
+                b.reason or (f"below threshold ({b.nbytes} B < {pol.threshold} B)"
+                             if b.nbytes < pol.threshold else
+                             "codec auto: point to point stays plain (name a codec to compress it)"))
             return self._plain(rec, why, MPI.Intracomm.Irecv, buf, source, tag, sent=0)
         # The receive is posted now (MPI keeps its matching order); a frame is
         # never longer than the plain message, so the plain size is enough.
@@ -738,6 +916,27 @@ class Comm(MPI.Intracomm):
         rec.commit()
         self.Recv(recvbuf, source, recvtag, status, **settings)
         req.Wait()
+
+
+def _speed_key(pol: Resolved, dtype: Any, on_device: bool) -> tuple[str, str, bool]:
+    return (json.dumps(pol.codec.get_config(), sort_keys=True), np.dtype(dtype).name, on_device)
+
+
+def _fast_size(comm: Comm, name: str, sendbuf: Any, recvbuf: Any, per_rank: bool = False) -> bool:
+    """The fast plain path for bare NumPy buffers (see ``Comm._fast_plain``).
+
+    ``per_rank``: the call's size is one rank's part of ``recvbuf`` when
+    ``sendbuf`` is ``MPI.IN_PLACE`` (Allgather).
+    """
+    if sendbuf is MPI.IN_PLACE:
+        if type(recvbuf) is not np.ndarray:
+            return False
+        nbytes = recvbuf.nbytes // comm.Get_size() if per_rank else recvbuf.nbytes
+    elif type(sendbuf) is np.ndarray:
+        nbytes = sendbuf.nbytes
+    else:
+        return False
+    return comm._fast_plain(name, nbytes)
 
 
 def _landing(memory: HostMemory | DeviceMemory, nbytes: int) -> Any:
@@ -781,10 +980,16 @@ class _WorkerView(Comm):
         self = super().__new__(cls, owner, policy=owner.policy)
         self._stats = owner._stats
         self._engine = engine
+        # the owner's model: its screen ran (and measured what was missing) before this
+        self._env_policy = owner._env_policy
+        self._model = owner._model
         return self
 
     def _call(self, name: str, raw_bytes: int) -> Recorder:
         return super()._call("I" + name.lower(), raw_bytes)
+
+    def _fast_plain(self, name: str, nbytes: int) -> bool:
+        return False  # plain calls of the worker run on its private communicator
 
     def _plain(self, rec: Recorder, reason: str, fn: Callable[..., Any], *args: Any,
                sent: int | None = None) -> Any:

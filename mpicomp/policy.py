@@ -7,11 +7,21 @@ here": a setting is taken from the first place that sets it, in this order:
 2. the communicator's policy (``mpicomp.Comm(MPI.COMM_WORLD, codec="bitplane")``),
 3. the environment (``MPICOMP_CODEC``, ``MPICOMP_RATE``, ``MPICOMP_THRESHOLD``,
    ``MPICOMP_ALGORITHM``),
-4. :data:`DEFAULT` (bitplane at 16 bits per value above 64 KiB, automatic algorithm).
+4. :data:`DEFAULT`: codec ``auto`` at 16 bits per value above 64 KiB,
+   automatic algorithm.
 
-So an unchanged program that does ``from mpicomp import COMM_WORLD`` is
-switched between plain and compressed by the environment alone;
-``MPICOMP_CODEC=none`` turns compression off.
+The codec ``auto`` is bitplane at the policy's rate, used only when the
+performance model (:mod:`mpicomp.model`, calibrated on the job's own
+network and codecs) predicts that compressing the call pays; otherwise
+the call goes to plain MPI. So an unchanged program that does ``from
+mpicomp import COMM_WORLD`` is never slower for it (on one node the model
+always picks plain MPI), and compresses by itself where the network is
+slow. Naming a codec (call, communicator or environment) compresses every
+call above the threshold, with the algorithm still chosen by the model
+unless one is given; ``MPICOMP_CODEC=none`` turns compression off.
+
+The environment is read when a communicator is created
+(``mpicomp.COMM_WORLD``: when ``mpicomp`` is imported).
 """
 from __future__ import annotations
 
@@ -31,6 +41,7 @@ from .errors import UnknownCodecError
 
 __all__ = [
     "ALGORITHMS",
+    "AUTO",
     "DEFAULT",
     "ENV",
     "Policy",
@@ -40,6 +51,11 @@ __all__ = [
 
 #: allreduce algorithms; "auto" picks one by message size and rank count
 ALGORITHMS = ("auto", "allgather", "ring", "recursive_doubling", "homomorphic")
+
+#: the codec setting that lets the performance model decide
+AUTO = "auto"
+#: the codec ``auto`` compresses with (at the policy's rate)
+AUTO_CODEC = "bitplane"
 
 #: environment variable of each setting
 ENV = {
@@ -55,8 +71,8 @@ class Policy:
     """Optional settings; ``None`` defers to the next level (see module docs).
 
     codec
-        A codec id (``"zfp"``, ``"bitplane"``, ``"cast"``, ``"none"``), a
-        config dict (``{"id": "zfp", "dims": 3}``) or a JSON string of one.
+        ``"auto"`` (see the module docs), a codec id (``"zfp"``,
+        ``"bitplane"``, ``"cast"``, ``"none"``), a config dict (``{"id": "zfp", "dims": 3}``) or a JSON string of one.
     rate
         Maximum bits per value on the wire, passed to the codec (and used by
         the homomorphic algorithm).
@@ -103,6 +119,8 @@ class Resolved:
     rate: float
     threshold: int
     algorithm: str
+    #: True when the codec is ``auto``: the model decides whether to compress
+    auto: bool = False
 
     @property
     def enabled(self) -> bool:
@@ -111,7 +129,8 @@ class Resolved:
 
     def describe(self) -> str:
         return (
-            f"codec={json.dumps(self.codec.get_config(), sort_keys=True)} rate={self.rate:g} "
+            f"codec={'auto:' if self.auto else ''}"
+            f"{json.dumps(self.codec.get_config(), sort_keys=True)} rate={self.rate:g} "
             f"threshold={self.threshold} algorithm={self.algorithm}"
         )
 
@@ -136,17 +155,26 @@ def environment_policy(environ: Mapping[str, str] | None = None) -> Policy:
     return Policy(**values)
 
 
-def resolve(call: Policy, comm: Policy, environ: Mapping[str, str] | None = None) -> Resolved:
-    """Resolve call > communicator > environment > :data:`DEFAULT`."""
-    merged = call.merged_over(comm.merged_over(environment_policy(environ).merged_over(DEFAULT)))
+def resolve(call: Policy, comm: Policy, environ: Mapping[str, str] | None = None,
+            env: Policy | None = None) -> Resolved:
+    """Resolve call > communicator > environment > :data:`DEFAULT`.
+
+    ``env``: the environment's policy, if already read (else it is read from
+    ``environ`` or ``os.environ``).
+    """
+    env_policy = env if env is not None else environment_policy(environ)
+    merged = call.merged_over(comm.merged_over(env_policy.merged_over(DEFAULT)))
     spec = merged.codec
-    config = dict(spec) if isinstance(spec, Mapping) else {"id": spec}
+    # the homomorphic algorithm carries no codec: naming it asks for compression
+    auto = spec == AUTO and merged.algorithm != "homomorphic"
+    config = dict(spec) if isinstance(spec, Mapping) else {"id": AUTO_CODEC if auto else spec}
     codec_id = config["id"]
     # the policy's rate goes to the codec unless the codec config names its own
     if "rate" not in config and codec_id not in ("none",):
         config["rate"] = merged.rate
     codec = _build_codec(json.dumps(config, sort_keys=True))
-    return Resolved(codec, float(merged.rate), int(merged.threshold), str(merged.algorithm))
+    return Resolved(codec, float(merged.rate), int(merged.threshold), str(merged.algorithm),
+                    auto)
 
 
 @functools.lru_cache(maxsize=256)
@@ -172,6 +200,8 @@ def _check_codec_spec(spec: Any, source: str = "codec") -> str | Mapping[str, An
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{source}: {text!r} is not a JSON codec config ({exc})") from None
         else:
+            if text == AUTO:
+                return text
             if text not in registered_codecs():
                 raise UnknownCodecError(text, registered_codecs())
             return text
@@ -236,4 +266,4 @@ def _parse_size(raw: str, var: str) -> int:
 
 
 #: the settings used when neither call, communicator nor environment sets them
-DEFAULT = Policy(codec="bitplane", rate=16.0, threshold=64 * 1024, algorithm="auto")
+DEFAULT = Policy(codec=AUTO, rate=16.0, threshold=64 * 1024, algorithm="auto")

@@ -63,19 +63,48 @@ class Stats:
 
     def __init__(self) -> None:
         self._ops: dict[str, OpStats] = {}
+        self._fast: dict[tuple[str, int, str], int] = {}
         self._lock = threading.Lock()
+        #: the default policy's threshold (names the fast path's "below threshold" reason)
+        self.threshold = 0
 
     def op(self, name: str) -> OpStats:
         with self._lock:
+            self._fold_fast()
             return self._ops.setdefault(name, OpStats())
 
     def as_dict(self) -> dict[str, dict[str, Any]]:
         with self._lock:
+            self._fold_fast()
             return {name: s.as_dict() for name, s in sorted(self._ops.items())}
 
     def reset(self) -> None:
         with self._lock:
             self._ops.clear()
+            self._fast.clear()
+
+    def fast_plain(self, name: str, nbytes: int, reason: str) -> None:
+        """Count a call that went to plain MPI on the fast path (host memory, no codec).
+
+        Only the caller's thread takes the fast path; the counts are kept
+        apart (a dict update, no lock) and folded into the table when read.
+        """
+        key = (name, nbytes, reason)
+        n = self._fast.get(key)
+        self._fast[key] = 1 if n is None else n + 1
+
+    def _fold_fast(self) -> None:
+        """Move the fast-path counts into the table (caller holds the lock)."""
+        while self._fast:
+            (name, nbytes, reason), calls = self._fast.popitem()
+            s = self._ops.setdefault(name, OpStats())
+            s.calls += calls
+            s.raw_bytes += calls * nbytes
+            s.wire_bytes += calls * nbytes
+            if reason == "below threshold":
+                reason = f"below threshold ({nbytes} B < {self.threshold} B)"
+            s.fallbacks[reason] += calls
+            s.memory["host"] += calls
 
     def __repr__(self) -> str:
         return f"Stats({self.as_dict()!r})"
@@ -98,6 +127,7 @@ class Recorder:
         self.reason = ""
         self.detail = ""
         self.memory = "host"
+        self.prediction: Any = None  #: the model's mpicomp.model.Prediction, if it was asked
 
     @contextlib.contextmanager
     def codec(self) -> Iterator[None]:
@@ -120,6 +150,10 @@ class Recorder:
 
     def plain(self, reason: str) -> None:
         self.path, self.reason = "plain", reason
+
+    def predicted(self, prediction: Any) -> None:
+        """Keep the model's prediction for this call (shown in the debug line)."""
+        self.prediction = prediction
 
     def where(self, memory: str) -> None:
         """Where the call's data was (see the module docs)."""
@@ -152,7 +186,8 @@ class Recorder:
                 f"[mpicomp rank {self.rank}] {self.op}: {what}; {self.memory}; "
                 f"raw {self.raw_bytes} B, "
                 f"sent {self.wire_bytes} B, codec {self.codec_seconds * 1e3:.3f} ms, "
-                f"MPI {self.mpi_seconds * 1e3:.3f} ms",
+                f"MPI {self.mpi_seconds * 1e3:.3f} ms"
+                + (f"; {self.prediction.describe()}" if self.prediction is not None else ""),
                 file=sys.stderr,
                 flush=True,
             )

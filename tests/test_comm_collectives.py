@@ -15,7 +15,6 @@ import pytest
 from mpi4py import MPI
 
 import mpicomp
-from mpicomp import algorithms
 from mpicomp.algorithms import bounds
 from mpicomp.codecs import get_codec
 
@@ -186,7 +185,7 @@ def test_compressed_suite_within_bounds(comm, config, dt):
         elif name in REDUCTIONS:
             # Reduce and Reduce_scatter run the ring; Allreduce what "auto" picks
             ring = name.startswith("Reduce")
-            alg = "ring" if ring else algorithms.choose(N * y.itemsize, p)
+            alg = "ring" if ring else mc.predict("Allreduce", N * y.itemsize, y.dtype).algorithm
             key = "Reduce_scatter" if name.startswith("Reduce_scatter") else (
                 "Allreduce-double-spec" if name == "Allreduce-double-spec" else "Allreduce")
             bound = bounds.allreduce_bound(alg, p, c, a, g[key], y.dtype)

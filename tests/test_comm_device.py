@@ -214,7 +214,7 @@ def test_homomorphic_on_device(comm, aware, dtype):
 def test_nonfinite_goes_plain_and_exact(comm, aware):
     """A NaN on one rank: every rank sends its device buffer uncompressed; MPI's exact sum."""
     r = comm.Get_rank()
-    mc = mpicomp.Comm(comm, threshold=0)
+    mc = mpicomp.Comm(comm, codec="bitplane", threshold=0)
     x = gradient_like(N, np.float32, seed=50 + r)
     if r == 1:
         x[7] = np.nan

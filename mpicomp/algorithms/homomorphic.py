@@ -33,6 +33,7 @@ from mpi4py import MPI
 
 from .. import device
 from ..kernels import fixedpoint_cpu as fx
+from ..kernels.launch import call
 from .common import Ctx
 
 __all__ = ["BLOCK", "Format", "allreduce", "choose_format"]
@@ -84,7 +85,7 @@ def _sum_op(k: int) -> MPI.Op:
     def add(inbuf, inoutbuf, datatype):  # noqa: ARG001 - MPI's signature
         src = np.frombuffer(inbuf, dtype=np.uint64)
         dst = np.frombuffer(inoutbuf, dtype=np.uint64)
-        fx.swar_add(dst, src, high, low)
+        call(fx.swar_add, dst, src, high, low)
 
     return MPI.Op.Create(add, commute=True)
 
@@ -119,19 +120,19 @@ class _HostSteps:
     def exponents(self, x: np.ndarray, nblocks: int) -> np.ndarray:
         exps = self.ctx.memory.host("exps", nblocks, np.int16)
         with self.ctx.rec.codec():
-            fx.block_exponents(x, BLOCK, exps)
+            call(fx.block_exponents, x, BLOCK, exps)
         return exps
 
     def pack(self, x: np.ndarray, gexps: np.ndarray, fmt: Format, nwords: int) -> np.ndarray:
         self.gexps = gexps
         words = self.ctx.memory.host("words", nwords, np.uint64)
         with self.ctx.rec.codec():
-            fx.quantize_pack(x, gexps, BLOCK, fmt.k, fmt.q_max, words)
+            call(fx.quantize_pack, x, gexps, BLOCK, fmt.k, fmt.q_max, words)
         return words
 
     def unpack(self, sums: np.ndarray, fmt: Format, out: np.ndarray) -> None:
         with self.ctx.rec.codec():
-            fx.unpack_dequantize(sums, self.gexps, BLOCK, fmt.k, fmt.q_max, out)
+            call(fx.unpack_dequantize, sums, self.gexps, BLOCK, fmt.k, fmt.q_max, out)
 
 
 class _DeviceSteps:

@@ -1,0 +1,96 @@
+"""Plots of the benchmarks' sweeps (matplotlib, Agg backend: no display needed).
+
+:func:`plot_sweep` draws an ``osu_*`` run (the dict its ``--json`` file
+holds): on top, mpicomp's and plain MPI's latency (or bandwidth) against
+message size on log-log axes, with the model's prediction dashed where
+there is one; below, the speedup (plain / mpicomp) against size, with a
+line at 1.0 (above it mpicomp is faster).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["plot_sweep"]
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        raise ImportError("plotting needs matplotlib: pip install matplotlib "
+                          "(or pip install 'mpicomp[bench]')") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _size_label(nbytes: float) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:g} {unit}"
+    return f"{nbytes:g} B"
+
+
+def _codec_label(run: dict[str, Any]) -> str:
+    pol = run["policy"]
+    cfg = dict(pol["codec"])
+    cid = cfg.pop("id")
+    label = cid + (f" rate {cfg['rate']:g}" if "rate" in cfg else "")
+    if pol.get("auto"):
+        label = f"auto ({label} where the model predicts a gain)"
+    if cid != "none":
+        label += f", threshold {_size_label(pol['threshold'])}"
+    return label
+
+
+def plot_sweep(path: str, run: dict[str, Any]) -> None:
+    """Write the plot of one ``osu_*`` run (its JSON dict) to ``path`` (PNG by its suffix)."""
+    plt = _pyplot()
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    records = [r for r in run["records"] if r.get("avg_us")]
+    sizes = [r["size"] for r in records]
+    bandwidth = "bandwidth_mbps" in (records[0] if records else {})
+    if bandwidth:
+        mine, plain, pred = "bandwidth_mbps", "plain_bandwidth_mbps", "predicted_mbps"
+        ylabel = "bandwidth (MB/s)"
+    else:
+        mine, plain, pred = "avg_us", "plain_avg_us", "predicted_us"
+        ylabel = "average latency (us)"
+
+    fig, (top, bottom) = plt.subplots(
+        2, 1, sharex=True, figsize=(8, 7), gridspec_kw={"height_ratios": [3, 2]})
+    top.plot(sizes, [r[mine] for r in records], "o-", color="C0", label="mpicomp")
+    top.plot(sizes, [r[plain] for r in records], "s-", color="C1", label="plain MPI")
+    predicted = [(s, r[pred]) for s, r in zip(sizes, records, strict=True) if r.get(pred)]
+    if predicted:
+        top.plot(*zip(*predicted, strict=True), "--", color="C0", alpha=0.6,
+                 label="mpicomp, model's prediction")
+    top.set_xscale("log", base=2)
+    top.set_yscale("log")
+    top.set_ylabel(ylabel)
+    top.grid(True, which="major", alpha=0.3)
+    top.legend(loc="upper left" if not bandwidth else "lower right")
+
+    speedup = [(s, r["speedup"]) for s, r in zip(sizes, records, strict=True) if r.get("speedup")]
+    if speedup:
+        bottom.plot(*zip(*speedup, strict=True), "o-", color="C2", label="plain / mpicomp")
+    bottom.axhline(1.0, color="black", linewidth=1, linestyle=":", label="1.0 (same as plain)")
+    bottom.set_yscale("log")
+    bottom.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    bottom.yaxis.set_minor_formatter(NullFormatter())
+    bottom.set_ylabel("speedup (> 1: mpicomp faster)")
+    bottom.set_xlabel("message size (bytes)")
+    bottom.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _size_label(v)))
+    bottom.grid(True, which="major", alpha=0.3)
+    bottom.legend(loc="best")
+    for label in bottom.get_xticklabels():
+        label.set_rotation(30)
+
+    fig.suptitle(f"{run['benchmark']}: {run['ranks']} ranks, {run['datatype']}, "
+                 f"{run['buffer']} buffers, {run['data']} data\ncodec {_codec_label(run)}",
+                 fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

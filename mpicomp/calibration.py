@@ -1,0 +1,305 @@
+"""The calibration probe: how fast this job's MPI and codecs really are.
+
+:mod:`mpicomp.model` predicts call times from a handful of measured
+numbers. :func:`obtain` measures them once per communicator layout
+(:mod:`mpicomp.topology`) and process, collectively, on a private
+communicator:
+
+* ``agree_s``: one 32-byte MAX allreduce (the agreement step);
+* ``exchange``: every rank ``Sendrecv``-ing to its right neighbour while
+  receiving from its left one (the step of the ring algorithms), fitted as
+  ``alpha + beta * bytes`` through two sizes;
+* ``plain[method]``: MPI's own ``Allreduce``, ``Allgather``, ``Alltoall``,
+  ``Bcast`` and ``Reduce_scatter_block`` at the same two sizes, fitted the
+  same way: plain MPI is the baseline every decision compares against, and
+  the compressed collectives call these same functions on their streams;
+* ``add_s_per_byte``: ``acc += x`` on this rank's thread budget;
+* per codec config, dtype and memory kind (:func:`codec_speed`, measured the
+  first time a call needs it): encode and decode seconds per raw byte.
+
+Each figure is the slowest rank's best of a few repetitions (a MAX
+allreduce), so every rank holds the same numbers and takes the same
+decisions. ``MPICOMP_CALIBRATION=PATH`` saves them (rank 0 writes JSON) and
+loads them in later jobs with the same layout and thread budget, so a job
+does not pay for the probe twice.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from . import threads
+from .topology import Layout
+
+__all__ = ["ENV", "PLAIN_METHODS", "Calibration", "Fit", "codec_speed", "measure", "obtain"]
+
+#: the environment variable naming the calibration file
+ENV = "MPICOMP_CALIBRATION"
+
+#: MPI collectives whose plain times are measured
+PLAIN_METHODS = ("Allreduce", "Allgather", "Alltoall", "Bcast", "Reduce_scatter_block")
+
+#: the two probe sizes (bytes per rank; Allgather: each rank's part)
+PROBE_SIZES = (64 * 1024, 1 << 20)
+#: repetitions per measurement (the best one counts)
+REPEAT = 3
+#: values of the codec probe
+CODEC_PROBE_VALUES = 1 << 18
+#: values of the codec probe on device buffers under Numba's CUDA simulator (slow)
+CODEC_PROBE_VALUES_SIMULATOR = 1 << 11
+
+FORMAT_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+    """``time(nbytes) = alpha + beta * nbytes`` seconds."""
+
+    alpha: float
+    beta: float
+
+    def time(self, nbytes: float) -> float:
+        return self.alpha + self.beta * nbytes
+
+    @classmethod
+    def through(cls, n0: int, t0: float, n1: int, t1: float) -> Fit:
+        """The line through two measurements (slope and intercept kept >= 0)."""
+        beta = max((t1 - t0) / (n1 - n0), 0.0)
+        return cls(max(t0 - beta * n0, 0.0), beta if beta > 0 else t1 / n1)
+
+
+@dataclasses.dataclass
+class Calibration:
+    """Measured speeds of one communicator layout (see the module docs)."""
+
+    layout: Layout
+    threads: int
+    agree_s: float
+    exchange: Fit
+    plain: dict[str, Fit]
+    add_s_per_byte: float
+    probe_seconds: float
+    source: str = "measured"
+    #: "codec-config-json|dtype|memory" -> (encode, decode) seconds per raw byte
+    codecs: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+
+    def describe(self) -> str:
+        link = self.exchange
+        lines = [
+            f"calibration ({self.source}, probe {self.probe_seconds * 1e3:.0f} ms): "
+            f"{self.layout.describe()}, {self.threads} codec thread(s)",
+            f"  ring exchange: {link.alpha * 1e6:.1f} us + {_gbs(link.beta)} GB/s; "
+            f"agreement {self.agree_s * 1e6:.1f} us; add {_gbs(self.add_s_per_byte)} GB/s",
+        ]
+        lines += [f"  plain {m}: {f.alpha * 1e6:.1f} us + {_gbs(f.beta)} GB/s"
+                  for m, f in self.plain.items()]
+        lines += [f"  codec {k}: encode {_gbs(e)} GB/s, decode {_gbs(d)} GB/s"
+                  for k, (e, d) in self.codecs.items()]
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "version": FORMAT_VERSION,
+            "layout": list(self.layout.node_of),
+            "threads": self.threads,
+            "agree_s": self.agree_s,
+            "exchange": dataclasses.asdict(self.exchange),
+            "plain": {m: dataclasses.asdict(f) for m, f in self.plain.items()},
+            "add_s_per_byte": self.add_s_per_byte,
+            "probe_seconds": self.probe_seconds,
+            "codecs": {k: list(v) for k, v in self.codecs.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], source: str) -> Calibration:
+        return cls(
+            layout=Layout(tuple(int(i) for i in d["layout"])),
+            threads=int(d["threads"]),
+            agree_s=float(d["agree_s"]),
+            exchange=Fit(**d["exchange"]),
+            plain={m: Fit(**f) for m, f in d["plain"].items()},
+            add_s_per_byte=float(d["add_s_per_byte"]),
+            probe_seconds=float(d["probe_seconds"]),
+            source=source,
+            codecs={k: (float(v[0]), float(v[1])) for k, v in d.get("codecs", {}).items()},
+        )
+
+
+def _gbs(seconds_per_byte: float) -> str:
+    return f"{1e-9 / seconds_per_byte:.3g}" if seconds_per_byte > 0 else "inf"
+
+
+# -- measuring ---------------------------------------------------------------------
+def _slowest_best(comm: MPI.Intracomm, fn: Callable[[], None], repeat: int = REPEAT) -> float:
+    """The best over ``repeat`` runs of the slowest rank's time of ``fn`` (after one warm-up)."""
+    fn()
+    times = np.empty(repeat)
+    for i in range(repeat):
+        comm.Barrier()
+        t = time.perf_counter()
+        fn()
+        times[i] = time.perf_counter() - t
+    slowest = np.empty_like(times)
+    comm.Allreduce(times, slowest, op=MPI.MAX)
+    return float(slowest.min())
+
+
+def _plain_probe(comm: MPI.Intracomm, method: str, nbytes: int) -> Callable[[], None]:
+    p = comm.Get_size()
+    if method == "Allreduce":
+        a = np.ones(nbytes // 4, np.float32)
+        b = np.empty_like(a)
+        return lambda: comm.Allreduce(a, b)
+    if method == "Reduce_scatter_block":
+        a = np.ones(max(nbytes // 4 // p, 1) * p, np.float32)
+        b = np.empty(a.size // p, np.float32)
+        return lambda: comm.Reduce_scatter_block(a, b)
+    if method == "Allgather":
+        a = np.ones(nbytes, np.uint8)
+        b = np.empty(nbytes * p, np.uint8)
+        return lambda: comm.Allgather(a, b)
+    if method == "Alltoall":
+        a = np.ones(max(nbytes // p, 1) * p, np.uint8)
+        b = np.empty_like(a)
+        return lambda: comm.Alltoall(a, b)
+    if method == "Bcast":
+        a = np.ones(nbytes, np.uint8)
+        return lambda: comm.Bcast(a, root=0)
+    raise ValueError(f"no probe for {method!r}")
+
+
+def _exchange_probe(comm: MPI.Intracomm, nbytes: int) -> Callable[[], None]:
+    p, r = comm.Get_size(), comm.Get_rank()
+    a, b = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
+    right, left = (r + 1) % p, (r - 1) % p
+    return lambda: comm.Sendrecv(a, right, 0, b, left, 0)
+
+
+def _fit(comm: MPI.Intracomm, make: Callable[[int], Callable[[], None]]) -> Fit:
+    (n0, n1) = PROBE_SIZES
+    t0 = _slowest_best(comm, make(n0))
+    t1 = _slowest_best(comm, make(n1))
+    return Fit.through(n0, t0, n1, t1)
+
+
+def measure(comm: MPI.Intracomm, lay: Layout) -> Calibration:
+    """Run the probe on ``comm`` (collective; a plain, private communicator)."""
+    from .kernels.scan_cpu import add_into
+
+    start = time.perf_counter()
+    vec, out = np.zeros(4), np.empty(4)
+    agree_s = _slowest_best(comm, lambda: comm.Allreduce(vec, out, op=MPI.MAX), repeat=10)
+    exchange = _fit(comm, lambda n: _exchange_probe(comm, n))
+    plain = {m: _fit(comm, lambda n, m=m: _plain_probe(comm, m, n)) for m in PLAIN_METHODS}
+    acc = np.ones(PROBE_SIZES[1] // 4, np.float32)
+    add_s = _slowest_best(comm, lambda: add_into(acc, acc)) / acc.nbytes
+    seconds = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
+    return Calibration(lay, threads.budget(), agree_s, exchange, plain, add_s, seconds)
+
+
+def _probe_data(n: int, dtype: np.dtype) -> np.ndarray:
+    """Gradient-like values (Gaussian with a log-normal scale), fixed seed."""
+    rng = np.random.default_rng(12345)
+    return (rng.standard_normal(n) * np.exp(2.0 * rng.standard_normal(n))).astype(dtype)
+
+
+def codec_speed(comm: MPI.Intracomm, cal: Calibration, codec: Any, dtype: np.dtype,
+                memory: Any) -> tuple[float, float]:
+    """(encode, decode) seconds per raw byte of ``codec`` on ``dtype`` (collective if new).
+
+    Whether the figure is known is agreed first (a MIN allreduce), so a rank
+    that measured it on another communicator never skips a probe the others run.
+    """
+    key = f"{json.dumps(codec.get_config(), sort_keys=True)}|{np.dtype(dtype).name}|" \
+          f"{'device' if memory.on_device else 'host'}"
+    if comm.allreduce(int(key in cal.codecs), op=MPI.MIN):
+        value = comm.bcast(cal.codecs[key] if comm.Get_rank() == 0 else None, root=0)
+        cal.codecs[key] = value
+        return value
+    simulated = memory.on_device and os.environ.get("NUMBA_ENABLE_CUDASIM", "") == "1"
+    x_host = _probe_data(CODEC_PROBE_VALUES_SIMULATOR if simulated else CODEC_PROBE_VALUES,
+                         np.dtype(dtype))
+    x = memory.values("probe-values", x_host.size, x_host.dtype)
+    memory.copy(x, x_host)
+    y = memory.values("probe-decoded", x_host.size, x_host.dtype)
+    stream = memory.wire("probe-stream", codec.encoded_nbytes(x_host.size, x_host.dtype))
+
+    def encode() -> None:
+        memory.encode(codec, x, stream)
+        memory.synchronize()
+
+    def decode() -> None:
+        memory.decode(codec, stream, y)
+        memory.synchronize()
+
+    enc = _slowest_best(comm, encode) / x_host.nbytes
+    dec = _slowest_best(comm, decode) / x_host.nbytes
+    cal.codecs[key] = (enc, dec)
+    _save(comm, cal)
+    return enc, dec
+
+
+# -- the cache and the file ------------------------------------------------------------
+_CACHE: dict[str, Calibration] = {}
+
+
+def _cache_key(lay: Layout) -> str:
+    return f"{lay.key()}|threads={threads.budget()}"
+
+
+def _load(path: str, lay: Layout) -> Calibration | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+    except (OSError, ValueError):
+        return None
+    try:
+        if d.get("version") != FORMAT_VERSION or tuple(d["layout"]) != lay.node_of:
+            return None
+        if int(d["threads"]) != threads.budget():
+            return None
+        return Calibration.from_dict(d, f"loaded from {ENV}")
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _save(comm: MPI.Intracomm, cal: Calibration) -> None:
+    path = os.environ.get(ENV, "").strip()
+    if not path or comm.Get_rank() != 0:
+        return
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(cal.as_dict(), f, indent=1)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a calibration file is an optimisation; failing to write one is not an error
+
+
+def obtain(comm: MPI.Intracomm, lay: Layout, force: bool = False) -> Calibration:
+    """This layout's calibration: from this process's cache, the file, or measured (collective).
+
+    Every rank ends with rank 0's copy, so all hold the same numbers.
+    """
+    key = _cache_key(lay)
+    rank0 = comm.Get_rank() == 0
+    have = 0 if force else comm.allreduce(int(key in _CACHE), op=MPI.MIN)
+    if have:
+        cal = comm.bcast(_CACHE[key] if rank0 else None, root=0)
+    else:
+        path = os.environ.get(ENV, "").strip()
+        loaded = _load(path, lay) if (rank0 and path and not force) else None
+        cal = comm.bcast(loaded, root=0)
+        if cal is None:
+            measured = measure(comm, lay)
+            cal = comm.bcast(measured if rank0 else None, root=0)
+            _save(comm, cal)
+    _CACHE[key] = cal
+    return cal

@@ -1,0 +1,173 @@
+"""The performance model: how long a call takes plain, and compressed by each algorithm.
+
+Every prediction is built from the numbers of a :class:`~mpicomp.calibration.Calibration`
+(measured on this job's communicator) and the codec's measured speed:
+
+* ``F_m(b)``: plain MPI collective ``m`` on ``b`` bytes (a fitted line);
+* ``X(b)``: one ring step (every rank sends ``b`` bytes right, receives
+  ``b`` from the left);
+* ``E``, ``D``: encode and decode seconds per raw byte; ``A``: ``acc += x``
+  seconds per byte; ``g``: the agreement allreduce;
+* ``n``: the call's raw bytes as ``comm.stats()`` counts them, ``rho``
+  the codec's wire bytes per raw byte, ``p`` ranks.
+
+===========================  ==================================================================
+call                         compressed time
+===========================  ==================================================================
+Allreduce, ring              g + 2(p-1) X(rho n / p) + E n + D n (2p-1)/p + A n (p-1)/p
+Allreduce, allgather         g + E n + F_Allgather(rho n) + D n p + A n (p-1)
+Allreduce, rec. doubling     g + L X(rho n) + L (E + 2D + A) n (+ 2 X(rho n) + 2(E+D) n
+                             when p is not a power of two), L = floor(log2 p)
+Allgather(v), Gather         g + E n + F_Allgather(rho n) + D n p
+Alltoall                     g + E n + F_Alltoall(rho n) + D n
+Bcast                        g + E n + F_Bcast(rho n) + D n
+Scatter                      g + E n p + F_Bcast(rho n p) + D n
+Reduce_scatter(_block)       g + (p-1) X(rho n / p) + (E + D + A) n (p-1)/p
+Reduce                       reduce-scatter as above + E n / p + F_Allgather(rho n / p) + D n
+Send (point to point)        E n + X(rho n) + D n
+===========================  ==================================================================
+
+Plain times are the fitted ``F_m(n)`` of the matching MPI collective
+(Allgatherv and Gather use Allgather's, Scatter Bcast's of ``n p`` bytes,
+Reduce Allreduce's, Reduce_scatter Reduce_scatter_block's, Send ``X(n)``).
+The model adds codec and transfer times: nothing overlaps yet.
+
+The automatic policy compresses a call only when the predicted compressed
+time beats plain by the factor :data:`GAIN`, and runs the allreduce
+algorithm with the smallest prediction. All inputs are the same on every
+rank, so is every decision.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from .calibration import Calibration
+
+__all__ = ["ALLREDUCE_ALGORITHMS", "GAIN", "Prediction", "plain_time", "predict"]
+
+#: compress only when plain is predicted to take at least this many times longer
+GAIN = 1.2
+
+#: the allreduce algorithms the model chooses from (homomorphic only when asked for)
+ALLREDUCE_ALGORITHMS = ("ring", "allgather", "recursive_doubling")
+
+#: the fitted plain collective each method's plain time comes from
+_PLAIN_OF = {
+    "Allreduce": "Allreduce", "Reduce": "Allreduce",
+    "Allgather": "Allgather", "Allgatherv": "Allgather", "Gather": "Allgather",
+    "Alltoall": "Alltoall",
+    "Bcast": "Bcast", "Scatter": "Bcast",
+    "Reduce_scatter_block": "Reduce_scatter_block", "Reduce_scatter": "Reduce_scatter_block",
+}
+
+METHODS = (*_PLAIN_OF, "Send")
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    """What the model expects of one call (seconds)."""
+
+    method: str
+    nbytes: int
+    plain_s: float
+    compressed_s: float
+    algorithm: str
+    candidates: dict[str, float]
+    compress: bool
+
+    @property
+    def speedup(self) -> float:
+        """Predicted plain time / compressed time."""
+        return self.plain_s / self.compressed_s if self.compressed_s > 0 else math.inf
+
+    def describe(self) -> str:
+        others = ", ".join(f"{a} {t * 1e3:.3g} ms" for a, t in self.candidates.items()
+                           if a != self.algorithm)
+        return (f"model: plain {self.plain_s * 1e3:.3g} ms, compressed "
+                f"{self.compressed_s * 1e3:.3g} ms ({self.algorithm}"
+                f"{'; ' + others if others else ''}) -> "
+                f"{'compress' if self.compress else 'plain'}")
+
+
+def plain_time(cal: Calibration, method: str, nbytes: float) -> float:
+    """Predicted seconds of plain MPI ``method`` on ``nbytes`` raw bytes."""
+    if method == "Send":
+        return cal.exchange.time(nbytes)
+    if method not in _PLAIN_OF:
+        raise ValueError(f"the model knows {list(METHODS)}, not {method!r}")
+    if method == "Scatter":
+        nbytes *= cal.layout.size
+    return cal.plain[_PLAIN_OF[method]].time(nbytes)
+
+
+def _allreduce_times(cal: Calibration, n: float, rho: float, e: float, d: float,
+                     p: int) -> dict[str, float]:
+    x, a, g = cal.exchange, cal.add_s_per_byte, cal.agree_s
+    levels = p.bit_length() - 1
+    folded = p != 1 << levels
+    return {
+        "ring": g + 2 * (p - 1) * x.time(rho * n / p) + e * n + d * n * (2 * p - 1) / p
+                + a * n * (p - 1) / p,
+        "allgather": g + e * n + cal.plain["Allgather"].time(rho * n) + d * n * p
+                     + a * n * (p - 1),
+        "recursive_doubling": g + levels * (x.time(rho * n) + (e + 2 * d + a) * n)
+                              + (2 * (x.time(rho * n) + (e + d) * n) if folded else 0.0),
+        # the packed words are added by a Python MPI op: a rough estimate, never chosen alone
+        "homomorphic": g + (e + d) * n + 2 * cal.plain["Allreduce"].time(rho * n),
+    }
+
+
+def compressed_times(cal: Calibration, method: str, n: float, rho: float, e: float,
+                     d: float) -> dict[str, float]:
+    """Predicted seconds of each way to run ``method`` compressed (algorithm -> seconds)."""
+    p = cal.layout.size
+    x, a, g = cal.exchange, cal.add_s_per_byte, cal.agree_s
+    if method == "Allreduce":
+        return _allreduce_times(cal, n, rho, e, d, p)
+    if method in ("Allgather", "Allgatherv", "Gather"):
+        return {method.lower(): g + e * n + cal.plain["Allgather"].time(rho * n) + d * n * p}
+    if method == "Alltoall":
+        return {"alltoall": g + e * n + cal.plain["Alltoall"].time(rho * n) + d * n}
+    if method == "Bcast":
+        return {"bcast": g + e * n + cal.plain["Bcast"].time(rho * n) + d * n}
+    if method == "Scatter":
+        return {"scatter": g + e * n * p + cal.plain["Bcast"].time(rho * n * p) + d * n}
+    if method in ("Reduce_scatter_block", "Reduce_scatter"):
+        return {"ring": g + (p - 1) * x.time(rho * n / p) + (e + d + a) * n * (p - 1) / p}
+    if method == "Reduce":
+        rs = g + (p - 1) * x.time(rho * n / p) + (e + d + a) * n * (p - 1) / p
+        return {"ring": rs + e * n / p + cal.plain["Allgather"].time(rho * n / p) + d * n}
+    if method == "Send":
+        return {"frame": e * n + x.time(rho * n) + d * n}
+    raise ValueError(f"the model knows {list(METHODS)}, not {method!r}")
+
+
+def predict(cal: Calibration, method: str, nbytes: int, codec: Any, dtype: Any,
+            speed: tuple[float, float], algorithm: str = "auto",
+            gain: float = GAIN) -> Prediction:
+    """The prediction for one call (``algorithm``: what the policy says, or ``"auto"``).
+
+    ``speed`` is the codec's (encode, decode) seconds per raw byte
+    (:func:`mpicomp.calibration.codec_speed`).
+    """
+    dt = np.dtype(dtype)
+    count = max(int(nbytes) // dt.itemsize, 1)
+    rho = codec.encoded_nbytes(count, dt) / (count * dt.itemsize)
+    e, d = speed
+    plain = plain_time(cal, method, nbytes)
+    times = compressed_times(cal, method, float(nbytes), rho, e, d)
+    if method == "Allreduce":
+        if algorithm == "auto":
+            chosen = min(ALLREDUCE_ALGORITHMS, key=lambda a: times[a])
+        else:
+            chosen = algorithm
+        times = {a: times[a] for a in (*ALLREDUCE_ALGORITHMS, chosen)}
+    else:
+        chosen = next(iter(times))
+    compressed = times[chosen]
+    return Prediction(method, int(nbytes), plain, compressed, chosen, times,
+                      plain > gain * compressed)

@@ -1,0 +1,64 @@
+"""Where a communicator's ranks are: how many nodes, how many ranks on each.
+
+A node is what MPI calls a shared-memory domain
+(``MPI.COMM_TYPE_SHARED``): ranks on one node talk through shared memory,
+ranks on different nodes through the network. The performance model
+(:mod:`mpicomp.model`) and the node-aware collectives need this layout;
+finding it is collective (one ``Split_type`` and one small allgather).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from mpi4py import MPI
+
+__all__ = ["Layout", "layout"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """The nodes of a communicator's ranks.
+
+    ``node_of[r]`` numbers rank ``r``'s node (0 for the node of rank 0,
+    then in order of each node's lowest rank), the same on every rank.
+    """
+
+    node_of: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return len(self.node_of)
+
+    @property
+    def nodes(self) -> int:
+        return max(self.node_of) + 1 if self.node_of else 0
+
+    @property
+    def ppn(self) -> int:
+        """The most ranks on one node."""
+        return max(self.node_of.count(i) for i in range(self.nodes)) if self.node_of else 0
+
+    @property
+    def spans_nodes(self) -> bool:
+        return self.nodes > 1
+
+    def describe(self) -> str:
+        return f"{self.size} ranks on {self.nodes} node(s), at most {self.ppn} per node"
+
+    def key(self) -> str:
+        """A string naming this layout (for the calibration cache and files)."""
+        return ",".join(map(str, self.node_of))
+
+
+def layout(comm: MPI.Intracomm) -> Layout:
+    """The layout of ``comm`` (collective over ``comm``)."""
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    try:
+        leader = local.allreduce(comm.Get_rank(), op=MPI.MIN)
+    finally:
+        local.Free()
+    leaders = comm.allgather(leader)
+    numbering: dict[int, int] = {}
+    for lead in leaders:
+        numbering.setdefault(lead, len(numbering))
+    return Layout(tuple(numbering[lead] for lead in leaders))

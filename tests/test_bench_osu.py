@@ -1,0 +1,212 @@
+"""The OSU-style sweeps (``python -m mpicomp.bench osu_*``) end to end, and their formatting.
+
+The end-to-end tests run each benchmark under ``mpiexec -n 2`` in a
+subprocess with tiny sizes and iteration counts, ``-c -f --json``, and check
+OSU's output format (header lines, the ``# Size`` column header, rows of
+``%-10d`` then ``%20.2f``), the JSON records and that validation passed.
+Not marked ``mpi``: they start their own mpiexec, so they run only in the
+serial stage of ``tests/run_tests.py``. Speed is not asserted.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mpicomp.bench import osu
+from mpicomp.bench.osu_cases import BENCHMARKS
+
+ROOT = Path(__file__).resolve().parent.parent
+TIMEOUT_S = 120
+TINY = ("-m", "4096:65536", "-i", "3", "-x", "1")
+SIZES = [4096, 8192, 16384, 32768, 65536]
+RECORD_KEYS = {"size", "avg_us", "min_us", "max_us", "iterations", "plain_avg_us", "speedup",
+               "predicted_us", "ratio", "rel_l2", "max_abs_err", "path", "check_ok"}
+TITLES = {
+    "osu_allreduce": "Allreduce Latency Test",
+    "osu_allgather": "Allgather Latency Test",
+    "osu_alltoall": "All-to-All Personalized Exchange Latency Test",
+    "osu_reduce_scatter": "Reduce_scatter Latency Test",
+    "osu_bcast": "Broadcast Latency Test",
+    "osu_latency": "Latency Test",
+    "osu_bw": "Bandwidth Test",
+}
+
+
+def _mpiexec() -> str | None:
+    local = Path(sys.executable).parent / "mpiexec"  # the venv's (mpich wheel)
+    if local.is_file() and os.access(local, os.X_OK):
+        return str(local)
+    return shutil.which("mpiexec")
+
+
+def _run(*args: str, n: int = 2,
+         entry: tuple[str, ...] = ("-m", "mpicomp.bench")) -> subprocess.CompletedProcess:
+    mpiexec = _mpiexec()
+    if mpiexec is None:
+        pytest.skip("no mpiexec next to the interpreter or on PATH")
+    env = dict(os.environ, MPIEXEC_TIMEOUT=str(TIMEOUT_S), OMP_WAIT_POLICY="PASSIVE",
+               NUMBA_NUM_THREADS="1")
+    for var in ("MPICOMP_TEST_REPORT", "MPICOMP_TEST_STAGE", "MPICOMP_DEBUG", "MPICOMP_CODEC",
+                "MPICOMP_RATE", "MPICOMP_THRESHOLD", "MPICOMP_ALGORITHM"):
+        env.pop(var, None)
+    cmd = [mpiexec, "-n", str(n), sys.executable, *entry, *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT_S + 30)
+
+
+def _ok(proc: subprocess.CompletedProcess) -> list[str]:
+    assert proc.returncode == 0, (
+        f"{proc.args} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout.splitlines()
+
+
+def _table(lines: list[str]) -> tuple[list[str], str, list[str]]:
+    """(comment lines before the column header, the column header, the rows)."""
+    heads = [i for i, line in enumerate(lines) if line.startswith("# Size")]
+    assert len(heads) == 1, lines
+    h = heads[0]
+    rows = [line for line in lines[h + 1:] if line and not line.startswith("#")]
+    return lines[:h], lines[h], rows
+
+
+def _headings(header: str) -> list[str]:
+    assert header.startswith("# Size    "), header
+    return re.split(r"\s{2,}", header[len("# Size"):].strip())
+
+
+def _check_row(row: str, size: int) -> None:
+    """OSU's ``%-10d%20.2f``: the size left-aligned in 10, then a 20-wide fixed-point figure."""
+    assert row[:10] == f"{size:<10d}", row
+    assert re.fullmatch(r" *\d+\.\d\d", row[10:30]) and len(row[10:30]) == 20, row
+
+
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+def test_osu_benchmark_validated(name, tmp_path):
+    out = tmp_path / "run.json"
+    lines = _ok(_run(name, *TINY, "-c", "-f", "--codec", "bitplane", "--rate", "8.25",
+                     "--data", "gradient", "--json", str(out)))
+    comments, header, rows = _table(lines)
+    assert f"# mpicomp OSU-style MPI {TITLES[name]} (OMB v7.4 conventions)" in comments, lines
+    assert "# Datatype: MPI_FLOAT." in comments, lines
+    assert all(line.startswith("#") for line in comments if line), comments
+    heads = _headings(header)
+    if name == "osu_bw":
+        assert heads[:3] == ["Bandwidth (MB/s)", "Iterations", "Validation"], heads
+    else:
+        assert heads[:5] == ["Avg Latency(us)", "Min Latency(us)", "Max Latency(us)",
+                             "Iterations", "Validation"], heads
+    assert heads[-6:-2] == (["Plain BW (MB/s)", "Speedup", "Ratio", "Predicted (MB/s)"]
+                            if name == "osu_bw" else
+                            ["Plain Avg(us)", "Speedup", "Ratio", "Predicted(us)"]), heads
+    assert heads[-2:] == ["Rel L2", "Max Abs Err"], heads
+    assert len(rows) == len(SIZES), lines
+    for row, size in zip(rows, SIZES, strict=True):
+        _check_row(row, size)
+        cells = row.split()
+        assert len(cells) == 1 + len(heads), row
+        assert cells[heads.index("Validation") + 1] == "Pass", row
+        assert cells[heads.index("Iterations") + 1] == "3", row
+
+    run = json.loads(out.read_text())
+    assert run["benchmark"] == name and run["ranks"] == 2 and run["datatype"] == "MPI_FLOAT"
+    assert run["policy"]["codec"]["id"] == "bitplane" and run["policy"]["threshold"] == 0
+    records = run["records"]
+    assert [r["size"] for r in records] == SIZES
+    for r in records:
+        assert RECORD_KEYS <= set(r), sorted(r)
+        assert r["check_ok"] is True and r["validation"] == "Pass", r
+        assert r["path"].startswith("compressed"), r  # threshold 0: every size compressed
+        assert r["iterations"] == 3 and r["avg_us"] > 0 and r["plain_avg_us"] > 0
+        assert r["min_us"] <= r["avg_us"] <= r["max_us"], r
+        assert r["speedup"] == pytest.approx(r["plain_avg_us"] / r["avg_us"])
+        assert r["ratio"] > 3.0, r  # 8.25 bits of 32, less headers
+        assert 0 < r["rel_l2"] < 0.1 and r["max_abs_err"] > 0, r
+        if name == "osu_bw":
+            assert r["bandwidth_mbps"] == pytest.approx(r["size"] / r["avg_us"])
+
+
+def test_osu_allreduce_default_policy_with_progress_and_plot(tmp_path):
+    """No --codec: the library's default policy; --progress lines on stderr; --plot a PNG."""
+    plot = importlib.util.find_spec("matplotlib") is not None
+    png, out = tmp_path / "sweep.png", tmp_path / "run.json"
+    extra = ("--plot", str(png)) if plot else ()
+    proc = _run("osu_allreduce", *TINY, "-c", "--data", "gradient", "--progress",
+                "--json", str(out), *extra)
+    lines = _ok(proc)
+    _, header, rows = _table(lines)
+    assert _headings(header)[:2] == ["Avg Latency(us)", "Validation"], header
+    for row, size in zip(rows, SIZES, strict=True):
+        _check_row(row, size)
+    assert "osu_allreduce: size 65536 B (5/5)" in proc.stderr, proc.stderr
+    run = json.loads(out.read_text())
+    assert run["policy"]["threshold"] == 65536, run["policy"]  # the default's
+    assert all(r["check_ok"] for r in run["records"]), run["records"]
+    assert run["records"][0]["path"].startswith("plain (below threshold"), run["records"][0]
+    if not plot:
+        pytest.skip("matplotlib is not installed: the plot was not tried")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+#: the benchmarks' command line with a bound no result can meet
+_IMPOSSIBLE_BOUND = """
+import sys
+from mpicomp.algorithms import bounds
+bounds.allreduce_bound = lambda *args: -1.0
+from mpicomp.bench.__main__ import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_osu_failed_check_exits_1_on_every_rank():
+    proc = _run("osu_allreduce", "-m", "4096:8192", "-i", "1", "-x", "0", "-c", "--codec",
+                "bitplane", "--data", "gradient", entry=("-c", _IMPOSSIBLE_BOUND))
+    assert proc.returncode == 1, (proc.stdout, proc.stderr)
+    lines = proc.stdout.splitlines()
+    _, header, rows = _table(lines)
+    column = _headings(header).index("Validation") + 1
+    assert [r.split()[column] for r in rows] == ["Fail", "Fail"], lines
+    failures = [line for line in lines if line.startswith("# Validation failed")]
+    assert len(failures) == 2, lines
+    assert re.match(r"# Validation failed at size 4096 \(compressed \(\w+\)\): max abs err "
+                    r"\S+ > bound -1\.000e\+00", failures[0]), failures
+
+
+def test_osu_latency_needs_two_ranks():
+    proc = _run("osu_latency", *TINY, n=1)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "needs at least 2 ranks" in proc.stderr, proc.stderr
+
+
+# -- in-process: option parsing and OSU's formatting ---------------------------------
+def test_message_sizes():
+    assert osu.message_sizes(None, 4)[0] == 4 and osu.message_sizes(None, 4)[-1] == 1 << 20
+    assert osu.message_sizes(None, 8)[0] == 8
+    assert osu.message_sizes("1024:16777216", 4) == [1 << k for k in range(10, 25)]
+    assert osu.message_sizes("65536", 4)[-1] == 65536
+    assert osu.message_sizes("2048:", 4) == [1 << k for k in range(11, 21)]
+    for bad in ("abc", "8:4", "2:1024", "6:1024"):
+        with pytest.raises(osu.UsageError):
+            osu.message_sizes(bad, 4)
+
+
+def test_osu_row_format():
+    cols = osu.columns(BENCHMARKS["osu_allreduce"], full=True, validate=False)
+    header = osu.header_line(cols)
+    assert header.startswith("# Size    " + "Avg Latency(us)".rjust(20)
+                             + "Min Latency(us)".rjust(20) + "Max Latency(us)".rjust(20)
+                             + "Iterations".rjust(12))
+    row = {"size": 1024, "avg_us": 0.744, "min_us": 0.73, "max_us": 0.75, "iterations": 200,
+           "plain_avg_us": 1.5, "speedup": 2.0, "ratio": None, "predicted_us": None,
+           "rel_l2": 1.5e-3, "max_abs_err": 2e-2}
+    line = osu.row_line(cols, row)
+    osu_printf = "%-10d%20.2f%20.2f%20.2f%12d" % (1024, 0.744, 0.73, 0.75, 200)  # noqa: UP031
+    assert line.startswith(osu_printf)
+    assert line.split()[6:] == ["2.00", "-", "-", "1.50e-03", "2.00e-02"]

@@ -1,0 +1,197 @@
+"""The performance model, its calibration, the automatic policy and the thread budget."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import mpicomp
+from mpicomp import calibration, model, threads, topology
+from mpicomp.algorithms import bounds
+from mpicomp.calibration import Calibration, Fit
+from mpicomp.codecs import get_codec
+from mpicomp.comm import ONE_NODE
+from mpicomp.topology import Layout
+
+
+def synthetic(p: int, nodes: int, gbs: float, codec_gbs: float = 1.0,
+              latency: float = 50e-6) -> tuple[Calibration, tuple[float, float]]:
+    """A calibration of ``p`` ranks on ``nodes`` nodes with links of ``gbs`` GB/s."""
+    beta = 1e-9 / gbs
+    lay = Layout(tuple(r * nodes // p for r in range(p)))
+    fit = Fit(latency, beta)
+    plain = {m: Fit(latency, beta * f) for m, f in (
+        ("Allreduce", 2 * (p - 1) / p), ("Allgather", p - 1), ("Alltoall", (p - 1) / p),
+        ("Bcast", 2.0), ("Reduce_scatter_block", (p - 1) / p))}
+    cal = Calibration(lay, 1, latency, fit, plain, 1e-9 / 4, 0.0)
+    return cal, (1e-9 / codec_gbs, 1e-9 / codec_gbs)
+
+
+BITPLANE8 = get_codec("bitplane", rate=8.25)
+
+
+def test_thread_budget_divides_the_cores_among_the_ranks_of_a_node():
+    assert threads.compute_budget(2, 2) == 1
+    assert threads.compute_budget(16, 4) == 4
+    assert threads.compute_budget(2, 8) == 1
+    assert threads.compute_budget(8, 1, forced=3) == 3
+    assert threads.local_ranks({"MPI_LOCALNRANKS": "4"}) == (4, "MPI_LOCALNRANKS")
+    assert threads.local_ranks({"OMPI_COMM_WORLD_LOCAL_SIZE": "2"})[0] == 2
+    assert threads.local_ranks({})[0] == 1
+    with pytest.raises(ValueError, match="MPICOMP_THREADS must be a whole number"):
+        threads._from_env({"MPICOMP_THREADS": "two"})
+    assert "codec thread" in threads.describe()
+
+
+def test_fit_through_two_points():
+    f = Fit.through(1000, 2e-3, 3000, 4e-3)
+    assert f.beta == pytest.approx(1e-6) and f.alpha == pytest.approx(1e-3)
+    flat = Fit.through(1000, 5e-3, 3000, 4e-3)  # noise: never a negative slope
+    assert flat.beta > 0 and flat.alpha >= 0
+
+
+def test_slow_network_compresses_fast_network_does_not():
+    slow, speed = synthetic(4, 4, gbs=0.125)  # 1 Gbit/s
+    fast, _ = synthetic(4, 1, gbs=10.0)
+    n = 16 << 20
+    on_slow = model.predict(slow, "Allreduce", n, BITPLANE8, np.float32, speed)
+    on_fast = model.predict(fast, "Allreduce", n, BITPLANE8, np.float32, speed)
+    assert on_slow.compress and on_slow.algorithm == "ring" and on_slow.speedup > 1.5
+    assert not on_fast.compress and on_fast.speedup < 1
+    # every method has a prediction; small messages never pay
+    for method in model.METHODS:
+        big = model.predict(slow, method, n, BITPLANE8, np.float32, speed)
+        tiny = model.predict(slow, method, 64, BITPLANE8, np.float32, speed)
+        assert big.plain_s > 0 and big.compressed_s > 0
+        assert not tiny.compress, method
+    with pytest.raises(ValueError, match="the model knows"):
+        model.predict(slow, "Frobnicate", n, BITPLANE8, np.float32, speed)
+
+
+def test_ring_prediction_is_its_formula():
+    cal, (e, d) = synthetic(4, 4, gbs=0.125, codec_gbs=2.0)
+    n, p = 1 << 24, 4
+    rho = BITPLANE8.encoded_nbytes(n // 4, np.float32) / n
+    pred = model.predict(cal, "Allreduce", n, BITPLANE8, np.float32, (e, d), algorithm="ring")
+    x = cal.exchange
+    want = (cal.agree_s + 2 * (p - 1) * x.time(rho * n / p) + e * n + d * n * (2 * p - 1) / p
+            + cal.add_s_per_byte * n * (p - 1) / p)
+    assert pred.algorithm == "ring" and pred.compressed_s == pytest.approx(want)
+    assert pred.plain_s == pytest.approx(cal.plain["Allreduce"].time(n))
+    assert "model: plain" in pred.describe()
+
+
+def test_calibration_round_trips_through_json():
+    cal, _ = synthetic(3, 2, gbs=1.0)
+    cal.codecs["x|float32|host"] = (1e-9, 2e-9)
+    back = Calibration.from_dict(json.loads(json.dumps(cal.as_dict())), "test")
+    assert back.as_dict() == cal.as_dict()
+    assert "3 ranks on 2 node(s)" in back.describe()
+
+
+@pytest.mark.mpi
+def test_layout_and_calibration_are_the_same_on_every_rank(comm):
+    lay = topology.layout(comm)
+    assert lay.size == comm.Get_size() and lay.nodes == 1  # the test runs on one machine
+    mc = mpicomp.Comm(comm, codec="bitplane", rate=8.25)
+    cal = mc.calibrate()
+    assert mc.calibration is cal
+    text = json.dumps(cal.as_dict(), sort_keys=True)
+    assert len(set(comm.allgather(text))) == 1
+    assert cal.exchange.beta > 0 and all(f.beta > 0 for f in cal.plain.values())
+    assert len(cal.codecs) >= 1
+    pred = mc.predict("Allreduce", 1 << 20)
+    assert len(set(comm.allgather(repr(pred)))) == 1
+
+
+@pytest.mark.mpi
+def test_calibration_file_is_saved_and_loaded(comm, tmp_path, monkeypatch):
+    path = comm.bcast(str(tmp_path / "cal.json") if comm.Get_rank() == 0 else None)
+    monkeypatch.setenv(calibration.ENV, path)
+    first = mpicomp.Comm(comm, codec="bitplane").calibrate(force=True)
+    comm.Barrier()
+    saved = json.load(open(path)) if comm.Get_rank() == 0 else None
+    if comm.Get_rank() == 0:
+        assert saved["layout"] == list(first.layout.node_of)
+    calibration._CACHE.clear()  # a new job: nothing in memory
+    again = mpicomp.Comm(comm, codec="bitplane").calibrate()
+    assert again.source.startswith("loaded from")
+    assert again.exchange == first.exchange
+
+
+@pytest.mark.mpi
+def test_default_policy_on_one_node_is_plain_mpi_and_exact(comm):
+    """No settings: one node never compresses (no probe), results are MPI's own bits."""
+    p = comm.Get_size()
+    mc = mpicomp.Comm(comm)
+    assert mc.resolved_policy().auto
+    r = comm.Get_rank()
+    x = (np.random.default_rng(r).standard_normal(1 << 18)).astype(np.float32)
+    y, want = np.empty_like(x), np.empty_like(x)
+    for _ in range(3):
+        mc.Allreduce(x, y)
+    comm.Allreduce(x, want)
+    np.testing.assert_array_equal(y, want)
+    small = np.ones(10, np.float32)
+    mc.Allreduce(small, np.empty_like(small))
+    st = mc.stats()["Allreduce"]
+    assert st["calls"] == 4 and st["compressed"] == 0
+    if p > 1:
+        # once one node is known, every size goes plain at once (the fast path)
+        assert st["fallbacks"] == {ONE_NODE: 4}
+        assert mc.calibration is None  # one node: the probe never ran
+    g = np.empty(p * x.size, np.float32)
+    mc.Allgather(x, g)
+    mc.Bcast(y)
+    assert mc.stats()["Allgather"]["compressed"] == 0
+
+
+@pytest.mark.mpi(min_size=2)
+def test_auto_compresses_when_the_model_predicts_a_gain(comm):
+    """With a calibration that says the network is slow, the default policy compresses,
+    the same way on every rank, within the algorithm's error bound."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    mc = mpicomp.Comm(comm)
+    slow, speed = synthetic(p, p, gbs=0.01)
+    mc._model.layout = slow.layout  # as if every rank were on a node of its own
+    mc._model.cal = slow
+    pol = mc.resolved_policy()
+    key = (json.dumps(pol.codec.get_config(), sort_keys=True), "float32", False)
+    mc._model.speeds[key] = speed
+    x = (np.random.default_rng(r).standard_normal(1 << 18)).astype(np.float32)
+    y = np.empty_like(x)
+    mc.Allreduce(x, y)
+    st = mc.stats()["Allreduce"]
+    assert st["compressed"] == 1
+    pred = mc.predict("Allreduce", x.nbytes)
+    assert pred.compress and st["algorithms"] == {pred.algorithm: 1}
+    exact = np.empty(x.size, np.float64)
+    comm.Allreduce(x.astype(np.float64), exact)
+    c, a = bounds.codec_constants(pol.codec, np.dtype(np.float32))
+    g = comm.allreduce(float(np.abs(x).max()), op=MPI.SUM)
+    bound = bounds.allreduce_bound(pred.algorithm, p, c, a, g, np.dtype(np.float32))
+    assert float(np.abs(y - exact).max()) <= bound
+    assert len(set(comm.allgather(y.tobytes()))) == 1
+    # on a network faster than the codec the same call goes plain, exact
+    mc._model.cal = synthetic(p, p, gbs=100.0)[0]
+    mc.Allreduce(x, y)
+    assert mc.stats()["Allreduce"]["fallbacks"] == {"model: plain MPI predicted faster": 1}
+    want = np.empty_like(x)
+    comm.Allreduce(x, want)
+    np.testing.assert_array_equal(y, want)
+
+
+@pytest.mark.mpi
+def test_default_policy_nonblocking_on_one_node_is_exact(comm):
+    p, r = comm.Get_size(), comm.Get_rank()
+    mc = mpicomp.Comm(comm)
+    x = np.full(1 << 17, r + 1, np.float32)
+    y, g = np.empty_like(x), np.empty(p * x.size, np.float32)
+    reqs = [mc.Iallreduce(x, y), mc.Iallgather(x, g)]
+    MPI.Request.Waitall(reqs)
+    np.testing.assert_array_equal(y, np.full_like(x, p * (p + 1) / 2))
+    np.testing.assert_array_equal(g, np.repeat(np.arange(1, p + 1, dtype=np.float32), x.size))
+    st = mc.stats()
+    assert st["Iallreduce"]["compressed"] == 0 and st["Iallgather"]["compressed"] == 0
