@@ -167,7 +167,8 @@ def resolve(call: Policy, comm: Policy, environ: Mapping[str, str] | None = None
     spec = merged.codec
     # the homomorphic algorithm carries no codec: naming it asks for compression
     auto = spec == AUTO and merged.algorithm != "homomorphic"
-    config = dict(spec) if isinstance(spec, Mapping) else {"id": AUTO_CODEC if auto else spec}
+    config = dict(spec) if isinstance(spec, Mapping) else {
+        "id": AUTO_CODEC if spec == AUTO else spec}
     codec_id = config["id"]
     # the policy's rate goes to the codec unless the codec config names its own
     if "rate" not in config and codec_id not in ("none",):
