@@ -70,9 +70,13 @@ class Fit:
 
     @classmethod
     def through(cls, n0: int, t0: float, n1: int, t1: float) -> Fit:
-        """The line through two measurements (slope and intercept kept >= 0)."""
-        beta = max((t1 - t0) / (n1 - n0), 0.0)
-        return cls(max(t0 - beta * n0, 0.0), beta if beta > 0 else t1 / n1)
+        """The line through two measurements; when noise makes it fall or start below
+        zero, the line through the origin and the larger measurement instead."""
+        beta = (t1 - t0) / (n1 - n0)
+        alpha = t0 - beta * n0
+        if beta <= 0 or alpha < 0:
+            return cls(0.0, t1 / n1)
+        return cls(alpha, beta)
 
 
 @dataclasses.dataclass

@@ -244,12 +244,8 @@ class Comm(MPI.Intracomm):
         pol = self.resolved_policy(**settings)
         if not pol.enabled:
             raise ValueError("predict: the policy's codec is 'none', nothing to predict")
-        self.calibrate()
-        dt = np.dtype(dtype)
-        speed = self._codec_speed(pol, dt, False)
-        assert self._model.cal is not None
-        return model.predict(self._model.cal, method, int(nbytes), pol.codec, dt, speed,
-                             pol.algorithm)
+        return self._predict(self._main_engine(), method, pol, int(nbytes), np.dtype(dtype),
+                             False)
 
     def _predict(self, engine: _Engine, method: str, pol: Resolved, nbytes: int,
                  dtype: np.dtype, on_device: bool, codec: Any = None,

@@ -14,9 +14,9 @@ The codec ``auto`` is bitplane at the policy's rate, used only when the
 performance model (:mod:`mpicomp.model`, calibrated on the job's own
 network and codecs) predicts that compressing the call pays; otherwise
 the call goes to plain MPI. So an unchanged program that does ``from
-mpicomp import COMM_WORLD`` is never slower for it (on one node the model
-always picks plain MPI), and compresses by itself where the network is
-slow. Naming a codec (call, communicator or environment) compresses every
+mpicomp import COMM_WORLD`` pays only the wrapper's call overhead where
+compression cannot pay (on one node the model always picks plain MPI), and
+compresses by itself where the network is slow. Naming a codec (call, communicator or environment) compresses every
 call above the threshold, with the algorithm still chosen by the model
 unless one is given; ``MPICOMP_CODEC=none`` turns compression off.
 

@@ -70,7 +70,6 @@ class Stats:
 
     def op(self, name: str) -> OpStats:
         with self._lock:
-            self._fold_fast()
             return self._ops.setdefault(name, OpStats())
 
     def as_dict(self) -> dict[str, dict[str, Any]]:
@@ -87,7 +86,8 @@ class Stats:
         """Count a call that went to plain MPI on the fast path (host memory, no codec).
 
         Only the caller's thread takes the fast path; the counts are kept
-        apart (a dict update, no lock) and folded into the table when read.
+        apart (a dict update, no lock) and folded into the table by
+        :meth:`as_dict`, which the caller's thread runs too (``comm.stats()``).
         """
         key = (name, nbytes, reason)
         n = self._fast.get(key)

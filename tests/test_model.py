@@ -50,6 +50,7 @@ def test_fit_through_two_points():
     assert f.beta == pytest.approx(1e-6) and f.alpha == pytest.approx(1e-3)
     flat = Fit.through(1000, 5e-3, 3000, 4e-3)  # noise: never a negative slope
     assert flat.beta > 0 and flat.alpha >= 0
+    assert flat.time(3000) == pytest.approx(4e-3)  # through the larger size's measurement
 
 
 def test_slow_network_compresses_fast_network_does_not():
