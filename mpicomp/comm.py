@@ -260,7 +260,7 @@ class Comm(MPI.Intracomm):
 
     def _codec_speed(self, pol: Resolved, dtype: np.dtype, on_device: bool,
                      engine: _Engine | None = None) -> tuple[float, float]:
-        key = _speed_key(pol, dtype, on_device)
+        key = (json.dumps(pol.codec.get_config(), sort_keys=True), dtype.name, on_device)
         speed = self._model.speeds.get(key)
         if speed is None:
             engine = engine or self._main_engine()
@@ -283,7 +283,8 @@ class Comm(MPI.Intracomm):
                 return ONE_NODE
         # Before the agreement step, ranks may hold different per-call settings (an error
         # the agreement reports): so the codec speed used here is that of the
-        # communicator's own auto codec, which every rank measured at the same call.
+        # communicator's own codec, which every rank measured at the same call (a
+        # per-call codec enters through its compression ratio).
         pred = self._predict(self._main_engine(), method, self.resolved_policy(), nbytes, dtype,
                              on_device, codec=pol.codec, algorithm=pol.algorithm)
         if rec is not None:
@@ -387,7 +388,8 @@ class Comm(MPI.Intracomm):
             return f"below threshold ({nbytes} B < {pol.threshold} B)"
         if pol.auto and not collective:
             return "codec auto: point to point stays plain (name a codec to compress it)"
-        if method is not None and pol.auto:
+        if method is not None and (pol.auto or (method == "Allreduce"
+                                                and pol.algorithm == "auto")):
             return self._consult(method, pol, nbytes, dt, bufs[0].on_device, rec)
         return None
 
@@ -417,10 +419,14 @@ class Comm(MPI.Intracomm):
     # -- Allreduce and Reduce -------------------------------------------------
     def _allreduce_body(self, engine: _Engine, rec: Recorder, pol: Resolved, x: Any,
                         out: Any, op: MPI.Op, sendbuf: Any, recvbuf: Any,
-                        on_device: bool, may_measure: bool = True) -> None:
+                        on_device: bool) -> None:
         p = self.Get_size()
         opname = _op_name(op)
         algorithm = "cast_order" if opname != "SUM" else pol.algorithm
+        if algorithm == "auto":
+            # the model's choice, made in _screen on the caller's thread, else the size rule
+            pred = rec.prediction
+            algorithm = pred.algorithm if pred is not None else algorithms.choose(x.nbytes, p)
         settings = f"Allreduce n={x.size} {x.dtype} op={opname} alg={algorithm}"
         memory = engine.memory(on_device)
         reason = self._agree(engine, "Allreduce", pol, x, x.dtype, settings, p, memory)
@@ -428,17 +434,6 @@ class Comm(MPI.Intracomm):
             _plain_on(engine.comm, rec, reason, MPI.Intracomm.Allreduce, (sendbuf, recvbuf, op))
             rec.sent(rec.raw_bytes)
             return
-        if algorithm == "auto":
-            # The model's choice: made in _screen (codec auto), or now that the agreement
-            # has shown every rank holds the same settings (so a codec probe, if needed, is
-            # run by all of them); on the worker thread only from what is known already.
-            pred = rec.prediction
-            if pred is None and (may_measure or self._model.cal is not None):
-                key = _speed_key(pol, x.dtype, on_device)
-                if may_measure or key in self._model.speeds:
-                    pred = self._predict(engine, "Allreduce", pol, x.nbytes, x.dtype, on_device)
-                    rec.predicted(pred)
-            algorithm = pred.algorithm if pred is not None else algorithms.choose(x.nbytes, p)
         ctx = engine.ctx(pol.codec, rec, memory)
         detail = ""
         if algorithm == "cast_order":
@@ -490,7 +485,7 @@ class Comm(MPI.Intracomm):
         def work() -> None:
             with device.using_stream(*where):
                 self._allreduce_body(engine, rec, pol, x, out, op, sendbuf, recvbuf,
-                                     sbuf.on_device, may_measure=False)
+                                     sbuf.on_device)
             rec.commit()
 
         return Request.start(work, executor)
@@ -912,10 +907,6 @@ class Comm(MPI.Intracomm):
         rec.commit()
         self.Recv(recvbuf, source, recvtag, status, **settings)
         req.Wait()
-
-
-def _speed_key(pol: Resolved, dtype: Any, on_device: bool) -> tuple[str, str, bool]:
-    return (json.dumps(pol.codec.get_config(), sort_keys=True), np.dtype(dtype).name, on_device)
 
 
 def _fast_size(comm: Comm, name: str, sendbuf: Any, recvbuf: Any, per_rank: bool = False) -> bool:
