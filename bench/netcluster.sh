@@ -24,12 +24,14 @@
 #   --rate RATE  each link's speed in each direction, in tc's units:
 #                100mbit, 1gbit, 10gbit ... (RATE, default 1gbit); "none"
 #                leaves the links unshaped (to see what TCP alone costs)
-#   --burst B    the token bucket's size, at least 2kb (BURST, default 32kb):
-#                at most B bytes leave a host back to back faster than RATE, so any
-#                message much larger than B is shaped (a large burst would let
-#                small and medium messages through at memory speed); above a
-#                few Gbit/s a 32kb bucket holds the rate below RATE (the
-#                qdisc's timer cannot refill it often enough): raise it there
+#   --burst B    the token bucket's size, at least 2kb (BURST, default auto: what
+#                RATE sends in 2 ms, at least 32kb; 244 KiB at 1gbit): at most B
+#                bytes leave a host back to back faster than RATE, so any message
+#                much larger than B is shaped. The bucket must hold what the link
+#                sends between two refills of the qdisc's timer: with 32kb at
+#                1gbit a link here moved 1 MiB messages at 0.47 Gbit/s (6 ring
+#                steps of 1 MiB: 111 ms, against 50 ms at the nominal rate),
+#                with 256kb at 0.97 Gbit/s (52 ms)
 # Environment:
 #   MPIEXEC          the mpiexec to run (default: the one on PATH); PATH and
 #                    every other variable reach the ranks unchanged, so a
@@ -69,7 +71,7 @@ usage() {
 usage: $PROG [--hosts N] [--ppn K] [--rate RATE|none] [--burst B] [--] COMMAND...
   runs 'mpiexec -n N*K COMMAND...' on N simulated hosts (network namespaces),
   K ranks each, every link shaped to RATE each way (defaults: \$HOSTS or 4,
-  \$PPN or 1, \$RATE or 1gbit, \$BURST or 32kb); needs root, ip and tc.
+  \$PPN or 1, \$RATE or 1gbit, \$BURST or auto: 2 ms of RATE, at least 32kb); needs root, ip and tc.
   The header of this script says more.
 EOF
 }
@@ -84,7 +86,7 @@ die() {   # die STATUS MESSAGE...
 HOSTS=${HOSTS:-4}
 PPN=${PPN:-1}
 RATE=${RATE:-1gbit}
-BURST=${BURST:-32kb}
+BURST=${BURST:-auto}
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -110,6 +112,21 @@ HOSTS=$((10#$HOSTS)); PPN=$((10#$PPN))
     || die 2 "--hosts must be between 1 and 200, got $HOSTS"
 [ "$PPN" -ge 1 ] || die 2 "--ppn must be at least 1, got $PPN"
 case "$RATE" in ''|*[!0-9A-Za-z.]*) die 2 "--rate must look like 100mbit or 1gbit, got '$RATE'" ;; esac
+# auto: what RATE sends in 2 ms, at least 32kb (a rate in tc's units: bit, kbit, mbit,
+# gbit, tbit, or bps, kbps, mbps, gbps in bytes per second)
+if [ "$BURST" = auto ]; then
+    BURST=$(awk -v r="$RATE" 'BEGIN {
+        split("bit 1 kbit 1e3 mbit 1e6 gbit 1e9 tbit 1e12 bps 8 kbps 8e3 mbps 8e6 gbps 8e9", t, " ")
+        for (i = 1; i < 18; i += 2) unit[t[i]] = t[i + 1]
+        unit[""] = 1
+        b = 32768
+        if (match(r, /^[0-9]+(\.[0-9]+)?/)) {
+            u = tolower(substr(r, RLENGTH + 1))
+            if (u in unit) { v = substr(r, 1, RLENGTH) * unit[u] / 8 * 0.002; if (v > b) b = v }
+        }
+        printf "%db\n", b
+    }')
+fi
 # the burst in bytes, with tc's size units (b, k/kb, kbit, m/mb, mbit, g/gb, gbit)
 burst_bytes=$(awk -v s="$BURST" 'BEGIN {
     split("b 1 k 1024 kb 1024 kbit 128 m 1048576 mb 1048576 mbit 131072 g 1073741824 " \

@@ -14,6 +14,10 @@ communicator:
   same way: plain MPI is the baseline every decision compares against, and
   the compressed collectives call these same functions on their streams;
 * ``add_s_per_byte``: ``acc += x`` on this rank's thread budget;
+* ``overlap``: how much codec work this machine hides behind a transfer
+  (:func:`_overlap`): 1 where every rank has a core to itself, less where
+  ranks (or simulated hosts) share cores and the codec, the waits and the
+  network stack compete for them;
 * per codec config, dtype and memory kind (:func:`codec_speed`, measured the
   first time a call needs it): encode and decode seconds per raw byte.
 
@@ -55,7 +59,7 @@ CODEC_PROBE_VALUES = 1 << 18
 #: values of the codec probe on device buffers under Numba's CUDA simulator (slow)
 CODEC_PROBE_VALUES_SIMULATOR = 1 << 11
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +94,7 @@ class Calibration:
     plain: dict[str, Fit]
     add_s_per_byte: float
     probe_seconds: float
+    overlap: float = 1.0
     source: str = "measured"
     #: "codec-config-json|dtype|memory" -> (encode, decode) seconds per raw byte
     codecs: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
@@ -100,7 +105,8 @@ class Calibration:
             f"calibration ({self.source}, probe {self.probe_seconds * 1e3:.0f} ms): "
             f"{self.layout.describe()}, {self.threads} codec thread(s)",
             f"  ring exchange: {link.alpha * 1e6:.1f} us + {_gbs(link.beta)} GB/s; "
-            f"agreement {self.agree_s * 1e6:.1f} us; add {_gbs(self.add_s_per_byte)} GB/s",
+            f"agreement {self.agree_s * 1e6:.1f} us; add {_gbs(self.add_s_per_byte)} GB/s; "
+            f"overlap {self.overlap:.2f}",
         ]
         lines += [f"  plain {m}: {f.alpha * 1e6:.1f} us + {_gbs(f.beta)} GB/s"
                   for m, f in self.plain.items()]
@@ -118,6 +124,7 @@ class Calibration:
             "plain": {m: dataclasses.asdict(f) for m, f in self.plain.items()},
             "add_s_per_byte": self.add_s_per_byte,
             "probe_seconds": self.probe_seconds,
+            "overlap": self.overlap,
             "codecs": {k: list(v) for k, v in self.codecs.items()},
         }
 
@@ -131,6 +138,7 @@ class Calibration:
             plain={m: Fit(**f) for m, f in d["plain"].items()},
             add_s_per_byte=float(d["add_s_per_byte"]),
             probe_seconds=float(d["probe_seconds"]),
+            overlap=float(d["overlap"]),
             source=source,
             codecs={k: (float(v[0]), float(v[1])) for k, v in d.get("codecs", {}).items()},
         )
@@ -193,6 +201,48 @@ def _fit(comm: MPI.Intracomm, make: Callable[[int], Callable[[], None]]) -> Fit:
     return Fit.through(n0, t0, n1, t1)
 
 
+def _overlap(comm: MPI.Intracomm) -> float:
+    """The fraction of the shorter of a transfer and some codec work that runs hidden
+    behind the other when one thread does both, as the pipelined ring does.
+
+    The transfer: a ring step of the larger probe size in 8 nonblocking pieces;
+    the work: bit-plane encoding, repeated so that it takes about as long as
+    the transfer. Measured alone, then interleaved (encode a piece, send it);
+    ``(transfer + work - both) / min(transfer, work)``, clipped to [0, 1].
+    """
+    from .algorithms.common import poll
+    from .codecs import get_codec
+
+    p, r = comm.Get_size(), comm.Get_rank()
+    if p == 1:
+        return 1.0
+    right, left, k, nbytes = (r + 1) % p, (r - 1) % p, 8, PROBE_SIZES[1]
+    sent, got = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
+    codec = get_codec({"id": "bitplane", "rate": 8.25})
+    values = _probe_data(nbytes // 4, np.dtype(np.float32))
+    stream = np.empty(codec.encoded_nbytes(values.size, values.dtype), np.uint8)
+    piece, vpiece = nbytes // k, values.size // k
+
+    def work(j: int, reps: int) -> None:
+        for _ in range(reps):
+            codec.encode(values[j * vpiece : (j + 1) * vpiece], out=stream[: stream.size // k])
+
+    def transfer(reps: int) -> None:
+        reqs = [comm.Irecv(got[j * piece : (j + 1) * piece], left, 7) for j in range(k)]
+        for j in range(k):
+            work(j, reps)
+            reqs.append(comm.Isend(sent[j * piece : (j + 1) * piece], right, 7))
+        poll(lambda: MPI.Request.Testall(reqs))
+
+    wire = _slowest_best(comm, lambda: transfer(0))
+    once = _slowest_best(comm, lambda: [work(j, 1) for j in range(k)])
+    reps = int(min(max(round(wire / once), 1), 64)) if once > 0 else 1
+    alone = _slowest_best(comm, lambda: [work(j, reps) for j in range(k)])
+    both = _slowest_best(comm, lambda: transfer(reps))
+    shorter = min(wire, alone)
+    return float(min(max((wire + alone - both) / shorter, 0.0), 1.0)) if shorter > 0 else 1.0
+
+
 def measure(comm: MPI.Intracomm, lay: Layout) -> Calibration:
     """Run the probe on ``comm`` (collective; a plain, private communicator)."""
     from .kernels.scan_cpu import add_into
@@ -204,8 +254,10 @@ def measure(comm: MPI.Intracomm, lay: Layout) -> Calibration:
     plain = {m: _fit(comm, lambda n, m=m: _plain_probe(comm, m, n)) for m in PLAIN_METHODS}
     acc = np.ones(PROBE_SIZES[1] // 4, np.float32)
     add_s = _slowest_best(comm, lambda: add_into(acc, acc)) / acc.nbytes
+    overlap = _overlap(comm)
     seconds = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
-    return Calibration(lay, threads.budget(), agree_s, exchange, plain, add_s, seconds)
+    return Calibration(lay, threads.budget(), agree_s, exchange, plain, add_s, seconds,
+                       overlap)
 
 
 def _probe_data(n: int, dtype: np.dtype) -> np.ndarray:

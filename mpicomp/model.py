@@ -14,7 +14,8 @@ Every prediction is built from the numbers of a :class:`~mpicomp.calibration.Cal
 ===========================  ==================================================================
 call                         compressed time
 ===========================  ==================================================================
-Allreduce, ring              g + 2(p-1) X(rho n / p) + E n + D n (2p-1)/p + A n (p-1)/p
+Allreduce, ring              g + pipelined(W, C) (below), with
+                             W = 2(p-1) k X(rho n / (p k)), C = E n + D n (2p-1)/p + A n (p-1)/p
 Allreduce, allgather         g + E n + F_Allgather(rho n) + D n p + A n (p-1)
 Allreduce, rec. doubling     g + L X(rho n) + L (E + 2D + A) n (+ 2 X(rho n) + 2(E+D) n
                              when p is not a power of two), L = floor(log2 p)
@@ -22,7 +23,8 @@ Allgather(v), Gather         g + E n + F_Allgather(rho n) + D n p
 Alltoall                     g + E n + F_Alltoall(rho n) + D n
 Bcast                        g + E n + F_Bcast(rho n) + D n
 Scatter                      g + E n p + F_Bcast(rho n p) + D n
-Reduce_scatter(_block)       g + (p-1) X(rho n / p) + (E + D + A) n (p-1)/p
+Reduce_scatter(_block)       g + pipelined(W, C), W = (p-1) k X(rho n / (p k)),
+                             C = (E + D + A) n (p-1)/p
 Reduce                       reduce-scatter as above + E n / p + F_Allgather(rho n / p) + D n
 Send (point to point)        E n + X(rho n) + D n
 ===========================  ==================================================================
@@ -30,7 +32,15 @@ Send (point to point)        E n + X(rho n) + D n
 Plain times are the fitted ``F_m(n)`` of the matching MPI collective
 (Allgatherv and Gather use Allgather's, Scatter Bcast's of ``n p`` bytes,
 Reduce Allreduce's, Reduce_scatter Reduce_scatter_block's, Send ``X(n)``).
-The model adds codec and transfer times: nothing overlaps yet.
+The ring cuts each of its ``p`` chunks into ``k`` pieces
+(:func:`mpicomp.algorithms.common.pieces`) and overlaps the codec work on
+one piece with the transfer of others: with cores to spare its time is the
+larger of its wire time ``W`` and its codec time ``C``, plus the time one
+piece takes through both (``(W + C) / k``) to fill and drain the pipeline;
+where ranks share cores less hides. The calibration measures the fraction
+``f`` that does (``overlap``), and the ring takes
+``W + C - f (min(W, C) - (W + C) / k)``. The other algorithms
+run their codec before and after their transfers: the model adds the times.
 
 The automatic policy compresses a call only when the predicted compressed
 time beats plain by the factor :data:`GAIN`, and runs the allreduce
@@ -45,6 +55,7 @@ from typing import Any
 
 import numpy as np
 
+from .algorithms.common import pieces_of
 from .calibration import Calibration
 
 __all__ = ["ALLREDUCE_ALGORITHMS", "GAIN", "Prediction", "plain_time", "predict"]
@@ -104,14 +115,27 @@ def plain_time(cal: Calibration, method: str, nbytes: float) -> float:
     return cal.plain[_PLAIN_OF[method]].time(nbytes)
 
 
+def _pipelined(wire: float, codec: float, k: int, overlap: float) -> float:
+    """A pipeline of ``k`` pieces whose transfers (``wire`` s in all) overlap its codec work
+    to the measured extent ``overlap`` (1: fully, 0: not at all)."""
+    hidden = overlap * max(min(wire, codec) - (wire + codec) / k, 0.0)
+    return wire + codec - hidden
+
+
+def _ring_steps(cal: Calibration, n: float, rho: float, steps: int, k: int) -> float:
+    """Wire seconds of ``steps`` ring steps of a chunk of ``n / p`` raw bytes in ``k`` pieces."""
+    return steps * k * cal.exchange.time(rho * n / (cal.layout.size * k))
+
+
 def _allreduce_times(cal: Calibration, n: float, rho: float, e: float, d: float,
-                     p: int) -> dict[str, float]:
+                     p: int, k: int) -> dict[str, float]:
     x, a, g = cal.exchange, cal.add_s_per_byte, cal.agree_s
     levels = p.bit_length() - 1
     folded = p != 1 << levels
+    ring_codec = e * n + d * n * (2 * p - 1) / p + a * n * (p - 1) / p
     return {
-        "ring": g + 2 * (p - 1) * x.time(rho * n / p) + e * n + d * n * (2 * p - 1) / p
-                + a * n * (p - 1) / p,
+        "ring": g + _pipelined(_ring_steps(cal, n, rho, 2 * (p - 1), k), ring_codec, k,
+                                cal.overlap),
         "allgather": g + e * n + cal.plain["Allgather"].time(rho * n) + d * n * p
                      + a * n * (p - 1),
         "recursive_doubling": g + levels * (x.time(rho * n) + (e + 2 * d + a) * n)
@@ -122,12 +146,15 @@ def _allreduce_times(cal: Calibration, n: float, rho: float, e: float, d: float,
 
 
 def compressed_times(cal: Calibration, method: str, n: float, rho: float, e: float,
-                     d: float) -> dict[str, float]:
-    """Predicted seconds of each way to run ``method`` compressed (algorithm -> seconds)."""
+                     d: float, k: int = 1) -> dict[str, float]:
+    """Predicted seconds of each way to run ``method`` compressed (algorithm -> seconds);
+    ``k``: the pieces per ring chunk."""
     p = cal.layout.size
     x, a, g = cal.exchange, cal.add_s_per_byte, cal.agree_s
+    rs = g + _pipelined(_ring_steps(cal, n, rho, p - 1, k), (e + d + a) * n * (p - 1) / p, k,
+                         cal.overlap)
     if method == "Allreduce":
-        return _allreduce_times(cal, n, rho, e, d, p)
+        return _allreduce_times(cal, n, rho, e, d, p, k)
     if method in ("Allgather", "Allgatherv", "Gather"):
         return {method.lower(): g + e * n + cal.plain["Allgather"].time(rho * n) + d * n * p}
     if method == "Alltoall":
@@ -137,9 +164,8 @@ def compressed_times(cal: Calibration, method: str, n: float, rho: float, e: flo
     if method == "Scatter":
         return {"scatter": g + e * n * p + cal.plain["Bcast"].time(rho * n * p) + d * n}
     if method in ("Reduce_scatter_block", "Reduce_scatter"):
-        return {"ring": g + (p - 1) * x.time(rho * n / p) + (e + d + a) * n * (p - 1) / p}
+        return {"ring": rs}
     if method == "Reduce":
-        rs = g + (p - 1) * x.time(rho * n / p) + (e + d + a) * n * (p - 1) / p
         return {"ring": rs + e * n / p + cal.plain["Allgather"].time(rho * n / p) + d * n}
     if method == "Send":
         return {"frame": e * n + x.time(rho * n) + d * n}
@@ -159,7 +185,8 @@ def predict(cal: Calibration, method: str, nbytes: int, codec: Any, dtype: Any,
     rho = codec.encoded_nbytes(count, dt) / (count * dt.itemsize)
     e, d = speed
     plain = plain_time(cal, method, nbytes)
-    times = compressed_times(cal, method, float(nbytes), rho, e, d)
+    k = pieces_of(codec, count // cal.layout.size, dt)
+    times = compressed_times(cal, method, float(nbytes), rho, e, d, k)
     if method == "Allreduce":
         if algorithm == "auto":
             chosen = min(ALLREDUCE_ALGORITHMS, key=lambda a: times[a])

@@ -225,3 +225,40 @@ def test_ranks_that_disagree_on_the_rate_all_raise(comm):
     y = np.empty_like(x)
     mc.Allreduce(x, y, rate=8.25)
     assert np.all(y == p)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("config", [{"id": "bitplane", "rate": 8.25},
+                                    {"id": "zfp", "rate": 16, "dims": 1}],
+                         ids=["bitplane", "zfp"])
+def test_ring_pieces_do_not_change_the_bits(comm, monkeypatch, config):
+    """The pipelined ring gives the same bits whatever the piece size (many pieces,
+    uneven chunks, a chunk of fewer values than a piece), on every collective that
+    runs it; and stays within the ring's bound."""
+    from mpicomp.algorithms import common
+
+    p, r = comm.Get_size(), comm.Get_rank()
+    n = 64 * 37 * p + 40  # chunks that are not whole numbers of pieces
+    x = gradient_like(n, np.float32, seed=300 + r)
+    results = []
+    for piece_bytes in (1 << 40, 300, 64):
+        monkeypatch.setattr(common, "PIECE_BYTES", piece_bytes)
+        mc = mpicomp.Comm(comm, codec=config, threshold=0, algorithm="ring")
+        y = np.full(n, np.nan, np.float32)
+        mc.Allreduce(x, y)
+        rs = np.full(64 * 37, np.nan, np.float32)
+        mc.Reduce_scatter_block(x[: 64 * 37 * p], rs)
+        results.append((digest(y), digest(rs)))
+    exact = exact_sum(comm, x)
+    g = comm.allreduce(float(np.abs(x).max()), op=MPI.SUM)
+    codec = get_codec(config)
+    consts = bounds.codec_constants(codec, np.dtype(np.float32)) or (
+        zfp_constant(comm, codec, x), 0.0)
+    everyone = comm.allgather(results)
+
+    assert all(res[0][0] == everyone[0][0][0] for res in everyone), "ranks disagree bitwise"
+    assert len(set(results)) == 1, f"the piece size changed the result: {results}"
+    if p > 1:
+        err = float(np.abs(y.astype(np.float64) - exact).max())
+        bound = bounds.allreduce_bound("ring", p, consts[0], consts[1], g, np.dtype(np.float32))
+        assert err <= bound, f"max error {err:.3g} > bound {bound:.3g}"

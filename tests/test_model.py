@@ -1,6 +1,8 @@
 """The performance model, its calibration, the automatic policy and the thread budget."""
 from __future__ import annotations
 
+import dataclasses
+
 import json
 
 import numpy as np
@@ -8,6 +10,7 @@ import pytest
 from mpi4py import MPI
 
 import mpicomp
+from mpicomp.algorithms import common
 from mpicomp import calibration, model, threads, topology
 from mpicomp.algorithms import bounds
 from mpicomp.calibration import Calibration, Fit
@@ -77,11 +80,33 @@ def test_ring_prediction_is_its_formula():
     rho = BITPLANE8.encoded_nbytes(n // 4, np.float32) / n
     pred = model.predict(cal, "Allreduce", n, BITPLANE8, np.float32, (e, d), algorithm="ring")
     x = cal.exchange
-    want = (cal.agree_s + 2 * (p - 1) * x.time(rho * n / p) + e * n + d * n * (2 * p - 1) / p
-            + cal.add_s_per_byte * n * (p - 1) / p)
+    k = min(common.MAX_PIECES, round(rho * n / p / common.PIECE_BYTES))  # pieces of a chunk
+    assert k > 1
+    wire = 2 * (p - 1) * k * x.time(rho * n / (p * k))
+    codec = e * n + d * n * (2 * p - 1) / p + cal.add_s_per_byte * n * (p - 1) / p
+    want = cal.agree_s + max(wire, codec) + (wire + codec) / k
     assert pred.algorithm == "ring" and pred.compressed_s == pytest.approx(want)
     assert pred.plain_s == pytest.approx(cal.plain["Allreduce"].time(n))
     assert "model: plain" in pred.describe()
+
+
+def test_ring_without_overlap_adds_codec_and_wire():
+    """Where the calibration found that nothing hides behind a transfer (ranks sharing
+    cores), the pipelined ring is predicted as codec time plus wire time."""
+    cal, (e, d) = synthetic(4, 4, gbs=0.125, codec_gbs=2.0)
+    n, p = 1 << 24, 4
+    full = model.predict(cal, "Allreduce", n, BITPLANE8, np.float32, (e, d), algorithm="ring")
+    half = model.predict(dataclasses.replace(cal, overlap=0.5), "Allreduce", n, BITPLANE8,
+                         np.float32, (e, d), algorithm="ring")
+    none = model.predict(dataclasses.replace(cal, overlap=0.0), "Allreduce", n, BITPLANE8,
+                         np.float32, (e, d), algorithm="ring")
+    rho = BITPLANE8.encoded_nbytes(n // 4, np.float32) / n
+    k = min(common.MAX_PIECES, round(rho * n / p / common.PIECE_BYTES))
+    wire = 2 * (p - 1) * k * cal.exchange.time(rho * n / (p * k))
+    codec = e * n + d * n * (2 * p - 1) / p + cal.add_s_per_byte * n * (p - 1) / p
+    assert none.compressed_s == pytest.approx(cal.agree_s + wire + codec)
+    assert full.compressed_s < half.compressed_s < none.compressed_s
+    assert half.compressed_s == pytest.approx((full.compressed_s + none.compressed_s) / 2)
 
 
 def test_calibration_round_trips_through_json():

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import os
+from typing import Any, Callable
 
 import numpy as np
 from mpi4py import MPI
@@ -11,11 +12,19 @@ from ..codecs import Codec
 from ..memory import DeviceMemory, HostMemory
 from ..stats import Recorder
 
-__all__ = ["ALIGN", "Ctx", "split"]
+__all__ = ["ALIGN", "PIECE_BYTES", "MAX_PIECES", "Ctx", "pieces", "pieces_of", "poll", "split"]
 
 #: chunk boundaries fall on multiples of this many values (a whole number of
 #: blocks for every codec: zfp 3D blocks are 64 values, bitplane blocks 32)
 ALIGN = 64
+
+#: pipelined algorithms cut each chunk into pieces of about this many wire bytes
+#: (small enough that the codec of one piece overlaps the transfer of the next,
+#: large enough that a piece's message overhead stays small)
+PIECE_BYTES = 128 * 1024
+
+#: at most this many pieces per chunk
+MAX_PIECES = 32
 
 
 @dataclasses.dataclass
@@ -84,6 +93,59 @@ class Ctx:
         with self.rec.mpi():
             self.comm.Sendrecv(sendbuf, dest, 0, recvbuf, source, 0)
         self.rec.sent(sendbuf.nbytes)
+
+    def isend(self, buf: Any, dest: int, tag: int) -> MPI.Request:
+        """Start sending ``buf`` (streams); complete it with :meth:`wait` or :meth:`waitall`."""
+        with self.rec.mpi():
+            req = self.comm.Isend(buf, dest, tag)
+        self.rec.sent(buf.nbytes)
+        return req
+
+    def irecv(self, buf: Any, source: int, tag: int) -> MPI.Request:
+        """Start receiving into ``buf`` (streams)."""
+        with self.rec.mpi():
+            return self.comm.Irecv(buf, source, tag)
+
+    def wait(self, req: MPI.Request) -> None:
+        """Complete ``req``, yielding the core between polls (see :func:`poll`)."""
+        with self.rec.mpi():
+            poll(req.Test)
+
+    def waitall(self, reqs: list[MPI.Request]) -> None:
+        if reqs:
+            with self.rec.mpi():
+                poll(lambda: MPI.Request.Testall(reqs))
+
+
+def poll(done: Callable[[], bool]) -> None:
+    """Call ``done`` (an MPI test, which also drives MPI's progress) until it is true,
+    offering the core to other processes between calls.
+
+    MPI's own waits spin. Where a core is free the yield returns at once and
+    this is the same busy poll; where ranks share cores (more ranks than
+    cores, or simulated hosts on one machine) a waiting rank lets the codec
+    of another one run instead of burning the core it needs.
+    """
+    while not done():
+        os.sched_yield()
+
+
+def pieces_of(codec: Codec, count: int, dtype: Any) -> int:
+    """Into how many pieces of about :data:`PIECE_BYTES` wire bytes ``count`` values are cut."""
+    wire = codec.encoded_nbytes(count, np.dtype(dtype)) if count else 0
+    blocks = -(-count // ALIGN)
+    return max(1, min(MAX_PIECES, blocks, round(wire / PIECE_BYTES)))
+
+
+def pieces(ctx: Ctx, count: int, dtype: Any) -> tuple[list[int], list[int]]:
+    """``count`` values cut into :func:`pieces_of` pieces.
+
+    Returns (counts, displacements) as :func:`split` does. Depends only on
+    the count, the dtype and the codec, so every rank cuts a chunk the same
+    way; the codecs code each block on its own, so the decoded values do
+    not depend on the cut.
+    """
+    return split(count, pieces_of(ctx.codec, count, dtype))
 
 
 def split(n: int, parts: int, align: int = ALIGN) -> tuple[list[int], list[int]]:

@@ -1,4 +1,4 @@
-"""Ring reduce-scatter and ring allreduce on compressed chunks.
+"""Ring reduce-scatter and ring allreduce on compressed chunks, pipelined.
 
 The buffer is cut into ``p`` chunks (boundaries on whole codec blocks).
 Reduce-scatter: in each of ``p - 1`` steps a rank receives a compressed
@@ -12,14 +12,50 @@ same bytes, so all ranks end with the same bits.
 
 A chunk's value has been quantized once per hop: ``p - 1`` times in the
 reduce-scatter, and once more for the allgather.
+
+Pipelining: each chunk is further cut into pieces of about
+:data:`~.common.PIECE_BYTES` wire bytes (:func:`~.common.pieces`), each
+sent as its own nonblocking message. A piece travels on as soon as it is
+ready, so the codec work on one piece overlaps the transfer of the pieces
+before and after it, and the allgather forwards each piece before decoding
+it. All receives of a step are posted before its pieces are needed, and
+messages between two neighbours keep their order (MPI's non-overtaking
+rule), so piece ``j`` of a step always meets the receive meant for it.
+The codecs code every block on its own, so the result does not depend on
+the cut: the bits are the same as with whole chunks.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from .common import Ctx, split
+from .common import Ctx, pieces, split
 
 __all__ = ["allreduce", "reduce", "reduce_scatter"]
+
+#: message tags on the private communicator: reduce-scatter pieces, allgather pieces
+TAG_RS, TAG_AG = 11, 12
+
+
+class _Layout:
+    """Where each piece of each chunk lies, in values and in wire bytes."""
+
+    def __init__(self, ctx: Ctx, counts: list[int], displs: list[int], dtype: Any) -> None:
+        self.values: list[list[tuple[int, int]]] = []  # chunk -> [(start, count)] in the buffer
+        self.wire: list[list[tuple[int, int]]] = []  # chunk -> [(offset, nbytes)] in the chunk's stream
+        self.span: list[int] = []  # chunk -> wire bytes of all its pieces
+        for count, displ in zip(counts, displs):
+            pc, pd = pieces(ctx, count, dtype)
+            self.values.append([(displ + d, c) for c, d in zip(pc, pd)])
+            sizes = [ctx.nbytes(c, dtype) for c in pc]
+            offs = [int(o) for o in np.cumsum([0] + sizes[:-1])]
+            self.wire.append(list(zip(offs, sizes)))
+            self.span.append(sum(sizes))
+
+    def piece(self, streams: Any, base: int, chunk: int, j: int) -> Any:
+        off, nb = self.wire[chunk][j]
+        return streams[base + off : base + off + nb]
 
 
 def reduce_scatter(
@@ -29,22 +65,87 @@ def reduce_scatter(
     p, r = ctx.size, ctx.rank
     right, left = (r + 1) % p, (r - 1) % p
     dt = x.dtype
-
-    def chunk(c: int) -> np.ndarray:
-        return x[displs[c] : displs[c] + counts[c]]
-
     partial = ctx.values("partial", max(counts), dt)
-    send = ctx.encode(chunk((r - 1) % p), "send")
+    if p == 1:
+        ctx.copy(partial[: counts[0]], x[: counts[0]])
+        return partial[: counts[0]]
+    lay = _Layout(ctx, counts, [0] * p, dt)  # piece starts relative to the chunk
+    span = max(lay.span)
+    # two receive and two send regions, used by alternate steps
+    recv = ctx.wire("rs_recv", 2 * span)
+    send = ctx.wire("rs_send", 2 * span)
+    pending: list[list[Any]] = [[], []]  # sends still reading each send region
+
+    def post(step: int) -> list[Any]:
+        c = (r - 2 - step) % p
+        base = (step % 2) * span
+        return [ctx.irecv(lay.piece(recv, base, c, j), left, TAG_RS)
+                for j in range(len(lay.wire[c]))]
+
+    def send_piece(values: Any, region: int, c: int, j: int) -> None:
+        buf = lay.piece(send, region * span, c, j)
+        ctx.encode_into(values, buf)
+        pending[region].append(ctx.isend(buf, right, TAG_RS))
+
+    recvs = post(0)
+    first = (r - 1) % p
+    for j, (start, n) in enumerate(lay.values[first]):
+        send_piece(x[displs[first] + start : displs[first] + start + n], 0, first, j)
     for step in range(p - 1):
         c = (r - 2 - step) % p
-        recv = ctx.wire("recv", ctx.nbytes(counts[c], dt))
-        ctx.sendrecv(send, right, recv, left)
-        acc = partial[: counts[c]]
-        ctx.decode(recv, acc)
-        ctx.add_into(acc, chunk(c))
-        if step < p - 2:
-            send = ctx.encode(acc, "send")
+        last = step == p - 2
+        following = [] if last else post(step + 1)
+        region = (step + 1) % 2
+        if not last:  # the sends of two steps ago must be done with this region
+            ctx.waitall(pending[region])
+            pending[region] = []
+        for j, (start, n) in enumerate(lay.values[c]):
+            ctx.wait(recvs[j])
+            acc = partial[start : start + n]
+            ctx.decode(lay.piece(recv, (step % 2) * span, c, j), acc)
+            ctx.add_into(acc, x[displs[c] + start : displs[c] + start + n])
+            if not last:
+                send_piece(acc, region, c, j)
+        recvs = following
+    ctx.waitall(pending[0] + pending[1])
     return partial[: counts[r]]
+
+
+def allreduce(ctx: Ctx, x: np.ndarray, out: np.ndarray) -> None:
+    """Ring reduce-scatter, then a ring allgather of the compressed complete chunks."""
+    p, r = ctx.size, ctx.rank
+    right, left = (r + 1) % p, (r - 1) % p
+    counts, displs = split(x.size, p)
+    mine = reduce_scatter(ctx, x, counts, displs)
+    lay = _Layout(ctx, counts, displs, x.dtype)
+    bases = [int(b) for b in np.cumsum([0] + lay.span[:-1])]
+    streams = ctx.wire("streams", sum(lay.span))
+
+    def piece(c: int, j: int) -> Any:
+        return lay.piece(streams, bases[c], c, j)
+
+    def decode(c: int, j: int) -> None:
+        start, n = lay.values[c][j]
+        ctx.decode(piece(c, j), out[start : start + n])
+
+    arrivals = [(step, c, j, ctx.irecv(piece(c, j), left, TAG_AG))
+                for step in range(p - 1)
+                for c in [(r - step - 1) % p]
+                for j in range(len(lay.wire[c]))]
+    sends = []
+    for j, (start, n) in enumerate(lay.values[r]):
+        buf = piece(r, j)
+        ctx.encode_into(mine[start - displs[r] : start - displs[r] + n], buf)
+        if p > 1:
+            sends.append(ctx.isend(buf, right, TAG_AG))
+    for j in range(len(lay.values[r])):  # own chunk, while its pieces travel
+        decode(r, j)
+    for step, c, j, req in arrivals:
+        ctx.wait(req)
+        if step < p - 2:
+            sends.append(ctx.isend(piece(c, j), right, TAG_AG))
+        decode(c, j)
+    ctx.waitall(sends)
 
 
 def _final_streams(
@@ -72,20 +173,6 @@ def _decode_all(ctx: Ctx, streams: np.ndarray, sizes: list[int], counts: list[in
     for c in range(ctx.size):
         ctx.decode(streams[off : off + sizes[c]], out[displs[c] : displs[c] + counts[c]])
         off += sizes[c]
-
-
-def allreduce(ctx: Ctx, x: np.ndarray, out: np.ndarray) -> None:
-    """Ring reduce-scatter, then a ring allgather of the compressed complete chunks."""
-    p, r = ctx.size, ctx.rank
-    streams, counts, displs, sizes, offsets = _final_streams(ctx, x)
-    right, left = (r + 1) % p, (r - 1) % p
-    for step in range(p - 1):
-        s, c = (r - step) % p, (r - step - 1) % p
-        ctx.sendrecv(
-            streams[offsets[s] : offsets[s] + sizes[s]], right,
-            streams[offsets[c] : offsets[c] + sizes[c]], left,
-        )
-    _decode_all(ctx, streams, sizes, counts, displs, out)
 
 
 def reduce(ctx: Ctx, x: np.ndarray, out: np.ndarray | None, root: int) -> None:
