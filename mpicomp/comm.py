@@ -56,6 +56,11 @@ _CAST_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
 ONE_NODE = "codec auto: one node (plain MPI through shared memory is faster)"
 
 
+#: looked up once, for the fast plain path of Allreduce
+_NDARRAY = np.ndarray
+_MPI_ALLREDUCE = MPI.Intracomm.Allreduce
+
+
 def _op_name(op: MPI.Op) -> str:
     for name in _OP_NAMES:
         if op == getattr(MPI, name, None):
@@ -184,10 +189,20 @@ class Comm(MPI.Intracomm):
             if not self._debug and self._model.plain_below is None:
                 self._size1 = self.Get_size() == 1
                 self._stats.threshold = pol.threshold
-                self._model.plain_below = (
-                    (math.inf, "codec none") if not pol.enabled
-                    else (pol.threshold, "below threshold"))
+                self._set_plain_below((math.inf, "codec none") if not pol.enabled
+                                      else (pol.threshold, "below threshold"))
         return self._default
+
+    #: calls without settings on NumPy arrays of fewer bytes take the fast plain path
+    #: (class defaults: a Comm that mpi4py made without __new__ has none)
+    _fast_below: float = 0.0
+    _fast_reason: str = ""
+
+    def _set_plain_below(self, limit: tuple[float, str]) -> None:
+        """Set the fast path's size limit and reason (see :meth:`_fast_plain`)."""
+        self._model.plain_below = limit
+        self._fast_below = 0.0 if self._size1 else limit[0]
+        self._fast_reason = limit[1]
 
     def _fast_plain(self, name: str, nbytes: int) -> bool:
         """True (and counted) when a call without settings goes to plain MPI by its size alone.
@@ -196,16 +211,13 @@ class Comm(MPI.Intracomm):
         it serves: a cached size limit for the default policy, known once a
         first call resolved it (the threshold; with the codec ``auto``, no
         limit at all once the model found that the communicator is on one
-        node). The limit is the same on every rank.
+        node). The limit is the same on every rank. ``Allreduce`` inlines
+        this test (its tiny calls are the most frequent).
         """
-        try:
-            limit = self._model.plain_below
-        except AttributeError:  # made by mpi4py without __new__: not set up yet
-            return False
-        if limit is None or nbytes >= limit[0] or self._size1:
-            return False
-        self._stats.fast_plain(name, nbytes, limit[1])
-        return True
+        if nbytes < self._fast_below:
+            self._stats.fast_plain(name, nbytes, self._fast_reason)
+            return True
+        return False
 
     # -- the performance model ----------------------------------------------------
     @property
@@ -279,7 +291,7 @@ class Comm(MPI.Intracomm):
             if not self._model.layout.spans_nodes:
                 # shared memory moves bytes faster than a CPU codec encodes them: no probe
                 if self._model.plain_below is not None and pol is self._default:
-                    self._model.plain_below = (math.inf, ONE_NODE)
+                    self._set_plain_below((math.inf, ONE_NODE))
                 return ONE_NODE
         # Before the agreement step, ranks may hold different per-call settings (an error
         # the agreement reports): so the codec speed used here is that of the
@@ -459,8 +471,11 @@ class Comm(MPI.Intracomm):
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,  # noqa: N802
                   **settings: Any) -> None:
+        if type(sendbuf) is _NDARRAY and sendbuf.nbytes < self._fast_below and not settings:
+            self._stats.fast_plain("Allreduce", sendbuf.nbytes, self._fast_reason)
+            return _MPI_ALLREDUCE(self, sendbuf, recvbuf, op)
         if not settings and _fast_size(self, "Allreduce", sendbuf, recvbuf):
-            return MPI.Intracomm.Allreduce(self, sendbuf, recvbuf, op)
+            return _MPI_ALLREDUCE(self, sendbuf, recvbuf, op)
         pol, sbuf, rbuf, rec, reason = self._allreduce_call(
             "Allreduce", sendbuf, recvbuf, op, settings)
         if reason is not None:
@@ -977,6 +992,9 @@ class _WorkerView(Comm):
 
     def _fast_plain(self, name: str, nbytes: int) -> bool:
         return False  # plain calls of the worker run on its private communicator
+
+    def _set_plain_below(self, limit: tuple[float, str]) -> None:
+        self._model.plain_below = limit  # shared with the owner; no fast path here
 
     def _plain(self, rec: Recorder, reason: str, fn: Callable[..., Any], *args: Any,
                sent: int | None = None) -> Any:

@@ -90,8 +90,7 @@ class Stats:
         :meth:`as_dict`, which the caller's thread runs too (``comm.stats()``).
         """
         key = (name, nbytes, reason)
-        n = self._fast.get(key)
-        self._fast[key] = 1 if n is None else n + 1
+        self._fast[key] = self._fast.get(key, 0) + 1
 
     def _fold_fast(self) -> None:
         """Move the fast-path counts into the table (caller holds the lock)."""
