@@ -14,6 +14,10 @@ communicator:
   same way: plain MPI is the baseline every decision compares against, and
   the compressed collectives call these same functions on their streams;
 * ``add_s_per_byte``: ``acc += x`` on this rank's thread budget;
+* ``node``: where nodes hold several ranks and the communicator spans
+  nodes: plain ``Reduce`` and ``Bcast`` inside each node, and the ring
+  exchange between the node leaders (one rank per node), each fitted as
+  above: the costs of the node-aware (hierarchical) allreduce;
 * ``overlap``: how much codec work this machine hides behind a transfer
   (:func:`_overlap`): 1 where every rank has a core to itself, less where
   ranks (or simulated hosts) share cores and the codec, the waits and the
@@ -50,8 +54,11 @@ ENV = "MPICOMP_CALIBRATION"
 #: MPI collectives whose plain times are measured
 PLAIN_METHODS = ("Allreduce", "Allgather", "Alltoall", "Bcast", "Reduce_scatter_block")
 
-#: the two probe sizes (bytes per rank; Allgather: each rank's part)
-PROBE_SIZES = (64 * 1024, 1 << 20)
+#: the two probe sizes (bytes per rank; Allgather: each rank's part, at most
+#: ALLGATHER_PROBE_TOTAL / p): large messages are where compression can pay,
+#: and caches make what 1 MiB costs a poor guide to what 16 MiB costs
+PROBE_SIZES = (256 * 1024, 4 << 20)
+ALLGATHER_PROBE_TOTAL = 32 << 20
 #: repetitions per measurement (the best one counts)
 REPEAT = 3
 #: values of the codec probe
@@ -59,7 +66,7 @@ CODEC_PROBE_VALUES = 1 << 18
 #: values of the codec probe on device buffers under Numba's CUDA simulator (slow)
 CODEC_PROBE_VALUES_SIMULATOR = 1 << 11
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +102,8 @@ class Calibration:
     add_s_per_byte: float
     probe_seconds: float
     overlap: float = 1.0
+    #: "Reduce", "Bcast" (inside a node), "leader_exchange": None on one node or one rank a node
+    node: dict[str, Fit] | None = None
     source: str = "measured"
     #: "codec-config-json|dtype|memory" -> (encode, decode) seconds per raw byte
     codecs: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
@@ -110,6 +119,8 @@ class Calibration:
         ]
         lines += [f"  plain {m}: {f.alpha * 1e6:.1f} us + {_gbs(f.beta)} GB/s"
                   for m, f in self.plain.items()]
+        lines += [f"  node-aware {m}: {f.alpha * 1e6:.1f} us + {_gbs(f.beta)} GB/s"
+                  for m, f in (self.node or {}).items()]
         lines += [f"  codec {k}: encode {_gbs(e)} GB/s, decode {_gbs(d)} GB/s"
                   for k, (e, d) in self.codecs.items()]
         return "\n".join(lines)
@@ -125,6 +136,8 @@ class Calibration:
             "add_s_per_byte": self.add_s_per_byte,
             "probe_seconds": self.probe_seconds,
             "overlap": self.overlap,
+            "node": None if self.node is None else {
+                m: dataclasses.asdict(f) for m, f in self.node.items()},
             "codecs": {k: list(v) for k, v in self.codecs.items()},
         }
 
@@ -139,6 +152,7 @@ class Calibration:
             add_s_per_byte=float(d["add_s_per_byte"]),
             probe_seconds=float(d["probe_seconds"]),
             overlap=float(d["overlap"]),
+            node=None if d["node"] is None else {m: Fit(**f) for m, f in d["node"].items()},
             source=source,
             codecs={k: (float(v[0]), float(v[1])) for k, v in d.get("codecs", {}).items()},
         )
@@ -194,8 +208,45 @@ def _exchange_probe(comm: MPI.Intracomm, nbytes: int) -> Callable[[], None]:
     return lambda: comm.Sendrecv(a, right, 0, b, left, 0)
 
 
-def _fit(comm: MPI.Intracomm, make: Callable[[int], Callable[[], None]]) -> Fit:
-    (n0, n1) = PROBE_SIZES
+def _node_fits(comm: MPI.Intracomm, lay: Layout) -> dict[str, Fit] | None:
+    """The node-aware allreduce's costs (see the module docs), or None where it has no use."""
+    from .topology import node_comms
+
+    if not lay.spans_nodes or lay.ppn == 1:
+        return None
+    node, leaders = node_comms(comm, lay)
+    try:
+        def node_reduce(n: int) -> Callable[[], None]:
+            a = np.ones(n // 4, np.float32)
+            b = np.empty_like(a) if node.Get_rank() == 0 else None
+            return lambda: node.Reduce(a, b, op=MPI.SUM, root=0)
+
+        def node_bcast(n: int) -> Callable[[], None]:
+            a = np.ones(n, np.uint8)
+            return lambda: node.Bcast(a, root=0)
+
+        def leader_exchange(n: int) -> Callable[[], None]:
+            if leaders == MPI.COMM_NULL:
+                return lambda: None
+            return _exchange_probe(leaders, n)
+
+        return {"Reduce": _fit(comm, node_reduce), "Bcast": _fit(comm, node_bcast),
+                "leader_exchange": _fit(comm, leader_exchange)}
+    finally:
+        node.Free()
+        if leaders != MPI.COMM_NULL:
+            leaders.Free()
+
+
+def _allgather_sizes(p: int) -> tuple[int, int]:
+    """The Allgather probe's parts: PROBE_SIZES, each at most ALLGATHER_PROBE_TOTAL / p."""
+    top = max(ALLGATHER_PROBE_TOTAL // p, 8192)
+    return min(PROBE_SIZES[0], top // 8), min(PROBE_SIZES[1], top)
+
+
+def _fit(comm: MPI.Intracomm, make: Callable[[int], Callable[[], None]],
+         sizes: tuple[int, int] = PROBE_SIZES) -> Fit:
+    (n0, n1) = sizes
     t0 = _slowest_best(comm, make(n0))
     t1 = _slowest_best(comm, make(n1))
     return Fit.through(n0, t0, n1, t1)
@@ -216,7 +267,7 @@ def _overlap(comm: MPI.Intracomm) -> float:
     p, r = comm.Get_size(), comm.Get_rank()
     if p == 1:
         return 1.0
-    right, left, k, nbytes = (r + 1) % p, (r - 1) % p, 8, PROBE_SIZES[1]
+    right, left, k, nbytes = (r + 1) % p, (r - 1) % p, 8, 1 << 20
     sent, got = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
     codec = get_codec({"id": "bitplane", "rate": 8.25})
     values = _probe_data(nbytes // 4, np.dtype(np.float32))
@@ -251,13 +302,16 @@ def measure(comm: MPI.Intracomm, lay: Layout) -> Calibration:
     vec, out = np.zeros(4), np.empty(4)
     agree_s = _slowest_best(comm, lambda: comm.Allreduce(vec, out, op=MPI.MAX), repeat=10)
     exchange = _fit(comm, lambda n: _exchange_probe(comm, n))
-    plain = {m: _fit(comm, lambda n, m=m: _plain_probe(comm, m, n)) for m in PLAIN_METHODS}
-    acc = np.ones(PROBE_SIZES[1] // 4, np.float32)
+    plain = {m: _fit(comm, lambda n, m=m: _plain_probe(comm, m, n),
+                     _allgather_sizes(comm.Get_size()) if m == "Allgather" else PROBE_SIZES)
+             for m in PLAIN_METHODS}
+    acc = np.ones((1 << 20) // 4, np.float32)
     add_s = _slowest_best(comm, lambda: add_into(acc, acc)) / acc.nbytes
     overlap = _overlap(comm)
+    node = _node_fits(comm, lay)
     seconds = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
     return Calibration(lay, threads.budget(), agree_s, exchange, plain, add_s, seconds,
-                       overlap)
+                       overlap, node)
 
 
 def _probe_data(n: int, dtype: np.dtype) -> np.ndarray:

@@ -77,6 +77,14 @@ class _Engine:
         self.comm: MPI.Intracomm = MPI.Intracomm(MPI.Intracomm.Dup(parent))
         self.scratch = Scratch()
         self.pools: DevicePools | None = None
+        self._nodes: tuple[MPI.Intracomm, MPI.Intracomm] | None = None
+
+    def node_comms(self) -> tuple[MPI.Intracomm, MPI.Intracomm]:
+        """(this rank's node, the node leaders or COMM_NULL) on the private communicator
+        (collective the first time; see :func:`mpicomp.topology.node_comms`)."""
+        if self._nodes is None:
+            self._nodes = topology.node_comms(self.comm, topology.layout(self.comm))
+        return self._nodes
 
     def memory(self, on_device: bool) -> HostMemory | DeviceMemory:
         """Where this call's values and streams live (device: on the current stream)."""
@@ -91,8 +99,10 @@ class _Engine:
         return Ctx(self.comm, codec, rec, memory)
 
     def free(self) -> None:
-        if self.comm != MPI.COMM_NULL:
-            self.comm.Free()
+        for c in (*(self._nodes or ()), self.comm):
+            if c != MPI.COMM_NULL:
+                c.Free()
+        self._nodes = None
 
 
 class _ModelState:
@@ -439,6 +449,10 @@ class Comm(MPI.Intracomm):
             # the model's choice, made in _screen on the caller's thread, else the size rule
             pred = rec.prediction
             algorithm = pred.algorithm if pred is not None else algorithms.choose(x.nbytes, p)
+        if algorithm == "hierarchical" and on_device:
+            # its plain node Reduce and Bcast take host buffers; a rank whose buffer is on
+            # the host runs hierarchical, and the agreement below reports the mismatch
+            algorithm = "ring"
         settings = f"Allreduce n={x.size} {x.dtype} op={opname} alg={algorithm}"
         memory = engine.memory(on_device)
         reason = self._agree(engine, "Allreduce", pol, x, x.dtype, settings, p, memory)
@@ -453,6 +467,8 @@ class Comm(MPI.Intracomm):
         elif algorithm == "homomorphic":
             fmt = algorithms.homomorphic.allreduce(ctx, x, out, pol.rate)
             detail = f"k={fmt.k} bits, {fmt.bits_per_value:.3g} bits/value"
+        elif algorithm == "hierarchical":
+            algorithms.hierarchical.allreduce(ctx, x, out, *engine.node_comms())
         else:
             getattr(algorithms, algorithm).allreduce(ctx, x, out)
         rec.compressed(algorithm, detail or pol.codec.codec_id)

@@ -17,6 +17,8 @@ call                         compressed time
 Allreduce, ring              g + pipelined(W, C) (below), with
                              W = 2(p-1) k X(rho n / (p k)), C = E n + D n (2p-1)/p + A n (p-1)/p
 Allreduce, allgather         g + E n + F_Allgather(rho n) + D n p + A n (p-1)
+Allreduce, hierarchical     g + R(n) + pipelined(W', C') + B(n): node Reduce and Bcast fits,
+                             the ring above over the P node leaders (their exchange fit)
 Allreduce, rec. doubling     g + L X(rho n) + L (E + 2D + A) n (+ 2 X(rho n) + 2(E+D) n
                              when p is not a power of two), L = floor(log2 p)
 Allgather(v), Gather         g + E n + F_Allgather(rho n) + D n p
@@ -55,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from .algorithms.common import pieces_of
+from .algorithms.common import MAX_PIECES, pieces_of
 from .calibration import Calibration
 
 __all__ = ["ALLREDUCE_ALGORITHMS", "GAIN", "Prediction", "plain_time", "predict"]
@@ -63,7 +65,8 @@ __all__ = ["ALLREDUCE_ALGORITHMS", "GAIN", "Prediction", "plain_time", "predict"
 #: compress only when plain is predicted to take at least this many times longer
 GAIN = 1.2
 
-#: the allreduce algorithms the model chooses from (homomorphic only when asked for)
+#: the allreduce algorithms the model chooses from (homomorphic only when asked for;
+#: hierarchical too where nodes hold several ranks and the calibration measured them)
 ALLREDUCE_ALGORITHMS = ("ring", "allgather", "recursive_doubling")
 
 #: the fitted plain collective each method's plain time comes from
@@ -122,9 +125,22 @@ def _pipelined(wire: float, codec: float, k: int, overlap: float) -> float:
     return wire + codec - hidden
 
 
-def _ring_steps(cal: Calibration, n: float, rho: float, steps: int, k: int) -> float:
-    """Wire seconds of ``steps`` ring steps of a chunk of ``n / p`` raw bytes in ``k`` pieces."""
-    return steps * k * cal.exchange.time(rho * n / (cal.layout.size * k))
+def _ring_steps(cal: Calibration, n: float, rho: float, steps: int, k: int,
+                p: int | None = None, link: Any = None) -> float:
+    """Wire seconds of ``steps`` ring steps of a chunk of ``n / p`` raw bytes in ``k`` pieces
+    (``p`` ranks, default all; ``link``: the exchange fit, default the ranks' ring)."""
+    p = p or cal.layout.size
+    return steps * k * (link or cal.exchange).time(rho * n / (p * k))
+
+
+def _hierarchical(cal: Calibration, n: float, rho: float, e: float, d: float, k: int) -> float:
+    """The node-aware allreduce: node Reduce, the ring over the ``P`` node leaders, node Bcast."""
+    assert cal.node is not None
+    big = cal.layout.nodes
+    codec = e * n + d * n * (2 * big - 1) / big + cal.add_s_per_byte * n * (big - 1) / big
+    wire = _ring_steps(cal, n, rho, 2 * (big - 1), k, big, cal.node["leader_exchange"])
+    return (cal.agree_s + cal.node["Reduce"].time(n) + _pipelined(wire, codec, k, cal.overlap)
+            + cal.node["Bcast"].time(n))
 
 
 def _allreduce_times(cal: Calibration, n: float, rho: float, e: float, d: float,
@@ -154,7 +170,12 @@ def compressed_times(cal: Calibration, method: str, n: float, rho: float, e: flo
     rs = g + _pipelined(_ring_steps(cal, n, rho, p - 1, k), (e + d + a) * n * (p - 1) / p, k,
                          cal.overlap)
     if method == "Allreduce":
-        return _allreduce_times(cal, n, rho, e, d, p, k)
+        times = _allreduce_times(cal, n, rho, e, d, p, k)
+        if cal.node is not None:
+            k_nodes = max(1, round(k * p / cal.layout.nodes))  # the leaders' chunks are larger
+            times["hierarchical"] = _hierarchical(cal, n, rho, e, d,
+                                                  min(k_nodes, MAX_PIECES))
+        return times
     if method in ("Allgather", "Allgatherv", "Gather"):
         return {method.lower(): g + e * n + cal.plain["Allgather"].time(rho * n) + d * n * p}
     if method == "Alltoall":
@@ -188,11 +209,14 @@ def predict(cal: Calibration, method: str, nbytes: int, codec: Any, dtype: Any,
     k = pieces_of(codec, count // cal.layout.size, dt)
     times = compressed_times(cal, method, float(nbytes), rho, e, d, k)
     if method == "Allreduce":
+        choices = [a for a in (*ALLREDUCE_ALGORITHMS, "hierarchical") if a in times]
         if algorithm == "auto":
-            chosen = min(ALLREDUCE_ALGORITHMS, key=lambda a: times[a])
-        else:
+            chosen = min(choices, key=lambda a: times[a])
+        elif algorithm in times:
             chosen = algorithm
-        times = {a: times[a] for a in (*ALLREDUCE_ALGORITHMS, chosen)}
+        else:  # hierarchical on one node, or one rank a node: it runs the ring
+            chosen = "ring"
+        times = {a: times[a] for a in (*choices, chosen)}
     else:
         chosen = next(iter(times))
     compressed = times[chosen]

@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 #: allreduce algorithms; "auto" picks one by message size and rank count
-ALGORITHMS = ("auto", "allgather", "ring", "recursive_doubling", "homomorphic")
+ALGORITHMS = ("auto", "allgather", "ring", "recursive_doubling", "homomorphic", "hierarchical")
 
 #: the codec setting that lets the performance model decide
 AUTO = "auto"

@@ -12,7 +12,7 @@ import dataclasses
 
 from mpi4py import MPI
 
-__all__ = ["Layout", "layout"]
+__all__ = ["Layout", "layout", "node_comms"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,3 +62,17 @@ def layout(comm: MPI.Intracomm) -> Layout:
     for lead in leaders:
         numbering.setdefault(lead, len(numbering))
     return Layout(tuple(numbering[lead] for lead in leaders))
+
+
+def node_comms(comm: MPI.Intracomm, lay: Layout) -> tuple[MPI.Intracomm, MPI.Intracomm]:
+    """(this rank's node, the node leaders) as communicators (collective over ``comm``).
+
+    The node communicator holds the ranks of this rank's node in ``comm``'s
+    order (its rank 0, the node's lowest rank, is the leader); the leaders'
+    communicator holds one rank per node, in node order, and is
+    ``MPI.COMM_NULL`` on the other ranks. The caller frees both.
+    """
+    me = comm.Get_rank()
+    node = comm.Split(lay.node_of[me], me)
+    leaders = comm.Split(0 if node.Get_rank() == 0 else MPI.UNDEFINED, lay.node_of[me])
+    return node, leaders

@@ -262,3 +262,40 @@ def test_ring_pieces_do_not_change_the_bits(comm, monkeypatch, config):
         err = float(np.abs(y.astype(np.float64) - exact).max())
         bound = bounds.allreduce_bound("ring", p, consts[0], consts[1], g, np.dtype(np.float32))
         assert err <= bound, f"max error {err:.3g} > bound {bound:.3g}"
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("config", [{"id": "bitplane", "rate": 8.25},
+                                    {"id": "cast", "dtype": "bfloat16"}], ids=["bitplane", "cast"])
+def test_hierarchical_within_bound_and_identical(comm, monkeypatch, config):
+    """The node-aware allreduce on pretend nodes of two ranks each (the layout is
+    replaced; the node Reduce, leader ring and node Bcast are real MPI): the same bits on
+    every rank, within the ring's bound over the node count, in place too."""
+    from mpicomp import topology
+
+    p, r = comm.Get_size(), comm.Get_rank()
+    monkeypatch.setattr(topology, "layout",
+                        lambda c: topology.Layout(tuple(i // 2 for i in range(c.Get_size()))))
+    nodes = (p + 1) // 2
+    mc = mpicomp.Comm(comm, codec=config, threshold=0, algorithm="hierarchical")
+    n = 64 * 50 * p + 7
+    x = gradient_like(n, np.float32, seed=400 + r)
+    y = np.full(n, np.nan, np.float32)
+    mc.Allreduce(x, y)
+    z = x.copy()
+    mc.Allreduce(MPI.IN_PLACE, z)
+    stats = mc.stats()["Allreduce"]
+    exact = exact_sum(comm, x)
+    digests = comm.allgather(digest(y))
+    g = comm.allreduce(float(np.abs(x).max()), op=MPI.SUM)
+    c, a = bounds.codec_constants(get_codec(config), np.dtype(np.float32))
+
+    assert len(set(digests)) == 1, "ranks disagree bitwise"
+    np.testing.assert_array_equal(z, y)
+    if p == 1:
+        assert stats["compressed"] == 0
+        return
+    err = float(np.abs(y.astype(np.float64) - exact).max())
+    bound = bounds.allreduce_bound("hierarchical", p, c, a, g, np.dtype(np.float32), nodes)
+    assert err <= bound, f"max error {err:.3g} > bound {bound:.3g}"
+    assert stats["compressed"] == 2 and stats["algorithms"] == {"hierarchical": 2}

@@ -109,12 +109,53 @@ def test_ring_without_overlap_adds_codec_and_wire():
     assert half.compressed_s == pytest.approx((full.compressed_s + none.compressed_s) / 2)
 
 
+def test_hierarchical_is_a_candidate_where_nodes_hold_several_ranks():
+    """With node fits (several ranks a node, several nodes) the model predicts the
+    node-aware allreduce by its formula, and picks it when shared memory is fast and
+    the network slow; without them it is no candidate and, named, runs the ring."""
+    cal, (e, d) = synthetic(8, 2, gbs=0.125, codec_gbs=2.0)
+    fast = Fit(1e-6, 1e-9 / 20)
+    cal = dataclasses.replace(cal, node={"Reduce": fast, "Bcast": fast,
+                                         "leader_exchange": cal.exchange})
+    n = 1 << 24
+    pred = model.predict(cal, "Allreduce", n, BITPLANE8, np.float32, (e, d))
+    assert "hierarchical" in pred.candidates and pred.algorithm == "hierarchical"
+    rho = BITPLANE8.encoded_nbytes(n // 4, np.float32) / n
+    k = min(common.MAX_PIECES, round(rho * n / 2 / common.PIECE_BYTES))
+    wire = 2 * k * cal.exchange.time(rho * n / (2 * k))
+    codec = e * n + d * n * 3 / 2 + cal.add_s_per_byte * n / 2
+    want = (cal.agree_s + 2 * fast.time(n) + max(wire, codec) + (wire + codec) / k)
+    assert pred.candidates["hierarchical"] == pytest.approx(want)
+    flat, _ = synthetic(8, 2, gbs=0.125, codec_gbs=2.0)
+    named = model.predict(flat, "Allreduce", n, BITPLANE8, np.float32, (e, d),
+                          algorithm="hierarchical")
+    assert "hierarchical" not in named.candidates and named.algorithm == "ring"
+
+
 def test_calibration_round_trips_through_json():
     cal, _ = synthetic(3, 2, gbs=1.0)
     cal.codecs["x|float32|host"] = (1e-9, 2e-9)
     back = Calibration.from_dict(json.loads(json.dumps(cal.as_dict())), "test")
     assert back.as_dict() == cal.as_dict()
     assert "3 ranks on 2 node(s)" in back.describe()
+
+
+@pytest.mark.mpi
+def test_calibration_measures_node_fits_on_pretend_nodes(comm):
+    """Nodes of two ranks (a pretend layout; the probes are real MPI): the calibration
+    measures the node Reduce, node Bcast and leader exchange; one node: none."""
+    p = comm.Get_size()
+    cal = calibration.measure(comm, Layout(tuple(r // 2 for r in range(p))))
+    one = calibration.measure(comm, Layout((0,) * p))
+    if p > 2:
+        assert set(cal.node) == {"Reduce", "Bcast", "leader_exchange"}
+        assert all(f.beta > 0 for f in cal.node.values())
+        back = Calibration.from_dict(json.loads(json.dumps(cal.as_dict())), "test")
+        assert back.node == cal.node
+    else:
+        assert cal.node is None
+    assert one.node is None
+    assert 0.0 <= cal.overlap <= 1.0
 
 
 @pytest.mark.mpi

@@ -4,15 +4,17 @@
 * :mod:`.ring`: ring reduce-scatter with recompression, ring allgather.
 * :mod:`.recursive_doubling`: log2(p) exchange rounds, any p.
 * :mod:`.homomorphic`: shared per-block scales, exact integer sum.
+* :mod:`.hierarchical`: plain inside each node, the ring between nodes.
 
 Error bounds per algorithm: ``docs/algorithms.md``.
 """
 from __future__ import annotations
 
-from . import allgather, homomorphic, recursive_doubling, ring
+from . import allgather, hierarchical, homomorphic, recursive_doubling, ring
 from .common import Ctx
 
-__all__ = ["Ctx", "allgather", "choose", "homomorphic", "recursive_doubling", "ring"]
+__all__ = ["Ctx", "allgather", "choose", "hierarchical", "homomorphic", "recursive_doubling",
+           "ring"]
 
 #: below this many bytes (per rank) recursive doubling beats the ring
 SMALL = 256 * 1024

@@ -43,8 +43,13 @@ def codec_constants(codec: Codec, dtype: np.dtype) -> tuple[float, float] | None
     return None
 
 
-def quantizations(algorithm: str, p: int) -> int:
-    """How many quantized vectors add their error to each result value."""
+def quantizations(algorithm: str, p: int, nodes: int | None = None) -> int:
+    """How many quantized vectors add their error to each result value
+    (``nodes``: the hierarchical algorithm's node count)."""
+    if algorithm == "hierarchical":
+        if nodes is None:
+            raise ValueError("the hierarchical bound needs the number of nodes")
+        return nodes  # the ring between the node leaders
     if algorithm == "allgather":
         return 1  # each input once: sum of c*max|x_r| <= c*G
     if algorithm == "ring":
@@ -56,9 +61,9 @@ def quantizations(algorithm: str, p: int) -> int:
 
 
 def allreduce_bound(algorithm: str, p: int, c: float, a: float, g: float,
-                    dtype: np.dtype) -> float:
+                    dtype: np.dtype, nodes: int | None = None) -> float:
     """The bound of the module docs for one allreduce."""
-    m = quantizations(algorithm, p)
+    m = quantizations(algorithm, p, nodes)
     eps = float(np.finfo(dtype).eps) / 2
     growth = (1.0 + c) ** m
     return m * c * g * growth + (m + p) * a + p * eps * g * growth

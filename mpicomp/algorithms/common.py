@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from typing import Any, Callable
 
 import numpy as np
@@ -106,10 +107,10 @@ class Ctx:
         with self.rec.mpi():
             return self.comm.Irecv(buf, source, tag)
 
-    def wait(self, req: MPI.Request) -> None:
+    def wait(self, req: MPI.Request, idle: bool = False) -> None:
         """Complete ``req``, yielding the core between polls (see :func:`poll`)."""
         with self.rec.mpi():
-            poll(req.Test)
+            poll(req.Test, idle)
 
     def waitall(self, reqs: list[MPI.Request]) -> None:
         if reqs:
@@ -117,17 +118,24 @@ class Ctx:
                 poll(lambda: MPI.Request.Testall(reqs))
 
 
-def poll(done: Callable[[], bool]) -> None:
+def poll(done: Callable[[], bool], idle: bool = False) -> None:
     """Call ``done`` (an MPI test, which also drives MPI's progress) until it is true,
     offering the core to other processes between calls.
 
     MPI's own waits spin. Where a core is free the yield returns at once and
     this is the same busy poll; where ranks share cores (more ranks than
     cores, or simulated hosts on one machine) a waiting rank lets the codec
-    of another one run instead of burning the core it needs.
+    of another one run instead of burning the core it needs. ``idle``: the
+    wait is known to be long (a rank that waits for others' whole codec and
+    network work): sleep between tests, 20 us at first, up to 200 us.
     """
+    nap = 20e-6
     while not done():
-        os.sched_yield()
+        if idle:
+            time.sleep(nap)
+            nap = min(2 * nap, 200e-6)
+        else:
+            os.sched_yield()
 
 
 def pieces_of(codec: Codec, count: int, dtype: Any) -> int:
