@@ -1,7 +1,12 @@
 # mpicomp: build and test entry points. Needs only python3 (>= 3.10) on PATH.
 #   make venv      create .venv and install mpicomp (editable) with test deps and the MPICH wheel
 #   make test      all tests: serially, then under mpiexec -n 2, 3, 4 (tests/run_tests.py)
-#   make bench     the codec benchmark (python -m mpicomp.bench codecs)
+#   make bench     the headline comparison (bench/headline.sh): compressed vs plain Allreduce,
+#                  Allgather, Alltoall and Bcast in one job, on the simulated cluster (root:
+#                  HOSTS x PPN ranks, links shaped to RATE) or else on HOSTS*PPN local ranks;
+#                  prints a table and writes HEADLINE_PNG (bench-headline.png); options in ARGS
+#                  (ARGS=--quick: seconds); NETCLUSTER=0 runs on local ranks without trying
+#   make bench-codecs  the codec benchmark (python -m mpicomp.bench codecs)
 #   make bench-comm  the collective benchmarks under mpiexec: allreduce (BENCH_RANKS ranks,
 #                  options in ARGS, e.g. ARGS=--quick) and overlap (2 ranks, OVERLAP_ARGS)
 #   make bench-net (root) the benchmark in ARGS on a simulated cluster (bench/netcluster.sh):
@@ -20,7 +25,7 @@ PIP_INSTALL := $(VPY) -m pip install --disable-pip-version-check $(if $(filter t
 ARGS   ?=
 VENV_ARGS ?=
 
-.PHONY: all venv test bench bench-comm bench-net test-gpu bench-gpu clean distclean
+.PHONY: all venv test bench bench-codecs bench-comm bench-net test-gpu bench-gpu clean distclean
 
 all: test
 
@@ -39,7 +44,14 @@ $(STAMP): setup.py pyproject.toml
 test: venv
 	$(VPY) tests/run_tests.py $(ARGS)
 
+HEADLINE_PNG ?= bench-headline.png
+
 bench: venv
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" MPIEXEC="$(CURDIR)/$(VENV)/bin/mpiexec" OMP_WAIT_POLICY=PASSIVE \
+	  HOSTS=$(HOSTS) PPN=$(PPN) RATE=$(RATE) PYTHON=$(VPY) \
+	  bench/headline.sh --plot $(HEADLINE_PNG) $(ARGS)
+
+bench-codecs: venv
 	$(VPY) -m mpicomp.bench codecs $(ARGS)
 
 BENCH_RANKS  ?= 4

@@ -3,7 +3,9 @@
 Subcommands: ``codecs`` (codec speed and accuracy, ``mpicomp.bench.codecs``),
 ``accuracy`` (bitplane vs zfp PSNR, ``mpicomp.bench.accuracy``), and, under
 ``mpiexec``, ``allreduce`` (compressed vs plain MPI Allreduce,
-``mpicomp.bench.allreduce``) and ``overlap`` (does a compressed Iallreduce
+``mpicomp.bench.allreduce``), ``headline`` (the comparison ``make bench``
+runs: compressed vs plain collectives in one job, ``mpicomp.bench.headline``)
+and ``overlap`` (does a compressed Iallreduce
 progress while the caller computes, ``mpicomp.bench.overlap``) and
 ``allreduce-gpu`` (compressed vs plain Allreduce of CuPy buffers,
 ``mpicomp.bench.allreduce_gpu``), and the OSU-style sweeps ``osu_allreduce``,
@@ -16,13 +18,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import accuracy, allreduce, allreduce_gpu, codecs, osu, overlap
+from . import accuracy, allreduce, allreduce_gpu, codecs, headline, osu, overlap
 
 SUBCOMMANDS = {
     "codecs": (codecs, "codec encode/decode speed and error on one buffer"),
     "accuracy": (accuracy, "bitplane vs zfp 1D/3D PSNR at equal bits per value"),
     "allreduce": (allreduce, "compressed vs plain MPI Allreduce: time, bytes, error "
                              "(run under mpiexec)"),
+    "headline": (headline, "the headline comparison (make bench): compressed vs plain "
+                           "Allreduce, Allgather, Alltoall and Bcast in one job, a table and "
+                           "a PNG (run under mpiexec)"),
     "overlap": (overlap, "compute/communication overlap of Iallreduce, compressed and plain "
                          "(run under mpiexec)"),
     "allreduce-gpu": (allreduce_gpu, "compressed vs plain Allreduce of CuPy buffers, checked "

@@ -48,7 +48,8 @@ from .osu_buffers import BufferError, buffers
 from .osu_cases import BENCHMARKS, Benchmark, Check, Env, Timing
 from .report import command_line, progress
 
-__all__ = ["DEFAULT_DATA", "NAMES", "Subcommand", "message_sizes", "run", "subcommands"]
+__all__ = ["DEFAULT_DATA", "NAMES", "Subcommand", "message_sizes", "run", "subcommands",
+           "wire_ratio"]
 
 NAMES = tuple(BENCHMARKS)
 #: OMB's default largest message (bytes)
@@ -164,7 +165,7 @@ def _codec_words(pol: Any) -> str:
     return words
 
 
-def _ratio(world: Any, stats: dict[str, Any], method: str) -> float | None:
+def wire_ratio(world: Any, stats: dict[str, Any], method: str) -> float | None:
     """raw / wire bytes of ``method`` over the ranks that sent something."""
     st = stats.get(method, {})
     wire = st.get("wire_bytes", 0)
@@ -375,7 +376,7 @@ def run(
         comm.reset_stats()
         t = bench.time(env, comm, state, iters, warm)
         stats = comm.stats()
-        ratio = _ratio(world, stats, bench.method)
+        ratio = wire_ratio(world, stats, bench.method)
         pred = _predict(comm, bench, size, s.dtype, explicit_codec)
         check = bench.check(env, state)
         row = _record(bench, size, warm, t, t_plain, ratio, pred, check, validate, stats)

@@ -4,13 +4,16 @@
 holds): on top, mpicomp's and plain MPI's latency (or bandwidth) against
 message size on log-log axes, with the model's prediction dashed where
 there is one; below, the speedup (plain / mpicomp) against size, with a
-line at 1.0 (above it mpicomp is faster).
+line at 1.0 (above it mpicomp is faster). :func:`plot_speedups` draws a
+``headline`` run (the dict its ``--json`` file holds): one bar per
+compressed case, its speedup over plain MPI, grouped by collective.
 """
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
-__all__ = ["plot_sweep"]
+__all__ = ["plot_speedups", "plot_sweep"]
 
 
 def _pyplot() -> Any:
@@ -91,6 +94,50 @@ def plot_sweep(path: str, run: dict[str, Any]) -> None:
     fig.suptitle(f"{run['benchmark']}: {run['ranks']} ranks, {run['datatype']}, "
                  f"{run['buffer']} buffers, {run['data']} data\ncodec {_codec_label(run)}",
                  fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_speedups(path: str, run: dict[str, Any]) -> None:
+    """Write the bar chart of one ``headline`` run (its JSON dict) to ``path``.
+
+    One bar per row that is not ``plain``: its speedup (plain's median / its
+    median), labelled with the figure; a line at 1.0 is plain MPI.
+    """
+    plt = _pyplot()
+
+    rows = [r for r in run["rows"] if r["case"] != "plain" and r.get("speedup")]
+    collectives = list(dict.fromkeys(r["collective"] for r in rows))
+    cases = list(dict.fromkeys(r["case"] for r in rows))
+    colors = {c: f"C{i}" for i, c in enumerate(cases)}
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.0 + 1.1 * len(rows)), 5.5))
+    x, gap = 0.0, 0.6
+    ticks, labels, drawn = [], [], set()
+    for coll in collectives:
+        for r in (r for r in rows if r["collective"] == coll):
+            label = None if r["case"] in drawn else r["case"]
+            drawn.add(r["case"])
+            bar = ax.bar(x, r["speedup"], width=0.8, color=colors[r["case"]], label=label)
+            ax.bar_label(bar, labels=[f"{r['speedup']:.2f}x"], fontsize=8, padding=2)
+            ticks.append(x)
+            labels.append(f"{coll}\n{r['size_label']}\n{r['case']}"
+                          + (f"\n({r['ran_as']})" if r["case"] == "default" else ""))
+            x += 1.0
+        x += gap
+    ax.axhline(1.0, color="black", linewidth=1, linestyle=":", label="plain MPI (1.0)")
+    ax.set_xticks(ticks)
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel("speedup over plain MPI (> 1: mpicomp faster)")
+    # head room above the tallest bar for its figure and a one-row legend
+    ax.set_ylim(0, max([1.0, *(r["speedup"] for r in rows)]) * 1.3)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8, ncol=len(cases) + 1)
+    title = [f"mpicomp vs plain MPI: {run['ranks']} ranks ({run['ranks_per_node']} per node), "
+             f"{run['data']} {run['dtype']} data, median of timed calls"]
+    if run.get("where"):
+        title += textwrap.wrap(run["where"], 90)
+    ax.set_title("\n".join(title), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
