@@ -11,14 +11,16 @@ progress while the caller computes, ``mpicomp.bench.overlap``) and
 ``mpicomp.bench.allreduce_gpu``), and the OSU-style sweeps ``osu_allreduce``,
 ``osu_allgather``, ``osu_alltoall``, ``osu_reduce_scatter``, ``osu_bcast``,
 ``osu_latency`` and ``osu_bw`` (mpicomp vs plain MPI over message sizes, in
-the OSU Micro-Benchmarks' conventions, ``mpicomp.bench.osu``).
+the OSU Micro-Benchmarks' conventions, ``mpicomp.bench.osu``), and
+``model_check`` (their JSON records' predictions beside their measurements,
+``mpicomp.bench.model_check``).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from . import accuracy, allreduce, allreduce_gpu, codecs, headline, osu, overlap
+from . import accuracy, allreduce, allreduce_gpu, codecs, headline, model_check, osu, overlap
 
 SUBCOMMANDS = {
     "codecs": (codecs, "codec encode/decode speed and error on one buffer"),
@@ -33,6 +35,8 @@ SUBCOMMANDS = {
     "allreduce-gpu": (allreduce_gpu, "compressed vs plain Allreduce of CuPy buffers, checked "
                                      "against the exact sum (run under mpiexec, needs a GPU)"),
     **osu.subcommands(),
+    "model_check": (model_check, "the performance model's predictions beside measurements, "
+                                 "from osu_* --json files"),
 }
 
 

@@ -210,3 +210,26 @@ def test_osu_row_format():
     osu_printf = "%-10d%20.2f%20.2f%20.2f%12d" % (1024, 0.744, 0.73, 0.75, 200)  # noqa: UP031
     assert line.startswith(osu_printf)
     assert line.split()[6:] == ["2.00", "-", "-", "1.50e-03", "2.00e-02"]
+
+
+def test_model_check_judges_predictions_from_the_threshold_up(tmp_path, capsys):
+    """model_check: errors are predicted / measured - 1, sizes below --from are shown but
+    not judged, and the exit status says whether the target held."""
+    from mpicomp.bench import __main__ as cli
+
+    def rec(size, plain, plain_pred, comp, comp_pred):
+        return {"size": size, "plain_avg_us": plain, "predicted_plain_us": plain_pred,
+                "avg_us": comp, "predicted_compressed_us": comp_pred,
+                "predicted_algorithm": "ring"}
+
+    doc = {"benchmark": "osu_allreduce", "ranks": 4, "policy": {}, "command": "x",
+           "records": [rec(1024, 10.0, 40.0, 10.0, 10.0),
+                       rec(1 << 20, 100.0, 120.0, 50.0, 40.0)]}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    assert cli.main(["model_check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "| 1048576 | 100 | 120 | +20% | 50 | 40 | -20% | ring |" in out
+    assert "+300%" in out and "worst |error| from 1048576 B: 20%" in out
+    assert cli.main(["model_check", "--target", "0.1", str(path)]) == 1
+    assert cli.main(["model_check", "--from", "0", str(path)]) == 1
