@@ -7,10 +7,10 @@ communicator:
 
 * ``agree_s``: one 32-byte MAX allreduce (the agreement step);
 * ``exchange``: every rank ``Sendrecv``-ing to its right neighbour while
-  receiving from its left one (the step of the ring algorithms), fitted as
-  ``alpha + beta * bytes`` through two sizes;
+  receiving from its left one (the step of the ring algorithms), measured at and
+  interpolated between three sizes (256 KiB, 1 MiB, 4 MiB; :class:`Fit`);
 * ``plain[method]``: MPI's own ``Allreduce``, ``Allgather``, ``Alltoall``,
-  ``Bcast`` and ``Reduce_scatter_block`` at the same two sizes, fitted the
+  ``Bcast`` and ``Reduce_scatter_block`` at the same sizes, fitted the
   same way: plain MPI is the baseline every decision compares against, and
   the compressed collectives call these same functions on their streams;
 * ``add_s_per_byte``: ``acc += x`` on this rank's thread budget;
@@ -54,10 +54,10 @@ ENV = "MPICOMP_CALIBRATION"
 #: MPI collectives whose plain times are measured
 PLAIN_METHODS = ("Allreduce", "Allgather", "Alltoall", "Bcast", "Reduce_scatter_block")
 
-#: the two probe sizes (bytes per rank; Allgather: each rank's part, at most
+#: the probe sizes (bytes per rank; Allgather: each rank's part, at most
 #: ALLGATHER_PROBE_TOTAL / p): large messages are where compression can pay,
 #: and caches make what 1 MiB costs a poor guide to what 16 MiB costs
-PROBE_SIZES = (256 * 1024, 4 << 20)
+PROBE_SIZES = (256 * 1024, 1 << 20, 4 << 20)
 ALLGATHER_PROBE_TOTAL = 32 << 20
 #: repetitions per measurement (the best one counts)
 REPEAT = 3
@@ -66,21 +66,40 @@ CODEC_PROBE_VALUES = 1 << 18
 #: values of the codec probe on device buffers under Numba's CUDA simulator (slow)
 CODEC_PROBE_VALUES_SIMULATOR = 1 << 11
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 
 
 @dataclasses.dataclass(frozen=True)
 class Fit:
-    """``time(nbytes) = alpha + beta * nbytes`` seconds."""
+    """Seconds as a function of bytes: through measured ``knots`` where there are some.
+
+    With ``knots`` ((bytes, seconds) pairs, increasing bytes) the time is
+    interpolated linearly between them (caches and protocol switches make
+    the cost per byte differ from size to size), and beyond them it follows
+    ``alpha + beta * nbytes``, the line through the two largest knots (above)
+    or the two smallest (below). Without knots it is that line everywhere.
+    """
 
     alpha: float
     beta: float
+    knots: tuple[tuple[float, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "knots", tuple((float(n), float(t)) for n, t in self.knots))
 
     def time(self, nbytes: float) -> float:
+        k = self.knots
+        if len(k) >= 2 and nbytes < k[-1][0]:
+            if nbytes <= k[0][0]:
+                low = Fit.through(k[0][0], k[0][1], k[1][0], k[1][1])
+                return low.alpha + low.beta * nbytes
+            for (n0, t0), (n1, t1) in zip(k, k[1:]):
+                if nbytes <= n1:
+                    return t0 + (t1 - t0) * (nbytes - n0) / (n1 - n0)
         return self.alpha + self.beta * nbytes
 
     @classmethod
-    def through(cls, n0: int, t0: float, n1: int, t1: float) -> Fit:
+    def through(cls, n0: float, t0: float, n1: float, t1: float) -> Fit:
         """The line through two measurements; when noise makes it fall or start below
         zero, the line through the origin and the larger measurement instead."""
         beta = (t1 - t0) / (n1 - n0)
@@ -88,6 +107,18 @@ class Fit:
         if beta <= 0 or alpha < 0:
             return cls(0.0, t1 / n1)
         return cls(alpha, beta)
+
+    @classmethod
+    def through_all(cls, points: list[tuple[int, float]]) -> Fit:
+        """Knots at ``points`` (sorted by size; a time below the one before it, noise,
+        is raised to it), the line of :meth:`through` the two largest beyond them."""
+        points = sorted(points)
+        knots = [points[0]]
+        for n, t in points[1:]:
+            knots.append((n, max(t, knots[-1][1])))
+        (n0, t0), (n1, t1) = knots[-2], knots[-1]
+        line = cls.through(n0, t0, n1, t1)
+        return cls(line.alpha, line.beta, tuple(knots))
 
 
 @dataclasses.dataclass
@@ -238,18 +269,16 @@ def _node_fits(comm: MPI.Intracomm, lay: Layout) -> dict[str, Fit] | None:
             leaders.Free()
 
 
-def _allgather_sizes(p: int) -> tuple[int, int]:
-    """The Allgather probe's parts: PROBE_SIZES, each at most ALLGATHER_PROBE_TOTAL / p."""
-    top = max(ALLGATHER_PROBE_TOTAL // p, 8192)
-    return min(PROBE_SIZES[0], top // 8), min(PROBE_SIZES[1], top)
+def _allgather_sizes(p: int) -> tuple[int, ...]:
+    """The Allgather probe's parts: PROBE_SIZES, the largest at most ALLGATHER_PROBE_TOTAL / p
+    (and the others in the same proportions below it)."""
+    scale = min(1.0, max(ALLGATHER_PROBE_TOTAL // p, 8192) / PROBE_SIZES[-1])
+    return tuple(max(int(n * scale), 1024) for n in PROBE_SIZES)
 
 
 def _fit(comm: MPI.Intracomm, make: Callable[[int], Callable[[], None]],
-         sizes: tuple[int, int] = PROBE_SIZES) -> Fit:
-    (n0, n1) = sizes
-    t0 = _slowest_best(comm, make(n0))
-    t1 = _slowest_best(comm, make(n1))
-    return Fit.through(n0, t0, n1, t1)
+         sizes: tuple[int, ...] = PROBE_SIZES) -> Fit:
+    return Fit.through_all([(n, _slowest_best(comm, make(n))) for n in sizes])
 
 
 def _overlap(comm: MPI.Intracomm) -> float:

@@ -3,7 +3,7 @@
 Every prediction is built from the numbers of a :class:`~mpicomp.calibration.Calibration`
 (measured on this job's communicator) and the codec's measured speed:
 
-* ``F_m(b)``: plain MPI collective ``m`` on ``b`` bytes (a fitted line);
+* ``F_m(b)``: plain MPI collective ``m`` on ``b`` bytes (interpolated between the measured sizes, a line beyond them);
 * ``X(b)``: one ring step (every rank sends ``b`` bytes right, receives
   ``b`` from the left);
 * ``E``, ``D``: encode and decode seconds per raw byte; ``A``: ``acc += x``

@@ -53,6 +53,14 @@ def test_fit_through_two_points():
     assert f.beta == pytest.approx(1e-6) and f.alpha == pytest.approx(1e-3)
     flat = Fit.through(1000, 5e-3, 3000, 4e-3)  # noise: never a negative slope
     assert flat.beta > 0 and flat.alpha >= 0
+    # knots: interpolated between them, the line of the two largest beyond, the two
+    # smallest below; a time below the one before it (noise) is raised to it
+    k = Fit.through_all([(4000, 9e-3), (1000, 2e-3), (2000, 1e-3)])
+    assert k.knots == ((1000, 2e-3), (2000, 2e-3), (4000, 9e-3))
+    assert k.time(1500) == pytest.approx(2e-3) and k.time(3000) == pytest.approx(5.5e-3)
+    assert k.time(8000) == pytest.approx(Fit.through(2000, 2e-3, 4000, 9e-3).time(8000))
+    assert k.time(500) == pytest.approx(Fit.through(1000, 2e-3, 2000, 2e-3).time(500))
+    assert Fit(**json.loads(json.dumps(dataclasses.asdict(k)))) == k
     assert flat.time(3000) == pytest.approx(4e-3)  # through the larger size's measurement
 
 
