@@ -10,12 +10,16 @@ same bits on every rank.
 from __future__ import annotations
 
 import numpy as np
-from mpi4py import MPI
 
 from .algorithms.common import Ctx
+from .algorithms.ring import allgather as ring_allgather
 from .algorithms.ring import reduce_scatter as ring_reduce_scatter
 
 __all__ = ["allgatherv", "alltoall", "bcast", "gather", "reduce_scatter", "scatter"]
+
+
+#: message tag of the pipelined alltoall on the private communicator
+TAG_ALLTOALL = 13
 
 
 def _offsets(sizes: list[int]) -> list[int]:
@@ -24,34 +28,39 @@ def _offsets(sizes: list[int]) -> list[int]:
 
 def allgatherv(ctx: Ctx, x: np.ndarray | None, out: np.ndarray,
                counts: list[int], displs: list[int]) -> None:
-    """Rank r's ``counts[r]`` values (``x``, or ``out`` at ``displs[r]`` when None) to all."""
-    p, r = ctx.size, ctx.rank
-    dt = out.dtype
+    """Rank r's ``counts[r]`` values (``x``, or ``out`` at ``displs[r]`` when None) to all:
+    the pipelined ring allgather of :func:`mpicomp.algorithms.ring.allgather`."""
+    r = ctx.rank
+    # in place too: the ring encodes all of its own block before it decodes anything
     mine = x if x is not None else out[displs[r] : displs[r] + counts[r]]
-    sizes = [ctx.nbytes(c, dt) for c in counts]
-    offs = _offsets(sizes)
-    streams = ctx.wire("streams", sum(sizes))
-    ctx.encode_into(mine, streams[offs[r] : offs[r] + sizes[r]])
-    with ctx.rec.mpi():
-        ctx.comm.Allgatherv(MPI.IN_PLACE, [streams, (sizes, offs), MPI.BYTE])
-    ctx.rec.sent(sizes[r])
-    for c in range(p):
-        ctx.decode(streams[offs[c] : offs[c] + sizes[c]], out[displs[c] : displs[c] + counts[c]])
+    ring_allgather(ctx, mine, out, counts, displs)
 
 
 def alltoall(ctx: Ctx, x: np.ndarray, out: np.ndarray, count: int) -> None:
-    """Block j of ``x`` (``count`` values) to rank j; block i of ``out`` from rank i."""
-    p, dt = ctx.size, x.dtype
+    """Block j of ``x`` (``count`` values) to rank j; block i of ``out`` from rank i.
+
+    Pipelined: the block for rank ``r + s`` is encoded and sent (nonblocking)
+    in step ``s``, so encoding one block overlaps the transfer of the
+    others, and blocks are decoded in the order their senders encode them
+    for this rank. The own block goes through the codec too.
+    """
+    p, r, dt = ctx.size, ctx.rank, x.dtype
     nb = ctx.nbytes(count, dt)
     send = ctx.wire("send", p * nb)
     recv = ctx.wire("recv", p * nb)
-    for j in range(p):
+    order = [(r - s) % p for s in range(1, p)]  # senders, in the order they reach this rank
+    arrivals = [(i, ctx.irecv(recv[i * nb : (i + 1) * nb], i, TAG_ALLTOALL)) for i in order]
+    sends = []
+    for s in range(1, p):
+        j = (r + s) % p
         ctx.encode_into(x[j * count : (j + 1) * count], send[j * nb : (j + 1) * nb])
-    with ctx.rec.mpi():
-        ctx.comm.Alltoall(send, recv)
-    ctx.rec.sent((p - 1) * nb)
-    for i in range(p):
+        sends.append(ctx.isend(send[j * nb : (j + 1) * nb], j, TAG_ALLTOALL))
+    ctx.encode_into(x[r * count : (r + 1) * count], recv[r * nb : (r + 1) * nb])
+    ctx.decode(recv[r * nb : (r + 1) * nb], out[r * count : (r + 1) * count])
+    for i, req in arrivals:
+        ctx.wait(req)
         ctx.decode(recv[i * nb : (i + 1) * nb], out[i * count : (i + 1) * count])
+    ctx.waitall(sends)
 
 
 def bcast(ctx: Ctx, buf: np.ndarray, root: int) -> None:

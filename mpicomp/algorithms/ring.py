@@ -32,7 +32,7 @@ import numpy as np
 
 from .common import Ctx, pieces, split
 
-__all__ = ["allreduce", "reduce", "reduce_scatter"]
+__all__ = ["allgather", "allreduce", "reduce", "reduce_scatter"]
 
 #: message tags on the private communicator: reduce-scatter pieces, allgather pieces
 TAG_RS, TAG_AG = 11, 12
@@ -111,13 +111,17 @@ def reduce_scatter(
     return partial[: counts[r]]
 
 
-def allreduce(ctx: Ctx, x: np.ndarray, out: np.ndarray) -> None:
-    """Ring reduce-scatter, then a ring allgather of the compressed complete chunks."""
+def allgather(ctx: Ctx, mine: Any, out: Any, counts: list[int], displs: list[int]) -> None:
+    """Ring allgather of compressed blocks, pipelined: rank ``r``'s ``mine`` (``counts[r]``
+    values) decoded into ``out[displs[c]:...]`` for every rank ``c`` on every rank.
+
+    Each rank encodes its block piece by piece and sends each piece to the
+    right as soon as it is encoded; a received piece is forwarded before it
+    is decoded. Every rank, the owner included, decodes the same bytes.
+    """
     p, r = ctx.size, ctx.rank
     right, left = (r + 1) % p, (r - 1) % p
-    counts, displs = split(x.size, p)
-    mine = reduce_scatter(ctx, x, counts, displs)
-    lay = _Layout(ctx, counts, displs, x.dtype)
+    lay = _Layout(ctx, counts, displs, out.dtype)
     bases = [int(b) for b in np.cumsum([0] + lay.span[:-1])]
     streams = ctx.wire("streams", sum(lay.span))
 
@@ -138,7 +142,7 @@ def allreduce(ctx: Ctx, x: np.ndarray, out: np.ndarray) -> None:
         ctx.encode_into(mine[start - displs[r] : start - displs[r] + n], buf)
         if p > 1:
             sends.append(ctx.isend(buf, right, TAG_AG))
-    for j in range(len(lay.values[r])):  # own chunk, while its pieces travel
+    for j in range(len(lay.values[r])):  # own block, while its pieces travel
         decode(r, j)
     for step, c, j, req in arrivals:
         ctx.wait(req)
@@ -146,6 +150,12 @@ def allreduce(ctx: Ctx, x: np.ndarray, out: np.ndarray) -> None:
             sends.append(ctx.isend(piece(c, j), right, TAG_AG))
         decode(c, j)
     ctx.waitall(sends)
+
+
+def allreduce(ctx: Ctx, x: np.ndarray, out: np.ndarray) -> None:
+    """Ring reduce-scatter, then a ring allgather of the compressed complete chunks."""
+    counts, displs = split(x.size, ctx.size)
+    allgather(ctx, reduce_scatter(ctx, x, counts, displs), out, counts, displs)
 
 
 def _final_streams(
