@@ -12,9 +12,10 @@ with ``int64`` silently yields ``float64``.
 The bit transposition between codes and planes works on 8 values at a
 time in one 64-bit word, one value per byte (SWAR): a mask and a multiply
 gather one plane byte, a table lookup spreads one back. Codes wider than 8
-bits are handled 8 planes at a time (``encode_block``/``decode_block``);
-``*_block_bytes`` are the faster one-chunk versions for ``P <= 8`` and
-``encode_block32`` a faster encoder for ``bs = 32`` and ``9 <= P <= 24``.
+bits are handled 8 planes at a time (``encode_block``/``decode_block``).
+The CPU codes blocks of 32 values with the vector intrinsics of
+``bitplane_vector.py`` instead (the same bytes); these functions are the
+GPU's block code and the CPU's for the other block sizes.
 
 A block is coded as ``nplanes = P`` plane words of ``bs`` bits. The value
 ``i`` of a block becomes the P-bit code ``sign << m | q`` (``m = P - 1``) and
@@ -34,10 +35,7 @@ __all__ = [
     "SPREAD8",
     "block_emax",
     "decode_block",
-    "decode_block_bytes",
     "encode_block",
-    "encode_block32",
-    "encode_block_bytes",
     "quantize_value",
     "read_exponent",
     "write_exponent",
@@ -191,113 +189,6 @@ def decode_block(stream, pos, bs, nplanes, quantum, dst, start, code, acc):
 
 
 @njit(inline="always")
-def encode_block_bytes(src, start, bs, nplanes, mant_bits, ebits, stream, pos, code8, words):
-    """``encode_block`` for ``nplanes <= 8``: the same bytes, one code per byte.
-
-    The single 8-plane chunk of ``encode_block`` without the chunk loop and
-    the uint64 codes; with a literal ``bs`` LLVM vectorizes it well (about
-    2x faster than ``encode_block``). Scratch: ``code8`` (``bs`` uint8) and
-    ``words`` (``bs / 8`` uint64).
-    """
-    v = src[start:start + bs]
-    m = np.int64(nplanes - 1)
-    emax = block_emax(v, bs, mant_bits, ebits)
-    for i in range(bs):
-        code8[i] = np.uint8(quantize_value(v[i], emax, m, mant_bits, ebits))
-    wbytes = bs // 8
-    for g in range(wbytes):
-        w = _U0
-        for t in range(8):
-            w |= np.uint64(code8[8 * g + t]) << np.uint64(8 * t)
-        words[g] = w
-    out = stream[pos:pos + nplanes * wbytes]
-    for j in range(nplanes):
-        sh = np.uint64(nplanes - 1 - j)
-        for g in range(wbytes):
-            out[j * wbytes + g] = np.uint8((((words[g] >> sh) & _LSB8) * _GATHER) >> np.uint64(56))
-    return emax
-
-
-@njit(inline="always")
-def decode_block_bytes(stream, pos, bs, nplanes, quantum, dst, start, acc, code8):
-    """``decode_block`` for ``nplanes <= 8``: the same values, one code per byte.
-
-    The single 8-plane chunk of ``decode_block`` without the chunk loop and
-    the uint64 codes (about 1.6x faster with a literal ``bs``). Scratch:
-    ``acc`` (``bs / 8`` uint64) and ``code8`` (``bs`` uint8).
-    """
-    wbytes = bs // 8
-    inp = stream[pos:pos + nplanes * wbytes]
-    for g in range(wbytes):
-        acc[g] = _U0
-    for j in range(nplanes):
-        for g in range(wbytes):
-            acc[g] = (acc[g] << _U1) | SPREAD8[inp[j * wbytes + g]]
-    for g in range(wbytes):
-        a = acc[g]
-        for t in range(8):
-            code8[8 * g + t] = np.uint8((a >> np.uint64(8 * t)) & _BYTE)
-    m = np.uint64(nplanes - 1)
-    qmask = (_U1 << m) - _U1
-    d = dst[start:start + bs]
-    for i in range(bs):
-        c = np.uint64(code8[i])
-        x = np.float64(c & qmask) * quantum
-        d[i] = -x if (c >> m) != _U0 else x
-
-
-@njit(inline="always")
-def _plane_byte(w, sh):
-    """Bit ``sh`` of each byte of ``w`` gathered into one byte (bit t from byte t)."""
-    return np.uint8((((w >> sh) & _LSB8) * _GATHER) >> np.uint64(56))
-
-
-@njit(inline="always")
-def encode_block32(src, start, nplanes, mant_bits, ebits, stream, pos, code8):
-    """``encode_block`` for ``bs = 32`` and ``9 <= nplanes <= 24``: the same bytes.
-
-    The one-chunk scheme of ``encode_block_bytes`` per chunk of 8 code
-    bits: the quantization loop stores code bits 16-23, 8-15 and 0-7 of
-    the 32 values in ``code8[0:32]``, ``code8[32:64]`` and ``code8[64:96]``
-    (scratch, 96 uint8); read as uint64 words, 8 bytes of one chunk are one
-    word with byte t = value t (little-endian hosts only: the caller checks),
-    and each plane byte is gathered from it with a mask and a multiply. The
-    words are loaded into locals, so the plane loops do not reload them
-    after each store (about 1.4x faster than ``encode_block``).
-    """
-    v = src[start:start + 32]
-    m = np.int64(nplanes - 1)
-    emax = block_emax(v, 32, mant_bits, ebits)
-    for i in range(32):
-        q = quantize_value(v[i], emax, m, mant_bits, ebits)
-        code8[i] = np.uint8((q >> np.uint64(16)) & _BYTE)
-        code8[32 + i] = np.uint8((q >> np.uint64(8)) & _BYTE)
-        code8[64 + i] = np.uint8(q & _BYTE)
-    out = stream[pos:pos + 4 * nplanes]
-    nlow = (nplanes - 1) // 8  # 1 or 2 full chunks below the top one
-    ntop = nplanes - 8 * nlow
-    cw = code8.view(np.uint64)
-    c0 = 4 * (2 - nlow)  # the top chunk's words
-    w0, w1, w2, w3 = cw[c0], cw[c0 + 1], cw[c0 + 2], cw[c0 + 3]
-    for j in range(ntop):
-        sh = np.uint64(ntop - 1 - j)
-        out[4 * j] = _plane_byte(w0, sh)
-        out[4 * j + 1] = _plane_byte(w1, sh)
-        out[4 * j + 2] = _plane_byte(w2, sh)
-        out[4 * j + 3] = _plane_byte(w3, sh)
-    for c in range(nlow):
-        c0 = 4 * (3 - nlow + c)
-        w0, w1, w2, w3 = cw[c0], cw[c0 + 1], cw[c0 + 2], cw[c0 + 3]
-        o = 4 * (ntop + 8 * c)
-        for k in range(8):
-            sh = np.uint64(7 - k)
-            out[o + 4 * k] = _plane_byte(w0, sh)
-            out[o + 4 * k + 1] = _plane_byte(w1, sh)
-            out[o + 4 * k + 2] = _plane_byte(w2, sh)
-            out[o + 4 * k + 3] = _plane_byte(w3, sh)
-    return emax
-
-@njit
 def write_exponent(stream, pos, ebytes, emax):
     """Store a block exponent as ``ebytes`` little-endian bytes at ``stream[pos]``."""
     e = np.uint64(emax)
@@ -305,7 +196,7 @@ def write_exponent(stream, pos, ebytes, emax):
         stream[pos + k] = np.uint8((e >> np.uint64(8 * k)) & _BYTE)
 
 
-@njit
+@njit(inline="always")
 def read_exponent(stream, pos, ebytes):
     """Read a block exponent of ``ebytes`` little-endian bytes at ``stream[pos]``."""
     e = np.int64(0)

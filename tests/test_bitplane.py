@@ -23,6 +23,7 @@ DTYPES = [np.float32, np.float64]
 KINDS = ["gaussian", "gradient", "zeros", "subnormal", "mixed", "pow2", "negzero"]
 _EBITS = {np.float32: 8, np.float64: 16}
 _PMAX = {np.float32: 24, np.float64: 53}
+_EBITS_FIELD = {np.float32: 8, np.float64: 11}  # the exponent field of the dtype
 
 
 def make_data(kind: str, n: int, dtype, seed: int = 0) -> np.ndarray:
@@ -92,6 +93,49 @@ def test_kernel_matches_reference(dtype, bs, kind):
             check_bound(x, y, p, bs)
             # decoding is idempotent: re-encoding the decoded values gives the same bytes
             assert np.array_equal(c.encode(y), buf)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_p_with_block_size_32(dtype):
+    """The vector block code (block size 32) against the reference, for every P.
+
+    Each P ends its codes in another place of the 8-bit chunks the planes
+    are built from; the data mixes zeros, subnormals, huge and tiny values.
+    """
+    n = 32 * 24 + 7
+    x = np.concatenate([make_data(kind, n // 5 + 1, dtype, seed=3)
+                        for kind in ("gradient", "subnormal", "mixed", "zeros", "negzero")])[:n]
+    for p in range(2, _PMAX[dtype] + 1):
+        c = BitplaneCodec(rate=p + _EBITS[dtype] / 32, block_size=32)
+        assert c.nplanes(dtype) == p
+        buf = c.encode(x)
+        assert np.array_equal(buf, reference_encode(x, p, 32)), f"encode differs: P={p}"
+        y = c.decode(buf, count=n, dtype=dtype)
+        yr = reference_decode(buf, n, dtype, p, 32)
+        assert np.array_equal(y.view(np.uint8), yr.view(np.uint8)), f"decode differs: P={p}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_any_stream_decodes_like_the_general_path(dtype):
+    """Random streams, corrupt exponents included (the all-ones one has no
+    float32 quantum): the vector path decodes them bit for bit like the
+    general block code, NaN and infinity included."""
+    from mpicomp.kernels import bitplane_cpu
+
+    rng = np.random.default_rng(7)
+    itemsize = np.dtype(dtype).itemsize
+    general = bitplane_cpu._DECODERS[(itemsize, bitplane_cpu._GENERAL)]
+    n = 32 * 300
+    for p in (2, 3, 8, 9, 16, 17, 24) + ((25, 40, 53) if itemsize == 8 else ()):
+        c = BitplaneCodec(rate=p + _EBITS[dtype] / 32, block_size=32)
+        buf = rng.integers(0, 256, c.encoded_nbytes(n, dtype), dtype=np.uint8)
+        emax = rng.integers(0, 1 << _EBITS_FIELD[dtype], n // 32)  # within the exponent field
+        emax[:3] = [0, 1, (1 << _EBITS_FIELD[dtype]) - 1]
+        buf[p * 4 * (n // 32):].view("<u1" if itemsize == 4 else "<u2")[:] = emax
+        y = c.decode(buf, count=n, dtype=dtype)
+        want = np.empty(n, dtype)
+        general(buf, 32, p, bitplane_cpu.quantum_table(itemsize, p), want)
+        assert np.array_equal(y.view(np.uint8), want.view(np.uint8)), f"P={p}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
