@@ -145,6 +145,7 @@ burst_bytes=$(awk -v s="$BURST" 'BEGIN {
 [ "$(id -u)" = 0 ] \
     || die 2 "needs root (it creates network namespaces and shapes their links); run it as root"
 command -v ip >/dev/null 2>&1 || die 2 "needs 'ip' (iproute2), which is not on PATH"
+command -v setsid >/dev/null 2>&1 || die 2 "needs 'setsid' (util-linux), which is not on PATH"
 command -v tc >/dev/null 2>&1 || die 2 "needs 'tc' (iproute2), which is not on PATH"
 MPIEXEC=${MPIEXEC:-$(command -v mpiexec || true)}
 [ -n "$MPIEXEC" ] && [ -x "$MPIEXEC" ] \
@@ -273,7 +274,11 @@ export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 if [ "${NETCLUSTER_DEBUG:-0}" = 1 ]; then
     export MPIR_CVAR_DEBUG_SUMMARY=1
 fi
-ip netns exec "${PREFIX}h0" "$MPIEXEC" -launcher ssh -launcher-exec "$LAUNCHER" \
+# mpiexec runs in a session of its own: a Ctrl-C (SIGINT to the foreground process
+# group) reaches this script alone, whose trap ends the job; were mpiexec in the group
+# too, it could catch the signal and exit first, and bash, seeing its child exit
+# normally, would take the signal as handled and skip the trap
+ip netns exec "${PREFIX}h0" setsid "$MPIEXEC" -launcher ssh -launcher-exec "$LAUNCHER" \
     -iface "$IFACE" -hosts "$HOSTLIST" -ppn "$PPN" -n $((HOSTS * PPN)) "$@" &
 CHILD=$!
 wait "$CHILD"
