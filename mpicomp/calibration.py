@@ -8,7 +8,7 @@ communicator:
 * ``agree_s``: one 32-byte MAX allreduce (the agreement step);
 * ``exchange``: every rank ``Sendrecv``-ing to its right neighbour while
   receiving from its left one (the step of the ring algorithms), measured at and
-  interpolated between three sizes (256 KiB, 1 MiB, 4 MiB; :class:`Fit`);
+  interpolated between four sizes (64 KiB to 4 MiB; :class:`Fit`);
 * ``plain[method]``: MPI's own ``Allreduce``, ``Allgather``, ``Alltoall``,
   ``Bcast`` and ``Reduce_scatter_block`` at the same sizes, fitted the
   same way: plain MPI is the baseline every decision compares against, and
@@ -57,7 +57,7 @@ PLAIN_METHODS = ("Allreduce", "Allgather", "Alltoall", "Bcast", "Reduce_scatter_
 #: the probe sizes (bytes per rank; Allgather: each rank's part, at most
 #: ALLGATHER_PROBE_TOTAL / p): large messages are where compression can pay,
 #: and caches make what 1 MiB costs a poor guide to what 16 MiB costs
-PROBE_SIZES = (256 * 1024, 1 << 20, 4 << 20)
+PROBE_SIZES = (64 * 1024, 256 * 1024, 1 << 20, 4 << 20)
 ALLGATHER_PROBE_TOTAL = 32 << 20
 #: repetitions per measurement (the best one counts)
 REPEAT = 3
@@ -288,7 +288,9 @@ def _overlap(comm: MPI.Intracomm) -> float:
     The transfer: a ring step of the larger probe size in 8 nonblocking pieces;
     the work: bit-plane encoding, repeated so that it takes about as long as
     the transfer. Measured alone, then interleaved (encode a piece, send it);
-    ``(transfer + work - both) / min(transfer, work)``, clipped to [0, 1].
+    ``(transfer + work - both) / min(transfer, work)``, clipped to [-1, 1]: below
+    zero where doing both takes longer than the two apart (the codec, the waits
+    and the network stack competing for shared cores).
     """
     from .algorithms.common import poll
     from .codecs import get_codec
@@ -320,7 +322,7 @@ def _overlap(comm: MPI.Intracomm) -> float:
     alone = _slowest_best(comm, lambda: [work(j, reps) for j in range(k)])
     both = _slowest_best(comm, lambda: transfer(reps))
     shorter = min(wire, alone)
-    return float(min(max((wire + alone - both) / shorter, 0.0), 1.0)) if shorter > 0 else 1.0
+    return float(min(max((wire + alone - both) / shorter, -1.0), 1.0)) if shorter > 0 else 1.0
 
 
 def measure(comm: MPI.Intracomm, lay: Layout) -> Calibration:

@@ -39,8 +39,9 @@ The ring cuts each of its ``p`` chunks into ``k`` pieces
 one piece with the transfer of others: with cores to spare its time is the
 larger of its wire time ``W`` and its codec time ``C``, plus the time one
 piece takes through both (``(W + C) / k``) to fill and drain the pipeline;
-where ranks share cores less hides. The calibration measures the fraction
-``f`` that does (``overlap``), and the ring takes
+where ranks share cores less hides, or the two even slow each other down.
+The calibration measures the fraction ``f`` that hides (``overlap``, -1 to
+1), and the ring takes
 ``W + C - f (min(W, C) - (W + C) / k)``. The other algorithms
 run their codec before and after their transfers: the model adds the times.
 
@@ -120,7 +121,8 @@ def plain_time(cal: Calibration, method: str, nbytes: float) -> float:
 
 def _pipelined(wire: float, codec: float, k: int, overlap: float) -> float:
     """A pipeline of ``k`` pieces whose transfers (``wire`` s in all) overlap its codec work
-    to the measured extent ``overlap`` (1: fully, 0: not at all)."""
+    to the measured extent ``overlap`` (1: fully, 0: not at all, below 0: the two slow
+    each other down)."""
     hidden = overlap * max(min(wire, codec) - (wire + codec) / k, 0.0)
     return wire + codec - hidden
 
