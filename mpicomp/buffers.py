@@ -21,7 +21,7 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
 
-from . import device
+from . import device, placement
 
 __all__ = ["COMPRESSIBLE_DTYPES", "Buf", "is_in_place", "parse", "parse_v"]
 
@@ -46,7 +46,12 @@ class Buf:
     counts: tuple[int, ...] | None = None
     displs: tuple[int, ...] | None = None
     raw: int = 0  #: bytes of a buffer that is not compressible (for the stats)
-    on_device: bool = False  #: a CUDA buffer (``array`` is then a flat Numba device array)
+    place: placement.Place = placement.Place.HOST  #: where the memory lives
+
+    @property
+    def on_device(self) -> bool:
+        """A CUDA buffer mpicomp may touch (``array`` is then a flat Numba device array)."""
+        return self.place is placement.Place.DEVICE
 
     @property
     def compressible(self) -> bool:
@@ -72,22 +77,26 @@ class Buf:
 
 
 def is_in_place(spec: Any) -> bool:
-    return spec is MPI.IN_PLACE
+    """``MPI.IN_PLACE``, or ``None`` where a buffer may be in place (as mpi4py reads it)."""
+    return spec is None or spec is MPI.IN_PLACE
 
 
 def parse(spec: Any, name: str = "buffer", blocks: int = 1) -> Buf:
-    """Parse a simple spec: buf, [buf, dt], [buf, count, dt] or [buf, (count, displ), dt].
+    """Parse a simple spec: buf, [buf, dt], [buf, count], [buf, (count, displ)],
+    [buf, count, dt], [buf, (count, displ), dt] or [buf, count, displ, dt] (mpi4py's forms).
 
     ``blocks`` is the number of equal parts an implicit count is split into
     (e.g. the size of the communicator for an Allgather receive buffer);
-    an explicit count is the MPI count argument itself.
+    an explicit count is the MPI count argument itself. A buffer that is not
+    compressible is not checked further: it goes to MPI as given, and MPI
+    (mpi4py) judges it.
     """
     obj, count, displ, datatype = _split_simple(spec, name)
-    array, reason = _as_array(obj, datatype, name)
-    on_device = device.is_device_array(obj)
+    where = placement.of(obj)
+    array, reason = _as_array(obj, datatype, name, where)
     if array is None:
-        return Buf(spec, None, 0, reason, raw=_raw_nbytes(obj, count, blocks),
-                   on_device=on_device)
+        return Buf(spec, None, 0, reason, raw=_raw_nbytes(obj, where, count, blocks),
+                   place=where.place)
     if count is None:
         if array.size % blocks:
             raise ValueError(
@@ -95,57 +104,72 @@ def parse(spec: Any, name: str = "buffer", blocks: int = 1) -> Buf:
             )
         count = array.size // blocks
     _check_extent(name, array.size, displ or 0, count * blocks)
-    return Buf(spec, array[displ or 0 :], count, on_device=on_device)
+    return Buf(spec, array[displ or 0 :], count, place=where.place)
 
 
 def parse_v(spec: Any, size: int, name: str = "buffer") -> Buf:
-    """Parse a v-spec: counts and displacements per rank (``size`` of them)."""
+    """Parse a v-spec, in mpi4py's forms: [buf, counts], [buf, (counts, displs)],
+    [buf, datatype], [buf, counts, datatype], [buf, (counts, displs), datatype] or
+    [buf, counts, displs, datatype]; ``counts`` a sequence of ``size`` or one integer
+    (the same for every rank) or None (the buffer split as evenly as it goes),
+    ``displs`` a sequence, one integer (a stride) or None (packed)."""
     if not isinstance(spec, (list, tuple)):
-        raise TypeError(
-            f"{name}: a v-variant buffer needs counts, e.g. [buf, counts, displs, datatype], "
-            f"got a bare {type(spec).__name__}"
-        )
-    items = list(spec)
-    obj = items[0]
-    datatype = items[-1] if len(items) >= 3 and isinstance(items[-1], MPI.Datatype) else None
-    rest = items[1 : len(items) - (datatype is not None)]
-    counts: Any
-    displs: Any = None
-    if len(rest) == 1 and isinstance(rest[0], tuple) and len(rest[0]) == 2 and not np.isscalar(
-        rest[0][0]
-    ):
-        counts, displs = rest[0]
-    elif len(rest) == 1:
-        counts = rest[0]
-    elif len(rest) == 2:
-        counts, displs = rest
+        obj, counts, displs, datatype = spec, None, None, None
     else:
-        raise TypeError(f"{name}: cannot read a v-variant buffer spec from {len(items)} items")
+        items = list(spec)
+        displs = datatype = None
+        if len(items) == 2:
+            obj, counts = items
+            if _is_datatype(counts):
+                counts, datatype = None, counts
+            elif isinstance(counts, tuple):
+                counts, displs = _pair(counts, name)
+        elif len(items) == 3:
+            obj, counts, datatype = items
+            if isinstance(counts, tuple):
+                counts, displs = _pair(counts, name)
+        elif len(items) == 4:
+            obj, counts, displs, datatype = items
+        else:
+            raise ValueError(f"{name}: a v-variant buffer spec has 2 to 4 items, got {len(items)}")
+    where = placement.of(obj)
+    array, reason = _as_array(obj, datatype, name, where)
+    if array is None:
+        return Buf(spec, None, 0, reason, place=where.place)
+    if counts is None:
+        base, extra = divmod(array.size, size)
+        counts = [base + (i < extra) for i in range(size)]
+    elif isinstance(counts, (int, np.integer)) and not isinstance(counts, (bool, np.bool_)):
+        counts = [_count(counts, name)] * size
     counts = _int_list(counts, size, f"{name} counts")
     if displs is None:
-        displs = list(np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(int))
+        displs = [int(d) for d in np.concatenate([[0], np.cumsum(counts)[:-1]])]
+    elif isinstance(displs, (int, np.integer)) and not isinstance(displs, (bool, np.bool_)):
+        displs = [_count(displs, name, "displacement") * i for i in range(size)]
     displs = _int_list(displs, size, f"{name} displacements")
-    array, reason = _as_array(obj, datatype, name)
-    on_device = device.is_device_array(obj)
-    if array is None:
-        return Buf(spec, None, 0, reason, tuple(counts), tuple(displs), on_device=on_device)
     for c, d in zip(counts, displs, strict=True):
         _check_extent(name, array.size, d, c)
     return Buf(spec, array, int(sum(counts)), "", tuple(counts), tuple(displs),
-               on_device=on_device)
+               place=where.place)
 
 
 # -- helpers ----------------------------------------------------------------
-def _raw_nbytes(obj: Any, count: int | None, blocks: int) -> int:
+def _raw_nbytes(obj: Any, where: placement.Placement, count: int | None, blocks: int) -> int:
     """Bytes a plain-MPI buffer moves per block (best effort: for the statistics only)."""
     try:
-        if device.is_device_array(obj):
-            d = device.as_device(obj)
-            itemsize, nbytes = np.dtype(d.dtype).itemsize, d.size * np.dtype(d.dtype).itemsize
+        if where.place is not placement.Place.HOST:
+            cai = getattr(obj, "__cuda_array_interface__", None)
+            if cai is None:  # a DLPack or simulator device array
+                d = device.as_device(obj)
+                itemsize = np.dtype(d.dtype).itemsize
+                nbytes = d.size * itemsize
+            else:
+                itemsize = np.dtype(cai["typestr"]).itemsize
+                nbytes = int(np.prod(cai["shape"], dtype=np.int64)) * itemsize
         else:
             mv = memoryview(obj)
             itemsize, nbytes = mv.itemsize, mv.nbytes
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, KeyError):
         return 0
     if count is not None:
         return count * itemsize
@@ -156,20 +180,39 @@ def _split_simple(spec: Any, name: str) -> tuple[Any, int | None, int | None, An
     if not isinstance(spec, (list, tuple)):
         return spec, None, None, None
     items = list(spec)
+    displ: Any = None
     if len(items) == 2:
-        obj, second = items
-        if isinstance(second, MPI.Datatype):
-            return obj, None, None, second
-        return obj, _count(second, name), None, None
-    if len(items) == 3:
-        obj, second, datatype = items
-        if isinstance(second, tuple) and len(second) == 2:
-            return obj, _count(second[0], name), _count(second[1], name, "displacement"), datatype
-        return obj, _count(second, name), None, datatype
-    raise TypeError(
-        f"{name}: a buffer spec is buf, [buf, datatype], [buf, count, datatype] or "
-        f"[buf, (count, displ), datatype]; got a {type(spec).__name__} of {len(items)} items"
-    )
+        obj, count = items
+        if _is_datatype(count):
+            return obj, None, None, count
+        datatype = None
+        if isinstance(count, (tuple, list)):
+            count, displ = _pair(count, name)
+    elif len(items) == 3:
+        obj, count, datatype = items
+        if isinstance(count, (tuple, list)):
+            count, displ = _pair(count, name)
+    elif len(items) == 4:
+        obj, count, displ, datatype = items
+    else:
+        raise ValueError(
+            f"{name}: a buffer spec is buf or a list/tuple of 2 to 4 items ([buf, datatype], "
+            f"[buf, count, datatype], [buf, (count, displ), datatype], "
+            f"[buf, count, displ, datatype]); got {len(items)} items"
+        )
+    return (obj, None if count is None else _count(count, name),
+            None if displ is None else _count(displ, name, "displacement"), datatype)
+
+
+def _is_datatype(value: Any) -> bool:
+    """An MPI datatype where mpi4py takes one: a Datatype or a type character such as 'f'."""
+    return isinstance(value, (MPI.Datatype, str))
+
+
+def _pair(value: Any, name: str) -> tuple[Any, Any]:
+    if len(value) != 2:
+        raise ValueError(f"{name}: expected (count, displacement), got {value!r}")
+    return value[0], value[1]
 
 
 def _count(value: Any, name: str, what: str = "count") -> int:
@@ -197,21 +240,24 @@ def _check_extent(name: str, size: int, displ: int, count: int) -> None:
         )
 
 
-def _as_array(obj: Any, datatype: Any, name: str) -> tuple[np.ndarray | None, str]:
+def _as_array(obj: Any, datatype: Any, name: str,
+              where: placement.Placement) -> tuple[np.ndarray | None, str]:
     """A flat view of ``obj`` in the element type (NumPy, or a Numba device array for a
     CUDA buffer), or ``(None, reason)``."""
+    if where.place is placement.Place.FOREIGN:
+        return None, where.reason
     if datatype is not None and not isinstance(datatype, MPI.Datatype):
-        raise TypeError(f"{name}: datatype must be an MPI.Datatype, got {datatype!r}")
-    if device.is_device_array(obj):
+        return None, f"datatype given as {datatype!r}, not an MPI.Datatype"
+    if where.on_device:
         return _as_device_array(obj, datatype, name)
     if not isinstance(obj, np.ndarray):
         return None, f"not a numpy array ({type(obj).__name__})"
     if not (obj.flags.c_contiguous or obj.flags.f_contiguous):
-        raise ValueError(
+        raise ValueError(  # mpi4py refuses it too
             f"{name}: the array must be contiguous (shape {obj.shape}, strides {obj.strides}); "
             "pass a contiguous copy, e.g. numpy.ascontiguousarray(x)"
         )
-    reason = _check_datatype(obj.dtype, datatype, name)
+    reason = _check_datatype(obj.dtype, datatype)
     if reason:
         return None, reason
     flat = obj.reshape(-1, order="A")
@@ -221,10 +267,11 @@ def _as_array(obj: Any, datatype: Any, name: str) -> tuple[np.ndarray | None, st
 
 
 def _as_device_array(obj: Any, datatype: Any, name: str) -> tuple[Any, str]:
-    """A flat Numba device array over a CUDA buffer (ValueError if not C-contiguous)."""
+    """A flat Numba device array over a CUDA buffer (ValueError if not C-contiguous),
+    or ``(None, reason)``."""
     arr = device.as_device(obj, name)
     dt = np.dtype(arr.dtype)
-    reason = _check_datatype(dt, datatype, name)
+    reason = _check_datatype(dt, datatype)
     if reason:
         return None, reason
     if dt not in COMPRESSIBLE_DTYPES:
@@ -232,19 +279,15 @@ def _as_device_array(obj: Any, datatype: Any, name: str) -> tuple[Any, str]:
     return arr, ""
 
 
-def _check_datatype(dtype: np.dtype, datatype: Any, name: str) -> str:
-    """'' when ``datatype`` is None or matches ``dtype``; a plain-MPI reason when it has
-    no NumPy dtype; TypeError when they differ."""
+def _check_datatype(dtype: np.dtype, datatype: Any) -> str:
+    """'' when ``datatype`` is None or is the array's own dtype; else the plain-MPI reason
+    (MPI reads the memory through the datatype the caller gave, as mpi4py does)."""
     if datatype is None:
         return ""
     try:
         dt = dtlib.to_numpy_dtype(datatype)
-    except (ValueError, KeyError):
+    except (ValueError, KeyError, TypeError):
         return f"datatype {datatype.Get_name() or datatype!r} has no numpy dtype"
     if dt != dtype:
-        raise TypeError(
-            f"{name}: the array has dtype {dtype} but the MPI datatype is "
-            f"{datatype.Get_name() or datatype} ({dt}); they must match"
-        )
+        return f"MPI datatype {datatype.Get_name() or dt} is not the array's dtype {dtype}"
     return ""
-

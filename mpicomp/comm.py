@@ -38,6 +38,7 @@ from .algorithms.common import Ctx
 from .buffers import Buf, is_in_place, parse, parse_v
 from .cuda_aware import cuda_aware
 from .memory import DeviceMemory, DevicePools, HostMemory
+from .placement import Place
 from .policy import Policy, Resolved, environment_policy, resolve
 from .requests import Request
 from .scratch import Scratch
@@ -344,6 +345,15 @@ class Comm(MPI.Intracomm):
     def Create(self, group: MPI.Group, **settings: Any) -> Comm:  # noqa: N802
         return self._derived(MPI.Intracomm.Create(self, group), settings)
 
+    def __reduce__(self) -> Any:
+        """``mpicomp.COMM_WORLD`` unpickles as itself (as ``MPI.COMM_WORLD`` does); other
+        communicators as mpi4py decides (wrappers of predefined ones rewrap them)."""
+        import mpicomp
+
+        if self is mpicomp.COMM_WORLD:
+            return (_comm_world, ())
+        return super().__reduce__()
+
     def Free(self) -> None:  # noqa: N802
         """Free the private communicators, the worker thread and this communicator."""
         self._state_ok()
@@ -432,8 +442,8 @@ class Comm(MPI.Intracomm):
         return None
 
     def _plain(self, rec: Recorder, reason: str, fn: Callable[..., Any], *args: Any,
-               sent: int | None = None) -> Any:
-        result = _plain_on(self, rec, reason, fn, args)
+               sent: int | None = None, bufs: Sequence[Buf] = ()) -> Any:
+        result = _plain_on(self, rec, reason, fn, args, bufs)
         rec.sent(rec.raw_bytes if sent is None else sent)
         rec.commit()
         return result
@@ -495,7 +505,8 @@ class Comm(MPI.Intracomm):
         pol, sbuf, rbuf, rec, reason = self._allreduce_call(
             "Allreduce", sendbuf, recvbuf, op, settings)
         if reason is not None:
-            return self._plain(rec, reason, MPI.Intracomm.Allreduce, sendbuf, recvbuf, op)
+            return self._plain(rec, reason, MPI.Intracomm.Allreduce, sendbuf, recvbuf, op,
+                               bufs=(sbuf, rbuf))
         x, out = sbuf.data(), rbuf.data()
         self._allreduce_body(self._main_engine(), rec, pol, x, out, op, sendbuf, recvbuf,
                              sbuf.on_device)
@@ -508,7 +519,8 @@ class Comm(MPI.Intracomm):
         pol, sbuf, rbuf, rec, reason = self._allreduce_call(
             "Iallreduce", sendbuf, recvbuf, op, settings)
         if reason is not None:
-            return self._plain(rec, reason, MPI.Intracomm.Iallreduce, sendbuf, recvbuf, op)
+            return self._plain(rec, reason, MPI.Intracomm.Iallreduce, sendbuf, recvbuf, op,
+                               bufs=(sbuf, rbuf))
         engine, executor = self._async()
         x, out = sbuf.data(), rbuf.data()
         where = device.capture() if sbuf.on_device else (None, None)
@@ -540,7 +552,8 @@ class Comm(MPI.Intracomm):
         if reason is None and _op_name(op) != "SUM":
             reason = f"op {_op_name(op)}: Reduce compresses only SUM"
         if reason is not None:
-            return self._plain(rec, reason, MPI.Intracomm.Reduce, sendbuf, recvbuf, op, root)
+            return self._plain(rec, reason, MPI.Intracomm.Reduce, sendbuf, recvbuf, op, root,
+                               bufs=[sbuf] + ([rbuf] if rbuf else []))
         engine = self._main_engine()
         x = sbuf.data()
         p = self.Get_size()
@@ -597,7 +610,7 @@ class Comm(MPI.Intracomm):
         if reason is None and _op_name(op) != "SUM":
             reason = f"op {_op_name(op)}: {name} compresses only SUM"
         if reason is not None:
-            return self._plain(rec, reason, plain, *args)
+            return self._plain(rec, reason, plain, *args, bufs=(sbuf, rbuf))
         total = sum(counts)
         if sbuf.count < total:
             raise ValueError(f"{name}: sendbuf holds {sbuf.count} values, counts need {total}")
@@ -623,7 +636,7 @@ class Comm(MPI.Intracomm):
         rec = self._call(name, nbytes)
         reason = self._screen(pol, bufs, nbytes, method=name, rec=rec)
         if reason is not None:
-            self._plain(rec, reason, plain, *args)
+            self._plain(rec, reason, plain, *args, bufs=bufs)
             return None
         engine = engine or self._main_engine()
         dtype = next(b.dtype for b in bufs if b.dtype is not None)
@@ -687,7 +700,7 @@ class Comm(MPI.Intracomm):
 
         itemsize = rbuf.itemsize
         self._gatherlike("Allgatherv", MPI.Intracomm.Allgatherv, (sendbuf, recvbuf), pol,
-                         [sbuf, rbuf], local, max(counts) * itemsize,
+                         [sbuf, rbuf], local, max(counts, default=0) * itemsize,
                          f"Allgatherv counts={counts}", body)
 
     def Alltoall(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> None:  # noqa: N802
@@ -787,7 +800,8 @@ class Comm(MPI.Intracomm):
         nbytes = main.nbytes // self.Get_size() if method == "Allgather" else main.nbytes
         reason = self._screen(pol, [main], nbytes, method=method)
         if reason is not None:
-            return self._plain(self._call(name, main.nbytes), reason, plain, *args)
+            return self._plain(self._call(name, main.nbytes), reason, plain, *args,
+                               bufs=(main,))
         engine, executor = self._async()
         worker_comm = _WorkerView(self, engine)
         where = device.capture() if main.on_device else (None, None)
@@ -865,6 +879,7 @@ class Comm(MPI.Intracomm):
         rec = self._call("Recv", b.nbytes)
         if not b.compressible:
             return self._plain(rec, b.reason, MPI.Intracomm.Recv, buf, source, tag, status,
+                               bufs=(b,),
                                sent=0)
         # A float buffer is always received through a matched probe, whatever this
         # side's policy: the message length says whether the sender framed it.
@@ -899,7 +914,8 @@ class Comm(MPI.Intracomm):
                 b.reason or (f"below threshold ({b.nbytes} B < {pol.threshold} B)"
                              if b.nbytes < pol.threshold else
                              "codec auto: point to point stays plain (name a codec to compress it)"))
-            return self._plain(rec, why, MPI.Intracomm.Irecv, buf, source, tag, sent=0)
+            return self._plain(rec, why, MPI.Intracomm.Irecv, buf, source, tag, sent=0,
+                               bufs=(b,))
         # The receive is posted now (MPI keeps its matching order); a frame is
         # never longer than the plain message, so the plain size is enough.
         memory = self._p2p_memory(b.on_device, own_pools=True)
@@ -1013,27 +1029,36 @@ class _WorkerView(Comm):
         self._model.plain_below = limit  # shared with the owner; no fast path here
 
     def _plain(self, rec: Recorder, reason: str, fn: Callable[..., Any], *args: Any,
-               sent: int | None = None) -> Any:
+               sent: int | None = None, bufs: Sequence[Buf] = ()) -> Any:
         assert self._engine is not None
-        result = _plain_on(self._engine.comm, rec, reason, fn, args)
+        result = _plain_on(self._engine.comm, rec, reason, fn, args, bufs)
         rec.sent(rec.raw_bytes if sent is None else sent)
         rec.commit()
         return result
 
 
+def _comm_world() -> Comm:
+    """``mpicomp.COMM_WORLD`` (what a pickled ``mpicomp.COMM_WORLD`` becomes)."""
+    import mpicomp
+
+    return mpicomp.COMM_WORLD
+
+
 def _plain_on(comm: Any, rec: Recorder, reason: str, fn: Callable[..., Any],
-              args: tuple[Any, ...]) -> Any:
-    """Record and run ``fn(comm, *args)`` as plain MPI (device buffers: see mpicomp.plain)."""
+              args: tuple[Any, ...], bufs: Sequence[Buf] = ()) -> Any:
+    """Record and run ``fn(comm, *args)`` as plain MPI (device buffers: see mpicomp.plain);
+    ``bufs``: the call's parsed buffers, whose placement is known already."""
     rec.plain(reason)
+    places = {id(plain_mpi.spec_object(b.spec)): b.place for b in bufs} if bufs else None
     with rec.mpi():
-        result, where = plain_mpi.call(fn, comm, args)
+        result, where = plain_mpi.call(fn, comm, args, places=places)
     rec.where(where)
     return result
 
 
 def _same_memory(bufs: Sequence[Buf]) -> None:
     """ValueError when a call mixes host and device buffers (they must be all one or other)."""
-    kinds = {b.on_device for b in bufs}
+    kinds = {b.on_device for b in bufs if b.place is not Place.FOREIGN}
     if len(kinds) > 1:
         raise ValueError(
             "the buffers of one call must all be host (NumPy) or all device (CUDA) memory, "

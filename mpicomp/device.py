@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from . import placement
+
 __all__ = [
     "THREADS",
     "HostMemoryAsDevice",
@@ -40,27 +42,13 @@ __all__ = [
 #: threads per CUDA block for the element- and block-parallel kernels
 THREADS = 128
 
-_DLPACK_CUDA = 2  # kDLCUDA
-
-
 def is_device_array(obj: Any) -> bool:
-    """True for a CUDA buffer (``__cuda_array_interface__`` or a CUDA DLPack capsule)."""
+    """True for an object that offers CUDA memory (``__cuda_array_interface__``, a CUDA
+    DLPack capsule, a simulator array), whether or not mpicomp may touch it: a caller's
+    buffer is judged by :func:`mpicomp.placement.of`."""
     if isinstance(obj, (np.ndarray, bytes, bytearray, memoryview)):
         return False
-    try:
-        if hasattr(obj, "__cuda_array_interface__"):
-            return True
-    except Exception:  # noqa: BLE001 - e.g. a dtype the interface cannot describe
-        pass
-    if _simulated(obj):
-        return True
-    dev = getattr(obj, "__dlpack_device__", None)
-    if dev is None or isinstance(obj, np.ndarray):
-        return False
-    try:
-        return int(dev()[0]) == _DLPACK_CUDA
-    except Exception:  # noqa: BLE001 - any failure means "not a CUDA buffer"
-        return False
+    return placement.cuda_interface(obj) or placement.simulated(obj)
 
 
 def _sim() -> bool:
@@ -70,14 +58,7 @@ def _sim() -> bool:
 
 
 def _simulated(obj: Any) -> bool:
-    """True for a device array of Numba's CUDA simulator (which has no interface attribute)."""
-    from .kernels.jit import SIMULATOR
-
-    if not SIMULATOR:
-        return False
-    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-
-    return isinstance(obj, FakeCUDAArray)
+    return placement.simulated(obj)
 
 
 @functools.lru_cache(maxsize=1)

@@ -21,10 +21,13 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from . import device
+from . import device, placement
 from .cuda_aware import cuda_aware
 
-__all__ = ["call", "on_device", "spec_object", "with_object"]
+__all__ = ["Places", "call", "on_device", "spec_object", "with_object"]
+
+#: where the memory objects of a call's buffers live, by ``id`` (known from parsing them)
+Places = dict[int, placement.Place]
 
 #: methods whose first buffer argument is (also) written by MPI
 _FIRST_WRITTEN = ("Bcast", "Ibcast", "Recv", "Irecv")
@@ -42,15 +45,26 @@ def with_object(spec: Any, obj: Any) -> Any:
     return obj
 
 
-def on_device(spec: Any) -> bool:
-    """True when a buffer spec's memory is a CUDA buffer."""
-    return spec is not MPI.IN_PLACE and device.is_device_array(spec_object(spec))
+def on_device(spec: Any, places: Places | None = None) -> bool:
+    """True when a buffer spec's memory is a CUDA buffer mpicomp may touch
+    (``places``: what parsing the call's buffers found, else asked here)."""
+    if spec is MPI.IN_PLACE or isinstance(spec, (int, float, str, MPI.Op, MPI.Status)):
+        return False
+    obj = spec_object(spec)
+    if places is not None and id(obj) in places:
+        return places[id(obj)] is placement.Place.DEVICE
+    return placement.of(obj).on_device
 
 
 def call(fn: Callable[..., Any], comm: Any, args: tuple[Any, ...],
-         written: Callable[[int], bool] | None = None) -> tuple[Any, str]:
-    """``fn(comm, *args)`` made safe for device buffers; returns (result, memory label)."""
-    dev = [i for i, a in enumerate(args) if on_device(a)]
+         written: Callable[[int], bool] | None = None,
+         places: Places | None = None) -> tuple[Any, str]:
+    """``fn(comm, *args)`` made safe for device buffers; returns (result, memory label).
+
+    Buffers that are not device memory mpicomp may touch (host memory, and
+    CUDA interfaces over memory it must leave alone) reach MPI exactly as given.
+    """
+    dev = [i for i, a in enumerate(args) if on_device(a, places)]
     if not dev:
         return fn(comm, *args), "host"
     stream = device.current_stream()

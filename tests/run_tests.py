@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run the test suite serially and under ``mpiexec -n 2, 3, 4``; print one honest summary.
 
-Stages (``--stages``, default ``serial,2,3,4,sim2,sim3``):
+Stages (``--stages``, default ``serial,2,3,4,sim2,sim3,mpi4py``):
 
 * ``serial``: ``python -m pytest --with-mpi tests`` in one process (MPI
   singleton); every test runs.
@@ -10,6 +10,11 @@ Stages (``--stages``, default ``serial,2,3,4,sim2,sim3``):
 * ``simN``: like ``N`` with ``NUMBA_ENABLE_CUDASIM=1`` (Numba's CUDA
   simulator) and only the tests marked ``device``: device buffers through
   the communicator, on a machine without a GPU.
+* ``mpi4py``: mpi4py's own test suite (downloaded from PyPI for the
+  installed version) on 2 and 3 ranks with ``MPI.COMM_WORLD`` replaced by
+  ``mpicomp.COMM_WORLD``, under three policies
+  (``tests/conformance/mpi4py_suite.py``); each test that passes with plain
+  MPI and not with mpicomp counts as a failure.
 
 Every rank writes a JSON report (see ``tests/conftest.py``). The run fails
 (exit status 1) when any rank of any stage has a failed test or an error,
@@ -88,7 +93,7 @@ def parse_args(argv: list[str]):
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         epilog="Other options and paths are passed to pytest.")
-    p.add_argument("--stages", default="serial,2,3,4,sim2,sim3",
+    p.add_argument("--stages", default="serial,2,3,4,sim2,sim3,mpi4py",
                    help="comma-separated stages: 'serial' and/or rank counts (default %(default)s)")
     p.add_argument("--timeout", type=float, default=1200.0,
                    help="seconds per stage before it is killed and counted failed "
@@ -105,14 +110,14 @@ def parse_args(argv: list[str]):
     stages = []
     for s in args.stages.split(","):
         s = s.strip()
-        if s == "serial":
+        if s in ("serial", "mpi4py"):
             stages.append(s)
         elif s.isdigit() and int(s) >= 1:
             stages.append(str(int(s)))
         elif s.startswith("sim") and s[3:].isdigit() and int(s[3:]) >= 1:
             stages.append(f"sim{int(s[3:])}")
         elif s:
-            p.error(f"bad stage {s!r}: use 'serial', a number of ranks or simN")
+            p.error(f"bad stage {s!r}: use 'serial', a number of ranks, simN or mpi4py")
     if not stages:
         p.error("no stages selected")
     return args, extra, stages
@@ -309,6 +314,34 @@ def judge_stage(stage, rc, timed_out, elapsed, report_dir, run_id, args, totals:
     return lines
 
 
+def run_conformance(args, report_dir: str, totals) -> list[str]:
+    """The ``mpi4py`` stage: tests/conformance/mpi4py_suite.py on 2 and 3 ranks."""
+    out = os.path.join(report_dir, "mpi4py-conformance.json")
+    cmd = [sys.executable, str(ROOT / "tests" / "conformance" / "mpi4py_suite.py"),
+           "--ranks", "2,3", "--json", out]
+    print(f"\n===== stage mpi4py: {shlex.join(cmd)}", flush=True)
+    started = time.perf_counter()
+    try:
+        rc = subprocess.run(cmd, cwd=ROOT, timeout=args.timeout * 2).returncode
+    except subprocess.TimeoutExpired:
+        totals.problem(f"[stage mpi4py] timed out after {args.timeout * 2:.0f} s")
+        return ["stage mpi4py: timed out"]
+    elapsed = time.perf_counter() - started
+    if not os.path.exists(out):
+        totals.problem(f"[stage mpi4py] wrote no results (exit status {rc})")
+        return [f"stage mpi4py: exit status {rc}, no results, {elapsed:.1f} s"]
+    result = json.loads(Path(out).read_text())
+    problems = result["problems"]
+    totals.passed += result["checked"] - len(problems)
+    for p in problems:
+        totals.problem("[stage mpi4py] " + p.splitlines()[0])
+    if rc != 0 and not problems:
+        totals.problem(f"[stage mpi4py] exit status {rc} without a reported problem")
+    return [f"stage mpi4py: {result['checked'] - len(problems)} of {result['checked']} "
+            f"mpi4py tests as on plain MPI ({len(problems)} problems), exit status {rc}, "
+            f"{elapsed:.1f} s"]
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == [RANK_EXEC]:
         rank_exec(argv[1:])  # does not return
@@ -321,6 +354,9 @@ def main(argv: list[str]) -> int:
     summary_lines: list[str] = []
     try:
         for stage in stages:
+            if stage == "mpi4py":
+                summary_lines += run_conformance(args, report_dir, totals)
+                continue
             if stage != "serial" and mpiexec is None:
                 summary_lines.append(f"stage {stage}: not run: no mpiexec found next to "
                                      f"{sys.executable} or on PATH")
