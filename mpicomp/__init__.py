@@ -14,6 +14,7 @@ from . import codecs  # noqa: E402
 from .codecs import get_codec  # noqa: E402
 from .comm import Comm  # noqa: E402
 from .errors import MpicompError, UncompressibleError, UnknownCodecError  # noqa: E402
+from . import failfast  # noqa: E402
 from .policy import DEFAULT, Policy  # noqa: E402
 from .requests import Request  # noqa: E402
 
@@ -21,6 +22,8 @@ __version__ = "0.1.0"
 
 #: ``MPI.COMM_WORLD``, compressing by the environment's (or the default) policy
 COMM_WORLD = Comm(MPI.COMM_WORLD)
+
+failfast.install()  # an uncaught exception on one rank aborts the job (opt out: MPICOMP_ABORT_ON_ERROR=0)
 
 __all__ = [
     "COMM_WORLD",

@@ -22,6 +22,8 @@ from typing import Any
 
 from mpi4py import MPI
 
+from . import failfast
+
 __all__ = ["Request"]
 
 
@@ -57,6 +59,7 @@ class Request(MPI.Grequest):
                 work()
             except BaseException as exc:  # re-raised by Wait/Test in the caller's thread
                 state.error = exc
+                failfast.unobserved(id(state), exc)
             finally:
                 state.done.set()
                 greq.Complete()
@@ -71,6 +74,7 @@ class Request(MPI.Grequest):
         state = getattr(self, "_state", None)
         if state is not None and state.error is not None:
             error, state.error = state.error, None
+            failfast.observed(id(state))
             raise error
 
     def Wait(self, status: MPI.Status | None = None) -> bool:  # noqa: N802 - mpi4py's name
