@@ -433,13 +433,7 @@ class Comm(MPI.Intracomm):
         ag = agree(engine.comm, name, local_max, f"{settings} {pol.describe()}")
         if not math.isfinite(ag.max_abs):
             return "nonfinite (NaN or Inf on some rank)"
-        if pol.codec.codec_id == "cast":
-            limit, factor = _CAST_MAX[pol.codec.get_config()["dtype"]], 1.0 * summands
-        else:
-            limit, factor = float(np.finfo(dtype).max), 8.0 * summands
-        if ag.max_abs * factor > limit:
-            return f"overflow risk (max |x| {ag.max_abs:.3g} x {factor:g} > {limit:.3g})"
-        return None
+        return _overflow_risk(pol, dtype, ag.max_abs, summands)
 
     def _plain(self, rec: Recorder, reason: str, fn: Callable[..., Any], *args: Any,
                sent: int | None = None, bufs: Sequence[Buf] = ()) -> Any:
@@ -837,8 +831,8 @@ class Comm(MPI.Intracomm):
             m = memory.max_abs(b.data()) if b.count else 0.0
             if not math.isfinite(m):
                 reason = "nonfinite (NaN or Inf)"
-            elif pol.codec.codec_id == "cast" and m > _CAST_MAX[pol.codec.get_config()["dtype"]]:
-                reason = f"overflow (max |x| {m:.3g} beyond the cast's range)"
+            else:
+                reason = _overflow_risk(pol, b.dtype, m, 1)
         if reason is None and p2p.frame_nbytes(pol.codec, b.data()) >= b.nbytes:
             # never longer than the plain message: receivers size their landing buffers by it
             reason = "no gain (compressed frame not smaller than the data)"
@@ -1035,6 +1029,19 @@ class _WorkerView(Comm):
         rec.sent(rec.raw_bytes if sent is None else sent)
         rec.commit()
         return result
+
+
+def _overflow_risk(pol: Resolved, dtype: np.dtype, max_abs: float, summands: int) -> str | None:
+    """The plain-MPI reason when values of magnitude ``max_abs`` (``summands`` of them added)
+    could overflow the codec's range, else None. A cast must hold the sum; the other codecs
+    keep a factor of 8 of headroom (their transforms and rounding may grow a value)."""
+    if pol.codec.codec_id == "cast":
+        limit, factor = _CAST_MAX[pol.codec.get_config()["dtype"]], 1.0 * summands
+    else:
+        limit, factor = float(np.finfo(dtype).max), 8.0 * summands
+    if max_abs * factor > limit:
+        return f"overflow risk (max |x| {max_abs:.3g} x {factor:g} > {limit:.3g})"
+    return None
 
 
 def _comm_world() -> Comm:
