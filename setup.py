@@ -16,7 +16,7 @@ setup(
     install_requires=["numpy>=1.24", "numba>=0.59", "mpi4py>=4.0"],
     extras_require={
         "mpich": ["mpich"],
-        "test": ["pytest>=8", "pytest-mpi>=0.6", "pytest-timeout", "zfpy>=1.0.1"],
+        "test": ["pytest>=8", "pytest-mpi>=0.6", "pytest-timeout", "zfpy>=1.0.1", "hypothesis"],
         "gpu": ["cupy-cuda12x"],
         "bench": ["scikit-learn", "matplotlib"],
     },

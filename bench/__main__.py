@@ -20,7 +20,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import accuracy, allreduce, allreduce_gpu, codecs, headline, model_check, osu, overlap
+from . import (accuracy, allreduce, allreduce_gpu, codecs, headline, model_check, osu, overlap,
+               soak)
 
 SUBCOMMANDS = {
     "codecs": (codecs, "codec encode/decode speed and error on one buffer"),
@@ -35,6 +36,8 @@ SUBCOMMANDS = {
     "allreduce-gpu": (allreduce_gpu, "compressed vs plain Allreduce of CuPy buffers, checked "
                                      "against the exact sum (run under mpiexec, needs a GPU)"),
     **osu.subcommands(),
+    "soak": (soak, "thousands of mixed compressed operations checked against plain MPI, "
+                   "memory and threads watched (run under mpiexec)"),
     "model_check": (model_check, "the performance model's predictions beside measurements, "
                                  "from osu_* --json files"),
 }

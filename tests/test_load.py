@@ -116,3 +116,18 @@ def test_100_communicators_made_used_and_freed(world):
     assert made == 100
     base.Free()
     assert _mpicomp_threads() <= threads_before
+
+
+def test_soak_short():
+    """The short soak (CI): 300 mixed operations on 4 ranks, results, memory and threads checked.
+    The long one is ``mpiexec -n 4 python -m mpicomp.bench soak --ops 10000``."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    mpiexec = str(Path(sys.executable).parent / "mpiexec")
+    proc = subprocess.run([mpiexec, "-n", "4", sys.executable, "-m", "mpicomp.bench", "soak",
+                           "--ops", "300", "--max-mib", "1", "--quiet"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "# soak: OK" in proc.stdout
