@@ -32,6 +32,12 @@ def case_data(case: dict) -> np.ndarray:
     return x.astype(dt)
 
 
+def random_stream(case: dict, codec) -> np.ndarray:
+    """Arbitrary bytes of a stream's length (kind ``random_stream``: hostile input)."""
+    n = codec.encoded_nbytes(case["n"], np.dtype(case["dtype"]))
+    return np.random.default_rng(case["seed"]).integers(0, 256, n, dtype=np.uint8)
+
+
 def main(cases_path: str, out_path: str) -> int:
     from numba import cuda
 
@@ -48,6 +54,11 @@ def main(cases_path: str, out_path: str) -> int:
     for i, case in enumerate(cases):
         codec = get_codec(case["codec"])
         x = case_data(case)
+        if case.get("kind") == "random_stream":  # decode hostile bytes on the device
+            decoded = codec.decode(cuda.to_device(random_stream(case, codec)), count=x.size,
+                                   dtype=x.dtype)
+            results[f"decoded{i}"] = decoded.copy_to_host()
+            continue
         try:
             stream = codec.encode(cuda.to_device(x))
         except UncompressibleError as exc:
