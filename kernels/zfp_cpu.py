@@ -5,16 +5,22 @@ is cut into chunks of ``CHUNK_BLOCKS`` blocks that start on a 64-bit word
 boundary and are coded in parallel, each by one sequential bit writer/reader.
 The per-block logic is in :mod:`zfp_block`; 1D blocks with budgets of at most
 64 bits take :mod:`zfp_encode1d` / :mod:`zfp_decode1d`, run here for
-``LANES`` blocks in lockstep so that the compiler vectorizes them.
+``LANES`` blocks in lockstep so that the compiler vectorizes them: ``STEPS``
+plane steps for every block of a group, then the few blocks that need more
+one at a time (so that one block with many planes does not make the whole
+group wait). Blocks with at most ``zfp_table1d.TABLE_BITS`` bits after the
+header (float32 rate 4) are decoded by table lookup (:mod:`zfp_table1d`).
 """
 from __future__ import annotations
 
 import numpy as np
-from numba import get_thread_id, njit, prange
+from llvmlite import ir
+from numba import get_thread_id, njit, prange, types
+from numba.extending import intrinsic
 
 from .bitstream import low_mask, seek
-from .intbits import as_float
-from .zfp_block import decode_block, encode_blocks
+from .intbits import as_float, is_single
+from .zfp_block import POW2, POW2_BIAS, decode_block, encode_blocks
 from .zfp_decode1d import (
     block_bits,
     decode_block_1d,
@@ -24,8 +30,9 @@ from .zfp_decode1d import (
     fits_register,
 )
 from .zfp_encode1d import coefficients_1d, finish_1d, plane_step_1d, planes_start_1d
+from .zfp_table1d import plane_table, table_fits
 
-__all__ = ["CHUNK_BLOCKS", "Scratch", "decode", "encode"]
+__all__ = ["CHUNK_BLOCKS", "Scratch", "decode", "decode_table", "encode"]
 
 #: blocks per parallel work item; a multiple of 64 keeps chunks word aligned
 CHUNK_BLOCKS = 256
@@ -48,6 +55,21 @@ class Scratch:
         self.ublock = np.zeros((rows, max(64, LANE_FIELDS * LANES)), dtype=np.uint64)
 
 
+_NO_TABLE: dict[np.dtype, np.ndarray] = {}
+
+
+def decode_table(dims: int, maxbits: int, dtype: np.dtype) -> np.ndarray:
+    """The ``table`` argument of :func:`decode`: the value table, or an empty read-only array."""
+    dtype = np.dtype(dtype)
+    if table_fits(dims, maxbits, dtype.itemsize):
+        return plane_table(maxbits, dtype)
+    t = _NO_TABLE.get(dtype)
+    if t is None:
+        t = _NO_TABLE[dtype] = np.zeros(0, dtype=dtype)
+        t.flags.writeable = False
+    return t
+
+
 #: blocks that the 1D encoder and decoder run in lockstep
 LANES = 32
 # a block's fields in the scratch row: field f of lane j at f * LANES + j
@@ -55,6 +77,38 @@ _U0, _U1, _U2, _U3, _K = range(5)  # coefficients, planes left (both directions)
 _C0, _C1, _C2, _C3, _KSTOP, _BLK, _BLEN, _KEEP = range(5, 13)  # encoder
 _R, _BITS, _N, _EMAX = range(5, 9)  # decoder
 LANE_FIELDS = 13
+#: plane steps run in lockstep for all blocks of a group; the few blocks that
+#: need more (real gradients: about 1 block in 7) finish one at a time
+STEPS = 2
+
+
+@intrinsic
+def _float64_bits(typingctx, x):
+    """The bits of the float64 ``x`` as a uint64."""
+    sig = types.uint64(types.float64)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(64))
+
+    return sig, codegen
+
+
+@njit(inline="always")
+def _bit_length32(v):
+    """Bit length of ``v < 2**32`` through its float64 exponent (no vector clz on AVX2)."""
+    f = _float64_bits(np.float64(np.uint32(v)))
+    return max(np.int64(f >> np.uint64(52)) - 1022, 0)
+
+
+@njit(inline="always")
+def _planes_start(u0, u1, u2, u3, e, proto):
+    """:func:`zfp_encode1d.planes_start_1d` for the CPU driver (float32: no clz; c3 unused)."""
+    if is_single(proto):
+        c2 = _bit_length32(u2 | u3)
+        c1 = _bit_length32(u1 | u2 | u3)
+        c0 = _bit_length32(u0 | u1 | u2 | u3)
+        return c0, c1, c2, 0, c0, max(c2 - 1, 0), (e << np.uint64(1)) | np.uint64(1), 9 + 32 - c0
+    return planes_start_1d(u0, u1, u2, u3, e, proto)
 
 
 @njit(cache=True)
@@ -64,8 +118,9 @@ def encode_chunk_1d(x, xbits, words, b0, b1, maxbits, lanes):
     Blocks go through the steps of :mod:`zfp_encode1d` ``LANES`` at a time,
     each step as a loop over the blocks (which the compiler vectorizes), with
     the blocks' state in ``lanes`` (field ``f`` of block ``j`` at
-    ``f * LANES + j``). Plane steps repeat until no block of the group has a
-    plane due. Returns the number of blocks holding NaN/Inf.
+    ``f * LANES + j``). Up to ``STEPS`` plane steps run for all blocks of the
+    group while any has a plane due; the blocks with planes still due then
+    finish one at a time. Returns the number of blocks holding NaN/Inf.
 
     The bit writer is written out here rather than called: Numba keeps
     reference counting on arrays handed to inlined helpers with branches,
@@ -86,7 +141,7 @@ def encode_chunk_1d(x, xbits, words, b0, b1, maxbits, lanes):
                 np.uint64(xbits[base]), np.uint64(xbits[base + np.uint64(1)]),
                 np.uint64(xbits[base + np.uint64(2)]), np.uint64(xbits[base + np.uint64(3)]),
                 proto)
-            c0, c1, c2, c3, k, kstop, blk, blen = planes_start_1d(u0, u1, u2, u3, e, proto)
+            c0, c1, c2, c3, k, kstop, blk, blen = _planes_start(u0, u1, u2, u3, e, proto)
             bad += np.int64(nonfinite)
             lanes[_U0 * L + j] = u0
             lanes[_U1 * L + j] = u1
@@ -95,27 +150,45 @@ def encode_chunk_1d(x, xbits, words, b0, b1, maxbits, lanes):
             lanes[_C0 * L + j] = c0
             lanes[_C1 * L + j] = c1
             lanes[_C2 * L + j] = c2
-            lanes[_C3 * L + j] = c3
             lanes[_K * L + j] = k
             lanes[_KSTOP * L + j] = kstop
             lanes[_BLK * L + j] = blk
             lanes[_BLEN * L + j] = blen
             lanes[_KEEP * L + j] = np.uint64(0) - np.uint64(nonzero and not nonfinite)
         more = 1
-        while more:
+        steps = 0
+        while more and steps < STEPS:
             more = 0
+            steps += 1
             for j in range(ng):
                 blk, blen, k, due = plane_step_1d(
                     lanes[_U0 * L + j], lanes[_U1 * L + j], lanes[_U2 * L + j],
                     lanes[_U3 * L + j], np.int64(lanes[_C0 * L + j]),
                     np.int64(lanes[_C1 * L + j]), np.int64(lanes[_C2 * L + j]),
-                    np.int64(lanes[_C3 * L + j]), np.int64(lanes[_K * L + j]),
+                    0, np.int64(lanes[_K * L + j]),
                     np.int64(lanes[_KSTOP * L + j]), lanes[_BLK * L + j],
                     np.int64(lanes[_BLEN * L + j]), maxbits)
                 lanes[_BLK * L + j] = blk
                 lanes[_BLEN * L + j] = blen
                 lanes[_K * L + j] = k
                 more |= np.int64(due)
+        if more:  # the few blocks with planes still due, one at a time
+            for j in range(ng):
+                u0, u1, u2, u3 = (lanes[_U0 * L + j], lanes[_U1 * L + j], lanes[_U2 * L + j],
+                                  lanes[_U3 * L + j])
+                c0, c1, c2 = (np.int64(lanes[_C0 * L + j]), np.int64(lanes[_C1 * L + j]),
+                              np.int64(lanes[_C2 * L + j]))
+                k = np.int64(lanes[_K * L + j])
+                kstop = np.int64(lanes[_KSTOP * L + j])
+                blk = lanes[_BLK * L + j]
+                blen = np.int64(lanes[_BLEN * L + j])
+                due = (k > kstop) & (blen < maxbits)
+                while due:
+                    blk, blen, k, due = plane_step_1d(u0, u1, u2, u3, c0, c1, c2, 0, k, kstop,
+                                                      blk, blen, maxbits)
+                lanes[_BLK * L + j] = blk
+                lanes[_BLEN * L + j] = np.uint64(blen)
+                lanes[_K * L + j] = np.uint64(k)
         for j in range(ng):
             lanes[_BLK * L + j] = finish_1d(
                 lanes[_U0 * L + j], lanes[_U1 * L + j], lanes[_U2 * L + j], lanes[_U3 * L + j],
@@ -146,12 +219,45 @@ def encode_chunk(x, xbits, words, b0, b1, dims, maxbits, fblock, iblock, ublock)
     return encode_blocks(x, xbits, words, b0, b1, dims, maxbits, fblock, iblock, ublock)
 
 
+@njit(inline="always")
+def _decode_table_1d(words, out, b0, b1, maxbits, table):
+    """Decode full 1D blocks ``b0 <= b < b1`` by table (:mod:`zfp_table1d`).
+
+    Per block: the index of its bits after the header (and flag) and its
+    scale; the values are the table's times the scale.
+    """
+    if is_single(out[0]):
+        hb, emask, shift = 9, 255, 127 + 30
+    else:
+        hb, emask, shift = 12, 2047, 1023 + 62
+    nw = np.uint64(words.size)
+    mask = low_mask(maxbits)
+    mb = np.uint64(maxbits)
+    for b in range(b0, b1):
+        pos = np.uint64(b) * mb
+        w = pos >> np.uint64(6)
+        sh = pos & np.uint64(63)
+        blk = words[w] >> sh
+        if sh + mb > np.uint64(64) and w + np.uint64(1) < nw:
+            blk |= words[w + np.uint64(1)] << (np.uint64(64) - sh)
+        blk &= mask
+        e = np.int64((blk >> np.uint64(1)) & np.uint64(emask))
+        s = as_float(POW2[e - shift + POW2_BIAS], out[0])
+        t = np.uint64(8) * (blk >> np.uint64(hb)) + np.uint64(4) * (blk & np.uint64(1))
+        base = np.uint64(4) * np.uint64(b)
+        out[base] = s * table[t]
+        out[base + np.uint64(1)] = s * table[t + np.uint64(1)]
+        out[base + np.uint64(2)] = s * table[t + np.uint64(2)]
+        out[base + np.uint64(3)] = s * table[t + np.uint64(3)]
+
+
 @njit(cache=True)
-def decode_chunk_1d(words, out, b0, b1, maxbits, lanes):
+def decode_chunk_1d(words, out, b0, b1, maxbits, lanes, table):
     """Decode 1D blocks ``b0 <= b < b1`` (budget <= 64 bits) into ``out``.
 
     Full blocks go through the steps of :mod:`zfp_decode1d` ``LANES`` at a
-    time, in lockstep like :func:`encode_chunk_1d`; a partial last block is
+    time, in lockstep like :func:`encode_chunk_1d`, or by table lookup when
+    ``table`` is not empty (:func:`decode_table`); a partial last block is
     decoded alone. Stream words are read here rather than through a helper
     (see :func:`encode_chunk_1d`).
     """
@@ -161,7 +267,9 @@ def decode_chunk_1d(words, out, b0, b1, maxbits, lanes):
     mask = low_mask(maxbits)
     mb = np.uint64(maxbits)
     nfull = min(b1, out.size // 4)
-    for g in range(b0, nfull, L):
+    if table.size > 0:
+        _decode_table_1d(words, out, b0, nfull, maxbits, table)
+    for g in range(b0, nfull if table.size == 0 else b0, L):
         ng = min(L, nfull - g)
         for j in range(ng):
             # the block's bits, from one or two words (past the end read as 0);
@@ -183,8 +291,10 @@ def decode_chunk_1d(words, out, b0, b1, maxbits, lanes):
             lanes[_U2 * L + j] = 0
             lanes[_U3 * L + j] = 0
         more = 1
-        while more:
+        steps = 0
+        while more and steps < STEPS:
             more = 0
+            steps += 1
             for j in range(ng):
                 r, bits, n, k, u0, u1, u2, u3, due = decode_step_1d(
                     lanes[_R * L + j], np.int64(lanes[_BITS * L + j]),
@@ -200,6 +310,27 @@ def decode_chunk_1d(words, out, b0, b1, maxbits, lanes):
                 lanes[_U2 * L + j] = u2
                 lanes[_U3 * L + j] = u3
                 more |= np.int64(due)
+        if more:  # the few blocks with planes still due, one at a time
+            for j in range(ng):
+                r = lanes[_R * L + j]
+                bits = np.int64(lanes[_BITS * L + j])
+                n = np.int64(lanes[_N * L + j])
+                k = np.int64(lanes[_K * L + j])
+                due = (bits > 0) & (k > 0) & (n < 3)
+                if due:
+                    u0, u1, u2, u3 = (lanes[_U0 * L + j], lanes[_U1 * L + j],
+                                      lanes[_U2 * L + j], lanes[_U3 * L + j])
+                    while due:
+                        r, bits, n, k, u0, u1, u2, u3, due = decode_step_1d(
+                            r, bits, n, k, u0, u1, u2, u3)
+                    lanes[_R * L + j] = r
+                    lanes[_BITS * L + j] = np.uint64(bits)
+                    lanes[_N * L + j] = np.uint64(n)
+                    lanes[_K * L + j] = np.uint64(k)
+                    lanes[_U0 * L + j] = u0
+                    lanes[_U1 * L + j] = u1
+                    lanes[_U2 * L + j] = u2
+                    lanes[_U3 * L + j] = u3
         for j in range(ng):
             v0, v1, v2, v3 = decode_finish_1d(
                 lanes[_R * L + j], np.int64(lanes[_BITS * L + j]), np.int64(lanes[_N * L + j]),
@@ -221,13 +352,13 @@ def decode_chunk_1d(words, out, b0, b1, maxbits, lanes):
 
 
 @njit(cache=True)
-def decode_chunk(words, out, b0, b1, dims, maxbits, fblock, iblock, ublock):
+def decode_chunk(words, out, b0, b1, dims, maxbits, fblock, iblock, ublock, table):
     """Decode blocks ``b0 <= b < b1`` into ``out``."""
     n = out.size
     size = 1 << (2 * dims)
     pos, win, avail = seek(words, b0 * maxbits)
     if fits_register(dims, maxbits):
-        decode_chunk_1d(words, out, b0, b1, maxbits, ublock)
+        decode_chunk_1d(words, out, b0, b1, maxbits, ublock, table)
         return
     for b in range(b0, b1):
         pos, win, avail = decode_block(words, pos, win, avail, fblock, iblock, ublock,
@@ -259,8 +390,12 @@ def encode(x, xbits, words, dims, maxbits, fscratch, iscratch, uscratch):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def decode(words, out, dims, maxbits, fscratch, iscratch, uscratch):
-    """Decode ``words`` (a zfp fixed-rate stream) into the flat float array ``out``."""
+def decode(words, out, dims, maxbits, fscratch, iscratch, uscratch, table):
+    """Decode ``words`` (a zfp fixed-rate stream) into the flat float array ``out``.
+
+    ``table`` is :func:`zfp_table1d.plane_table`'s where it applies (1D, few
+    bits after the header), else empty (:func:`no_table`); both read-only.
+    """
     size = 1 << (2 * dims)
     nblocks = (out.size + size - 1) // size
     nchunks = (nblocks + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS
@@ -268,4 +403,4 @@ def decode(words, out, dims, maxbits, fscratch, iscratch, uscratch):
         b0 = c * CHUNK_BLOCKS
         tid = get_thread_id()
         decode_chunk(words, out, b0, min(nblocks, b0 + CHUNK_BLOCKS), dims, maxbits,
-                     fscratch[tid], iscratch[tid], uscratch[tid])
+                     fscratch[tid], iscratch[tid], uscratch[tid], table)

@@ -103,12 +103,16 @@ def decode_start_1d(blk, maxbits, proto):
 
 @njit(inline="always")
 def decode_step_1d(r, bits, n, k, u0, u1, u2, u3):
-    """Read plane k-1 if one is due (budget and planes left, n < 4).
+    """Read plane k-1 if one is due (budget and planes left, n < 3).
+
+    With n = 3 a plane is 4 bits, the last value 3's bit (the group test on
+    the last value needs no scan), read with the verbatim planes by
+    :func:`decode_finish_1d`.
 
     Returns ``(r, bits, n, k, u0, u1, u2, u3, due)``; a plane that is not due
     leaves the state as it is.
     """
-    due = (bits > 0) & (k > 0) & (n < 4)
+    due = (bits > 0) & (k > 0) & (n < 3)
     mm = imin(n, bits)
     p = r & low_mask(mm)
     r1 = r >> np.uint64(mm)
@@ -147,31 +151,59 @@ def _place16(w, k):
 
 
 @njit(inline="always")
+def _inv_lift4_32(x, y, z, w):
+    """zfp's inverse lifting with 32-bit wraparound, for int64 values congruent mod 2**32.
+
+    Only the arithmetic shifts need their operand wrapped (``w``, given
+    wrapped, and ``y`` after the first step); additions, subtractions and
+    left shifts commute with wrapping, so the results are congruent mod
+    2**32 to zfp's and the caller wraps them once.
+    """
+    y = np.int64(np.int32(y + (w >> 1)))
+    w = w - (y >> 1)
+    y = y + w
+    w = (w << 1) - y
+    z = z + x
+    x = (x << 1) - z
+    y = y + z
+    z = (z << 1) - y
+    w = w + x
+    x = (x << 1) - w
+    return x, y, z, w
+
+
+@njit(inline="always")
 def decode_finish_1d(r, bits, n, k, u0, u1, u2, u3, emax, proto):
     """The block's 4 values once no plane step is due.
 
-    If all four values are significant, the rest of the budget holds planes
-    k-1, k-2, ... verbatim, 4 bits each (value 0 first): up to 16 planes.
+    If at least three values are significant, the rest of the budget holds
+    planes k-1, k-2, ... as 4 bits each (value 0 first): up to 16 planes.
     """
     t = r & low_mask(imax(bits, 0))
     # reverse the order of the 16 nibbles: plane k-1 in the top nibble
     t = reverse_nibbles64(t)
-    tail = (n == 4) & (bits > 0) & (k > 0)
+    tail = (n >= 3) & (bits > 0) & (k > 0)
     t = t if tail else _U0
     u0 |= _place16(_compact4(t, 0), k)
     u1 |= _place16(_compact4(t, 1), k)
     u2 |= _place16(_compact4(t, 2), k)
     u3 |= _place16(_compact4(t, 3), k)
     m = nbmask(proto)
+    if is_single(proto):
+        # 32-bit ints congruent mod 2**32 in int64 lanes: see _inv_lift4_32
+        a, b, c, d = _inv_lift4_32(np.int64((u0 ^ m) - m), np.int64((u1 ^ m) - m),
+                                   np.int64((u2 ^ m) - m),
+                                   wrap_int(np.int64((u3 ^ m) - m), proto))
+        s = as_float(POW2[emax - 30 + POW2_BIAS], proto)
+        # int32 -> float32 is one SIMD instruction where int64 -> float32 may not be
+        return (s * as_float(np.int32(a), proto), s * as_float(np.int32(b), proto),
+                s * as_float(np.int32(c), proto), s * as_float(np.int32(d), proto))
     a = wrap_int(np.int64(np.uint64(wrap_uint((u0 ^ m) - m, proto))), proto)
     b = wrap_int(np.int64(np.uint64(wrap_uint((u1 ^ m) - m, proto))), proto)
     c = wrap_int(np.int64(np.uint64(wrap_uint((u2 ^ m) - m, proto))), proto)
     d = wrap_int(np.int64(np.uint64(wrap_uint((u3 ^ m) - m, proto))), proto)
     a, b, c, d = inv_lift4(a, b, c, d, proto)
-    if is_single(proto):
-        s = as_float(POW2[emax - 30 + POW2_BIAS], proto)
-    else:
-        s = as_float(POW2[emax - 62 + POW2_BIAS], proto)
+    s = as_float(POW2[emax - 62 + POW2_BIAS], proto)
     return s * as_float(a, proto), s * as_float(b, proto), s * as_float(c, proto), s * as_float(
         d, proto)
 

@@ -127,9 +127,12 @@ def planes_start_1d(u0, u1, u2, u3, e, proto):
     After plane k, the values 0..n-1 are significant with n = 1 + max{i :
     u_i has a one in a plane >= k}. With c_i = bit length of u_i | ... | u_3,
     plane k-1 is coded with n = #{i : c_i > k}: no plane depends on the
-    last. Planes >= c0 are all zero (one 0 bit each, counted in ``blen``);
-    below ``kstop`` all four values are significant. ``blk`` holds the
-    header.
+    last. Planes >= c0 are all zero (one 0 bit each, counted in ``blen``).
+    Below ``kstop`` (plane c2-1, where value 2 becomes significant) at
+    least three values are significant, and a plane with n = 3 is coded
+    like one with n = 4: three verbatim bits, then a group test on value 3
+    that is one bit, value 3's bit (a one needs no scan). So those planes
+    go to :func:`finish_1d`. ``blk`` holds the header.
     """
     if is_single(proto):
         hb, intprec = 9, 32
@@ -139,7 +142,7 @@ def planes_start_1d(u0, u1, u2, u3, e, proto):
     c2 = 64 - clz64(u2 | u3)
     c1 = 64 - clz64(u1 | u2 | u3)
     c0 = 64 - clz64(u0 | u1 | u2 | u3)
-    return c0, c1, c2, c3, c0, imax(c3 - 1, 0), (e << _U1) | _U1, hb + intprec - c0
+    return c0, c1, c2, c3, c0, imax(c2 - 1, 0), (e << _U1) | _U1, hb + intprec - c0
 
 
 @njit(inline="always")
@@ -159,7 +162,9 @@ def _group_tests(p, n):
     # bit j of y goes to output position j + 1 + (ones below j)
     out = ((y0 << _U1) | (y1 << (np.uint64(2) + y0)) | (y2 << (np.uint64(3) + y0 + y1))
            | (y3 << (np.uint64(4) + y0 + y1 + y2)))
-    t = 64 - clz64(y)  # bit length
+    # bit length of y < 16 (no vector clz on every CPU)
+    t = np.int64(y > _U0) + np.int64(y > _U1) + np.int64(y > np.uint64(3)) + np.int64(
+        y > np.uint64(7))
     w = 4 - n
     short = np.int64(t < w)
     length = t + np.int64(y0 + y1 + y2 + y3) + short - np.int64(t == w)
@@ -174,7 +179,8 @@ def plane_step_1d(u0, u1, u2, u3, c0, c1, c2, c3, k, kstop, blk, blen, maxbits):
     leaves the state as it is.
     """
     due = (k > kstop) & (blen < maxbits)
-    n = np.int64(c0 > k) + np.int64(c1 > k) + np.int64(c2 > k) + np.int64(c3 > k)
+    # c3 <= c2 <= kstop < k while a plane is due
+    n = np.int64(c0 > k) + np.int64(c1 > k) + np.int64(c2 > k)
     kk = np.uint64(imax(k - 1, 0))  # plane -1 (not due) would be a bad shift
     p = (((u0 >> kk) & _U1) | (((u1 >> kk) & _U1) << _U1)
          | (((u2 >> kk) & _U1) << np.uint64(2)) | (((u3 >> kk) & _U1) << np.uint64(3)))
@@ -200,9 +206,9 @@ def _spread4(v):
 def finish_1d(u0, u1, u2, u3, k, blk, blen, maxbits):
     """The block's ``maxbits`` bits once no plane step is due.
 
-    From then on (all four values significant) zfp sends each plane
-    verbatim, 4 bits with value 0 first, until the budget or the planes run
-    out: the next 16 planes (64 bits) are interleaved at once, plane k-1 in
+    From then on (at least three values significant) each plane is 4 bits,
+    value 0 first, until the budget or the planes run out (see
+    :func:`planes_start_1d`): the next 16 planes (64 bits) are interleaved at once, plane k-1 in
     the lowest nibble.
     """
     sh = np.uint64(64 - imax(k, 1))

@@ -108,7 +108,9 @@ class ZfpCodec(Codec):
         if out.size == 0:
             return
         call(zfp_cpu.decode, readonly(buf.view(np.uint64)), out, self.dims, self.maxbits,
-             *self._scratch_for(out.dtype), serial=out.size < SERIAL_BELOW)
+             *self._scratch_for(out.dtype),
+             zfp_cpu.decode_table(self.dims, self.maxbits, out.dtype),
+             serial=out.size < SERIAL_BELOW)
 
     # -- CUDA buffers: kernels/zfp_cuda.py ------------------------------------
     def _register_path(self) -> bool:
