@@ -11,7 +11,8 @@ setup(
     version="0.1.0",
     description="Compression-assisted MPI collectives (zfp, bit-plane, casts) for mpi4py",
     python_requires=">=3.10",
-    packages=["mpicomp", "mpicomp.algorithms", "mpicomp.codecs", "mpicomp.bench", "mpicomp.kernels"],
+    packages=["mpicomp", "mpicomp.algorithms", "mpicomp.codecs", "mpicomp.bench", "mpicomp.kernels",
+              "mpicomp.training"],
     package_dir={"mpicomp.kernels": "kernels", "mpicomp.bench": "bench"},
     install_requires=["numpy>=1.24", "numba>=0.59", "mpi4py>=4.0"],
     extras_require={

@@ -1,0 +1,141 @@
+"""Gradient reduction with error feedback and layer rules (mpicomp.training)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import mpicomp
+from mpicomp.algorithms import bounds
+from mpicomp.codecs import get_codec
+from mpicomp.training import ErrorFeedback, GradientReducer, settings_for
+from mpicomp.training import buckets as bucketing
+from mpicomp.training.rules import check_rules
+
+
+def grads_of(r: int, step: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(1000 * r + step)
+    return {
+        "layer1.weight": rng.standard_normal((64, 48)).astype(np.float32),
+        "layer1.bias": rng.standard_normal(64).astype(np.float32),
+        "norm.weight": rng.standard_normal(64).astype(np.float32),
+        "layer2.weight": rng.standard_normal((10, 64)).astype(np.float32),
+        "layer2.bias": rng.standard_normal(10).astype(np.float32),
+    }
+
+
+def test_rules_first_match_wins():
+    rules = check_rules([("*.bias", {"codec": "none"}), ("*norm*", {"rate": 16.25}),
+                         (lambda n, a: a.size < 100, {"codec": "cast"})])
+    default = {"codec": "bitplane", "rate": 4.25}
+    a = np.zeros(10)
+    assert settings_for("layer2.bias", a, rules, default) == {"codec": "none", "rate": 4.25}
+    assert settings_for("norm.weight", a, rules, default)["rate"] == 16.25
+    assert settings_for("x.weight", a, rules, default)["codec"] == "cast"
+    assert settings_for("x.weight", np.zeros(1000), rules, default) == default
+    with pytest.raises(TypeError, match="rule 0"):
+        check_rules([("*.bias",)])
+    with pytest.raises(ValueError, match="unknown settings"):
+        check_rules([("*", {"codek": "none"})])
+
+
+def test_bucket_plan_is_order_independent():
+    g = grads_of(0)
+    s = {n: {} for n in g}
+    a = bucketing.plan(g, s, 8 << 10)
+    b = bucketing.plan(dict(reversed(list(g.items()))), s, 8 << 10)
+    assert [x.names for x in a] == [x.names for x in b]
+    assert all(x.size * 4 <= max(8 << 10, max(g[n].nbytes for n in x.names)) for x in a)
+    assert sorted(n for x in a for n in x.names) == sorted(g)
+    assert bucketing.fingerprint(g, s) == bucketing.fingerprint(dict(reversed(list(g.items()))), s)
+
+
+def test_loco_residual_resets():
+    fb = ErrorFeedback("loco", beta=0.5, reset_every=2)
+    for step in range(4):
+        x = fb.compensate("k", np.ones(4))
+        if step % 2 == 0:
+            assert np.array_equal(x, np.ones(4)), step  # reset at steps 0 and 2
+        else:
+            assert np.allclose(x, 1.5), (step, x)       # 1 + (1 - 0.5) * e with e = 1
+        fb.update("k", x, np.zeros(4) if step % 2 == 0 else x)
+        fb.end_step()
+    with pytest.raises(ValueError, match="error_feedback"):
+        ErrorFeedback("sometimes")
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("feedback", ["none", "classic", "loco"])
+def test_reducer_averages_within_bound_identically(comm, feedback):
+    p, r = comm.Get_size(), comm.Get_rank()
+    red = GradientReducer(comm, codec="bitplane", rate=8.25, threshold=0, bucket_mib=0.01,
+                          error_feedback=feedback, rules=[("*.bias", {"codec": "none"})])
+    g = grads_of(r)
+    exact = {n: comm.allreduce(a.astype(np.float64)) / p for n, a in g.items()}
+    red.reduce(g)
+    c, a = bounds.codec_constants(get_codec("bitplane", rate=8.25), np.dtype(np.float32))
+    for name, v in g.items():
+        if name.endswith(".bias"):  # the rule: plain MPI, exact up to float32 rounding
+            assert np.allclose(v, exact[name], rtol=1e-6, atol=1e-6), name
+        else:
+            gsum = sum(comm.allgather(float(np.abs(grads_of(r)[name]).max())))
+            limit = max(bounds.allreduce_bound(alg, p, c, a, gsum, np.dtype(np.float32))
+                        for alg in ("ring", "recursive_doubling", "allgather")) / p
+            assert np.abs(v - exact[name]).max() <= max(limit, 1e-6) * 1.01, name
+        every = comm.allgather(v.tobytes())
+        assert all(e == every[0] for e in every), f"{name}: not the same bits on every rank"
+    assert len(red.describe()) >= 3
+
+
+@pytest.mark.mpi
+def test_error_feedback_removes_the_bias_over_steps(comm):
+    """A constant gradient each step: without feedback the compressed mean keeps its error;
+    with classic feedback (and LoCo) the mean over steps approaches the exact mean. With the
+    allgather algorithm each rank's input is quantized once, which is exactly the error the
+    feedback sees; the ring also re-quantizes partial sums, which it does not."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    if p == 1:
+        pytest.skip("one rank sends nothing compressed")
+    base = np.random.default_rng(r).standard_normal(4096).astype(np.float32)
+    exact = comm.allreduce(base.astype(np.float64)) / p
+    errors = {}
+    for mode, algorithm in [(m, a) for a in ("allgather", "ring")
+                            for m in ("none", "classic", "loco")]:
+        red = GradientReducer(comm, codec="bitplane", rate=2.25, threshold=0,
+                              algorithm=algorithm, error_feedback=mode, beta=0.5,
+                              reset_every=1000)
+        total = np.zeros(4096)
+        steps = 40
+        for _ in range(steps):
+            g = {"w": base.copy()}
+            red.reduce(g)
+            total += g["w"]
+        errors[mode, algorithm] = float(np.abs(total / steps - exact).mean())
+    none = errors["none", "allgather"]
+    assert errors["classic", "allgather"] < 0.25 * none, errors
+    assert errors["loco", "allgather"] < 0.5 * none, errors
+    assert errors["classic", "ring"] < 0.8 * errors["none", "ring"], errors
+
+
+@pytest.mark.mpi
+def test_layout_disagreement_is_an_error_on_every_rank(comm):
+    if comm.Get_size() == 1:
+        pytest.skip("needs 2 ranks")
+    red = GradientReducer(comm, codec="bitplane", rate=8.25)
+    g = grads_of(0)
+    if comm.Get_rank() == 1:
+        del g["layer2.bias"]
+    with pytest.raises(ValueError, match="different gradient names"):
+        red.reduce(g)
+    comm.Barrier()
+
+
+def test_bad_inputs():
+    red = GradientReducer(MPI.COMM_SELF, codec="bitplane", rate=8.25)
+    with pytest.raises(TypeError, match="float array"):
+        red.reduce({"i": np.zeros(4, np.int32)})
+    with pytest.raises(TypeError, match="NumPy arrays"):
+        red.reduce({"l": [1.0, 2.0]})
+    with pytest.raises(ValueError, match="bucket_mib"):
+        GradientReducer(MPI.COMM_SELF, bucket_mib=0)
+    assert isinstance(red.comm, mpicomp.Comm)
