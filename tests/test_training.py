@@ -139,3 +139,37 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="bucket_mib"):
         GradientReducer(MPI.COMM_SELF, bucket_mib=0)
     assert isinstance(red.comm, mpicomp.Comm)
+
+
+@pytest.mark.mpi
+def test_parallel_groups_megatron_layout_and_policies(comm):
+    from mpicomp.training import parallel_groups
+
+    p, r = comm.Get_size(), comm.Get_rank()
+    layouts = [(p, 1, 1), (1, p, 1), (1, 1, p)] + ([(2, 2, p // 4)] if p % 4 == 0 else []) + (
+        [(2, 1, p // 2), (1, 2, p // 2)] if p % 2 == 0 else [])
+    for dp, tp, pp in layouts:
+        g = parallel_groups(comm, dp=dp, tp=tp, pp=pp, policies={"pp": {"codec": "none"}})
+        try:
+            assert (g.dp.Get_size(), g.tp.Get_size(), g.pp.Get_size()) == (dp, tp, pp)
+            assert r == g.pp_rank * dp * tp + g.dp_rank * tp + g.tp_rank
+            assert (g.dp.Get_rank(), g.tp.Get_rank(), g.pp.Get_rank()) == (
+                g.dp_rank, g.tp_rank, g.pp_rank)
+            # members: the dp group holds the ranks with this rank's tp and pp coordinates
+            dp_members = g.dp.allgather(r)
+            assert dp_members == [g.pp_rank * dp * tp + d * tp + g.tp_rank for d in range(dp)]
+            tp_members = g.tp.allgather(r)
+            assert tp_members == [g.pp_rank * dp * tp + g.dp_rank * tp + t for t in range(tp)]
+            assert g.dp.resolved_policy().rate == 4.25
+            assert g.tp.resolved_policy().rate == 16.25
+            assert g.pp.resolved_policy().codec.codec_id == "none"
+            x = np.full(1 << 14, r, np.float32)
+            y = np.empty_like(x)
+            g.dp.Allreduce(x, y, threshold=0)
+            assert np.allclose(y, sum(dp_members), rtol=0.2)
+        finally:
+            g.free()
+    with pytest.raises(ValueError, match="dp \\* tp \\* pp"):
+        parallel_groups(comm, dp=p + 1)
+    with pytest.raises(ValueError, match="policies keys"):
+        parallel_groups(comm, dp=p, policies={"ep": {}})
