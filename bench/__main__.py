@@ -21,7 +21,7 @@ import argparse
 import sys
 
 from . import (accuracy, allreduce, allreduce_gpu, codecs, headline, model_check, osu, overlap,
-               soak)
+               soak, train)
 
 SUBCOMMANDS = {
     "codecs": (codecs, "codec encode/decode speed and error on one buffer"),
@@ -36,6 +36,8 @@ SUBCOMMANDS = {
     "allreduce-gpu": (allreduce_gpu, "compressed vs plain Allreduce of CuPy buffers, checked "
                                      "against the exact sum (run under mpiexec, needs a GPU)"),
     **osu.subcommands(),
+    "train": (train, "convergence study: data-parallel SGD on digits with compressed, "
+                     "error-fed-back gradient reduction (run under mpiexec)"),
     "soak": (soak, "thousands of mixed compressed operations checked against plain MPI, "
                    "memory and threads watched (run under mpiexec)"),
     "model_check": (model_check, "the performance model's predictions beside measurements, "

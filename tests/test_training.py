@@ -173,3 +173,27 @@ def test_parallel_groups_megatron_layout_and_policies(comm):
         parallel_groups(comm, dp=p + 1)
     with pytest.raises(ValueError, match="policies keys"):
         parallel_groups(comm, dp=p, policies={"ep": {}})
+
+
+def test_train_study_runs(tmp_path):
+    """``python -m mpicomp.bench train`` on 2 ranks, a few steps: records, identical parameters."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("sklearn")
+    out = tmp_path / "train.json"
+    mpiexec = str(Path(sys.executable).parent / "mpiexec")
+    proc = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "mpicomp.bench", "train",
+                           "--steps", "6", "--eval-every", "3",
+                           "--cases", "plain,bitplane:4.25+classic,zfp:8+loco",
+                           "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    records = json.loads(out.read_text())
+    assert [r["case"] for r in records] == ["plain", "bitplane:4.25+classic", "zfp:8+loco"]
+    assert all(r["identical"] for r in records)
+    assert records[1]["wire_bytes"] < 0.2 * records[0]["wire_bytes"]
+    assert records[1]["residual_bytes"] > 0 and records[0]["residual_bytes"] == 0
+    assert all(np.isfinite(r["final_loss"]) for r in records)
+    assert "final loss" in proc.stdout
