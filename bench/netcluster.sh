@@ -171,11 +171,20 @@ cleanup() {
             sleep 0.5
         done
     fi
-    local ns pids
-    # processes still inside our namespaces (ranks, proxies) are ours: end them
-    for ns in "${CREATED[@]}"; do
-        pids=$(ip netns pids "$ns" 2>/dev/null) || continue
-        [ -n "$pids" ] && kill -KILL $pids 2>/dev/null
+    local ns pids any
+    # processes still inside our namespaces (ranks, proxies) are ours: end them, again
+    # until none is left (a proxy may still be starting ranks while the first round runs)
+    for _ in 1 2 3 4 5 6 7 8 9 10; do
+        any=
+        for ns in "${CREATED[@]}"; do
+            pids=$(ip netns pids "$ns" 2>/dev/null) || continue
+            if [ -n "$pids" ]; then
+                any=1
+                kill -KILL $pids 2>/dev/null
+            fi
+        done
+        [ -z "$any" ] && break
+        sleep 0.2
     done
     for ns in "${CREATED[@]}"; do
         ip netns del "$ns" 2>/dev/null || echo "$PROG: could not remove namespace $ns" >&2
