@@ -20,5 +20,6 @@ setup(
         "test": ["pytest>=8", "pytest-mpi>=0.6", "pytest-timeout", "zfpy>=1.0.1", "hypothesis"],
         "gpu": ["cupy-cuda12x"],
         "bench": ["scikit-learn", "matplotlib"],
+        "torch": ["torch"],
     },
 )

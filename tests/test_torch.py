@@ -1,0 +1,84 @@
+"""PyTorch integration: DistributedOptimizer and broadcast_parameters (skipped without torch).
+
+torch is an optional extra (``pip install 'mpicomp[torch]'``): the PyPI wheel
+brings its CUDA libraries (several GB), so CI does not install it; run
+``.venv/bin/pip install torch`` and then
+``.venv/bin/python tests/run_tests.py --stages serial,2,4 tests/test_torch.py``.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import mpicomp.torch as mt  # noqa: E402
+
+
+def _model(seed: int):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+
+
+def _identical(comm, model) -> bool:
+    blob = b"".join(p.detach().numpy().tobytes() for p in model.parameters())
+    return len(set(comm.allgather(blob))) == 1
+
+
+@pytest.mark.mpi
+def test_broadcast_parameters_makes_every_rank_start_alike(comm):
+    model = _model(comm.Get_rank())          # different on every rank
+    mt.broadcast_parameters(model.state_dict(), root=0, comm=comm)
+    assert _identical(comm, model)
+    ref = _model(0)
+    for a, b in zip(model.parameters(), ref.parameters()):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("feedback", ["none", "loco"])
+def test_distributed_optimizer_averages_and_keeps_ranks_identical(comm, feedback):
+    p, r = comm.Get_size(), comm.Get_rank()
+    model = _model(0)
+    opt = mt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                  named_parameters=model.named_parameters(), comm=comm,
+                                  codec="bitplane", rate=8.25, threshold=0,
+                                  error_feedback=feedback,
+                                  rules=[("*.bias", {"codec": "none"})])
+    gen = torch.Generator().manual_seed(100 + r)
+    for step in range(5):
+        x = torch.rand(16, 64, generator=gen)
+        y = torch.randint(0, 10, (16,), generator=gen)
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        mine = {n: q.grad.detach().clone().numpy() for n, q in model.named_parameters()}
+        exact = {n: comm.allreduce(g.astype(np.float64)) / p for n, g in mine.items()}
+        opt.synchronize()
+        for n, q in model.named_parameters():
+            got = q.grad.numpy()
+            scale = max(float(np.abs(exact[n]).max()), 1e-12)
+            tol = 1e-6 if n.endswith("bias") else 0.05
+            assert np.abs(got - exact[n]).max() <= tol * scale + 1e-7, (step, n)
+        opt.optimizer.step()
+        assert _identical(comm, model), step
+    assert opt.staged == 0
+
+
+@pytest.mark.mpi
+def test_bfloat16_gradients_are_staged_as_float32(comm):
+    model = _model(0).to(torch.bfloat16)
+    opt = mt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                  named_parameters=model.named_parameters(), comm=comm,
+                                  codec="bitplane", rate=16.25, threshold=0)
+    x = torch.rand(8, 64, generator=torch.Generator().manual_seed(comm.Get_rank()))
+    model(x.to(torch.bfloat16)).float().pow(2).mean().backward()
+    opt.step()
+    assert opt.staged == 4
+    assert all(q.grad.dtype == torch.bfloat16 for q in model.parameters())
+    assert _identical_bf16(comm, model)
+
+
+def _identical_bf16(comm, model) -> bool:
+    blob = b"".join(p.detach().view(torch.int16).numpy().tobytes() for p in model.parameters())
+    return len(set(comm.allgather(blob))) == 1
