@@ -84,6 +84,12 @@ def _start(args: list[str], **kw) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
+def _default_signals() -> None:
+    """In the child before exec: SIGINT and SIGTERM at their defaults, as in a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _run(args: list[str], timeout: float = 90) -> tuple[subprocess.Popen, str, str]:
     p = _start(args)
     try:
@@ -137,9 +143,11 @@ def test_failing_command_status_and_cleanup():
 @pytest.mark.parametrize("sig, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)],
                          ids=["SIGTERM", "SIGINT"])
 def test_signal_cleans_up(sig, status):
-    # its own session, so that SIGINT can go to the whole group, as Ctrl-C does
+    # its own session, so that SIGINT can go to the whole group, as Ctrl-C does; and SIGINT
+    # at its default: a test run started in the background (nohup, '&' in a script) inherits
+    # SIGINT ignored, and bash cannot trap a signal that was ignored when it started
     p = _start(["--hosts", "2", "--rate", "100mbit", "--", "sleep", "60"],
-               start_new_session=True)
+               start_new_session=True, preexec_fn=_default_signals)
     try:
         deadline = time.monotonic() + 30
         while len(_ours(p.pid)) < 3 and p.poll() is None and time.monotonic() < deadline:
