@@ -75,9 +75,8 @@ class GradientReducer:
             for name, off, size in zip(b.names, b.offsets, b.sizes):
                 x[off: off + size] = arrays[name].reshape(-1)
             x = self.feedback.compensate(b.key, x)
-            sent = x.copy() if self.feedback.active else x
             req = self.comm.Iallreduce(x, y, **b.settings)
-            pending.append((b, req, sent, y))
+            pending.append((b, req, x, y))  # x: the bucket's own buffer, untouched until next step
         p = self.comm.Get_size()
         for b, req, sent, y in pending:
             req.Wait()
