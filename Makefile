@@ -78,6 +78,7 @@ test-gpu: venv
 bench-gpu: venv
 	$(VPY) -m mpicomp.bench codecs --buffer cupy --size-mib 512 --cases zfp:8,zfp:16,zfp:8:3,bitplane:4.25,bitplane:8.25,bitplane:16.25,cast:bfloat16 $(ARGS)
 	$(VENV)/bin/mpiexec -n 4 $(VPY) -m mpicomp.bench allreduce-gpu --size-mib 256
+	$(VENV)/bin/mpiexec -n 4 $(VPY) -m mpicomp.bench train --buffer cupy --plot train-gpu.png
 
 clean:
 	rm -rf build dist .pytest_cache *.egg-info

@@ -64,6 +64,7 @@ ImportError saying so.
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 from typing import Any
 
@@ -71,7 +72,7 @@ import numpy as np
 
 __all__ = [
     "BATCH", "INIT_SEED", "LAYERS", "LEARNING_RATE", "N_PARAMS",
-    "clear_cache", "gradients", "init_params", "load_digits_data", "loss_and_grads",
+    "array_module", "clear_cache", "gradients", "init_params", "load_digits_data", "loss_and_grads",
 ]
 
 #: layer widths: 64 input pixels, two hidden ReLU layers, 10 classes
@@ -114,14 +115,21 @@ def init_params(layers: tuple[int, ...] = LAYERS, seed: int = INIT_SEED) -> list
     return params
 
 
+def array_module(x: Any) -> Any:
+    """CuPy for a CuPy array, else NumPy."""
+    cp = sys.modules.get("cupy")
+    return cp if cp is not None and isinstance(x, cp.ndarray) else np
+
+
 def loss_and_grads(params: list[np.ndarray], x: np.ndarray,
                    y: np.ndarray) -> tuple[float, list[np.ndarray]]:
     """Mean softmax cross-entropy of the MLP on ``(x, y)`` and its gradient per parameter.
 
     ``params`` is ``[W1, b1, ..., WL, bL]`` (W of shape (out, in)); ReLU after
     every layer but the last. Backpropagation by hand; the gradients have the
-    parameters' shapes and order.
+    parameters' shapes and order. NumPy or CuPy arrays (the module of ``x``).
     """
+    xp = array_module(x)
     n_layers = len(params) // 2
     acts = [x]                      # the input of each layer
     h = x
@@ -130,16 +138,16 @@ def loss_and_grads(params: list[np.ndarray], x: np.ndarray,
         z = h @ w.T
         z += b
         if k < n_layers - 1:
-            np.maximum(z, 0.0, out=z)
+            xp.maximum(z, 0.0, out=z)
             acts.append(z)
         h = z
     logits = h
     logits = logits - logits.max(axis=1, keepdims=True)
-    e = np.exp(logits)
+    e = xp.exp(logits)
     s = e.sum(axis=1, keepdims=True)
     m = x.shape[0]
-    rows = np.arange(m)
-    loss = float(np.mean(np.log(s[:, 0]) - logits[rows, y]))
+    rows = xp.arange(m)
+    loss = float(xp.mean(xp.log(s[:, 0]) - logits[rows, y]))
     delta = e / s                   # d loss / d logits = (softmax - onehot) / m
     delta[rows, y] -= 1.0
     delta /= m

@@ -13,6 +13,9 @@ training loss and accuracy on the whole data set, their gap to plain, the
 bytes each rank sent for the gradients (``comm.stats()``) against plain's,
 and the time per step; whether the parameters are the same bits on every
 rank. ``--plot FILE.png``: the loss curves; ``--json FILE``: the records.
+``--buffer cupy`` keeps the data, the parameters and the gradients on the
+GPU as CuPy arrays, so the reducer packs, compensates and averages them
+on the device.
 """
 from __future__ import annotations
 
@@ -49,17 +52,37 @@ def _settings(case: str, algorithm: str) -> tuple[dict[str, Any], str]:
     return {**_CODECS[codec], "algorithm": algorithm, "threshold": 0}, feedback
 
 
+def _array_module(buffer: str) -> Any:
+    if buffer == "numpy":
+        return np
+    if buffer != "cupy":
+        raise ValueError(f"--buffer must be numpy or cupy, got {buffer!r}")
+    try:
+        import cupy
+    except ImportError as e:
+        raise ValueError("--buffer cupy needs CuPy and a CUDA GPU (pip install cupy-cuda12x)"
+                         ) from e
+    return cupy
+
+
+def _host(a: Any) -> np.ndarray:
+    return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
+
+
 def run_case(comm: Any, case: str, steps: int, lr: float, batch: int, seed: int,
-             algorithm: str, eval_every: int, beta: float) -> dict[str, Any]:
+             algorithm: str, eval_every: int, beta: float,
+             buffer: str = "numpy") -> dict[str, Any]:
     """Train one case; every rank returns the same record (losses computed from the
-    replicated parameters)."""
+    replicated parameters). ``buffer``: ``numpy``, or ``cupy`` (everything on the GPU)."""
     from mpicomp.training import GradientReducer
 
     from .gradients import _one_blas_thread, init_params, load_digits_data, loss_and_grads
 
-    x_all, y_all = load_digits_data()
-    p, r = comm.Get_size(), comm.Get_rank()
-    params = [a.astype(np.float32) for a in init_params()]
+    xp = _array_module(buffer)
+    x_all, y_all = (xp.asarray(a) for a in load_digits_data())
+    x32 = x_all.astype(np.float32)
+    r = comm.Get_rank()
+    params = [xp.asarray(a.astype(np.float32)) for a in init_params()]
     names = [f"layer{k // 2 + 1}.{'weight' if k % 2 == 0 else 'bias'}"
              for k in range(len(params))]
     settings, feedback = _settings(case, algorithm)
@@ -75,27 +98,31 @@ def run_case(comm: Any, case: str, steps: int, lr: float, batch: int, seed: int,
         for step in range(steps):
             if pos + batch > len(perm):
                 perm, pos = order.permutation(len(y_all)), 0
-            idx = perm[pos: pos + batch]
+            idx = xp.asarray(perm[pos: pos + batch])
             pos += batch
-            _, grads = loss_and_grads(params, x_all[idx].astype(np.float32), y_all[idx])
+            _, grads = loss_and_grads(params, x32[idx], y_all[idx])
             named = {n: g.astype(np.float32) for n, g in zip(names, grads)}
+            _sync(xp)
             t = time.perf_counter()
             reducer.reduce(named)
+            _sync(xp)
             reduce_seconds += time.perf_counter() - t
             for k, n in enumerate(names):
                 params[k] -= np.float32(lr) * named[n]
             if step % eval_every == 0 or step == steps - 1:
-                loss, _ = loss_and_grads(params, x_all.astype(np.float32), y_all)
+                loss, _ = loss_and_grads(params, x32, y_all)
                 curve.append((step, float(loss)))
+        _sync(xp)
         elapsed = time.perf_counter() - started
-        final_loss, _ = loss_and_grads(params, x_all.astype(np.float32), y_all)
-        h = x_all.astype(np.float32)
+        final_loss, _ = loss_and_grads(params, x32, y_all)
+        h = x32
         for k in range(0, len(params), 2):
             h = h @ params[k].T + params[k + 1]
             if k < len(params) - 2:
-                h = np.maximum(h, 0)
-        accuracy = float(np.mean(np.argmax(h, axis=1) == y_all))
-    digest = hashlib.blake2b(b"".join(a.tobytes() for a in params), digest_size=8).hexdigest()
+                h = xp.maximum(h, 0)
+        accuracy = float(xp.mean(xp.argmax(h, axis=1) == y_all))
+    digest = hashlib.blake2b(b"".join(_host(a).tobytes() for a in params),
+                             digest_size=8).hexdigest()
     identical = len(set(comm.allgather(digest))) == 1
     st = comm.stats().get("Iallreduce", {})
     return {"case": case, "feedback": feedback, "settings": json.loads(json.dumps(
@@ -103,7 +130,13 @@ def run_case(comm: Any, case: str, steps: int, lr: float, batch: int, seed: int,
         "curve": curve, "wire_bytes": int(st.get("wire_bytes", 0)),
         "raw_bytes": int(st.get("raw_bytes", 0)), "ms_per_step": 1e3 * elapsed / steps,
         "reduce_ms_per_step": 1e3 * reduce_seconds / steps, "identical": identical,
-        "residual_bytes": reducer.feedback.nbytes()}
+        "residual_bytes": reducer.feedback.nbytes(), "buffer": buffer}
+
+
+def _sync(xp: Any) -> None:
+    """Wait for the GPU (CuPy) so that timings cover the work."""
+    if xp is not np:
+        xp.cuda.get_current_stream().synchronize()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -118,6 +151,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="allreduce algorithm of the compressed cases (allgather: each "
                              "rank's gradient quantized once, the error the feedback sees)")
     parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--buffer", default="numpy", choices=["numpy", "cupy"],
+                        help="numpy (default), or cupy: data, parameters and gradients on the "
+                             "GPU, reduced there")
     parser.add_argument("--plot", help="write the loss curves to this PNG")
     parser.add_argument("--json", help="write the records to this JSON file")
 
@@ -129,6 +165,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     cases = [c for c in args.cases.split(",") if c]
     for c in cases:
         _settings(c, args.algorithm)  # a bad case: an error before any training
+    _array_module(args.buffer)
     records = []
     r = comm.Get_rank()
     for i, case in enumerate(cases):
@@ -136,7 +173,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
             print(f"\rtrain: case {i + 1}/{len(cases)} {case} ...", end="", file=sys.stderr,
                   flush=True)
         records.append(run_case(comm, case, args.steps, args.lr, args.batch, args.seed,
-                                args.algorithm, args.eval_every, args.beta))
+                                args.algorithm, args.eval_every, args.beta, args.buffer))
     if r == 0:
         print(file=sys.stderr)
         _report(records, args, argv, comm.Get_size())
@@ -154,7 +191,7 @@ def _report(records: list[dict[str, Any]], args: argparse.Namespace, argv: list[
     plain = next((rec for rec in records if rec["case"] == "plain"), None)
     print(f"# train: MLP 64-512-256-10 on digits, {p} ranks x {args.batch} samples per step, "
           f"{args.steps} steps, lr {args.lr}, seed {args.seed}, algorithm {args.algorithm}, "
-          f"LoCo beta {args.beta}")
+          f"LoCo beta {args.beta}, buffers {args.buffer}")
     print("# command: python -m mpicomp.bench train " + " ".join(argv[1:]))
     print(f"{'case':24s} {'final loss':>10s} {'vs plain':>9s} {'accuracy':>8s} "
           f"{'wire MiB':>9s} {'vs plain':>8s} {'ms/step':>8s} {'reduce ms':>9s} identical")

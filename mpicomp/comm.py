@@ -525,7 +525,9 @@ class Comm(MPI.Intracomm):
                                      sbuf.on_device)
             rec.commit()
 
-        return Request.start(work, executor)
+        req = Request.start(work, executor)
+        req.record = rec  # read only once the request is complete
+        return req
 
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0,  # noqa: N802
                **settings: Any) -> None:

@@ -37,6 +37,14 @@ class Request(MPI.Grequest):
     """A generalized request completed by mpicomp's background work."""
 
     _state: _State
+    #: what the call did (a :class:`mpicomp.stats.Recorder`), for requests that record it
+    record: Any = None
+
+    @property
+    def compressed(self) -> bool:
+        """Once complete: True when the call's data went through a codec, False when it
+        went to plain MPI (NaN/Inf on some rank, an agreement that said no, ...)."""
+        return self.record is not None and self.record.path == "compressed"
 
     @classmethod
     def start(cls, work: Callable[[], None], executor: Executor | None = None) -> Request:

@@ -12,16 +12,17 @@
 (Horovod users know this shape.) ``DistributedOptimizer`` reduces the
 gradients with a :class:`mpicomp.training.GradientReducer` (its keyword
 settings: codec, rate, error feedback, buckets, rules) before each
-``step()``. float32 CPU gradients are reduced in place; other gradients
-(bfloat16/float16, CUDA tensors) go through a float32 host copy, which is
-compressed and copied back (counted in :attr:`DistributedOptimizer.staged`).
+``step()``. Contiguous float32 gradients are reduced in place, CPU tensors
+on the host and CUDA tensors on their GPU (the reducer's device path: packed,
+compressed and averaged there, on the current stream); other gradients
+(bfloat16/float16, non-contiguous) go through a float32 copy on their own
+device, which is reduced and copied back (counted in
+:attr:`DistributedOptimizer.staged`).
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any
-
-import numpy as np
 
 __all__ = ["DistributedOptimizer", "broadcast_parameters"]
 
@@ -84,7 +85,7 @@ class DistributedOptimizer:
         if len(set(names)) != len(names):
             raise ValueError("named_parameters has duplicate names")
         self.reducer = GradientReducer(_world(comm), **reducer_settings)
-        self.staged = 0  #: gradients that went through a float32 host copy (all steps)
+        self.staged = 0  #: gradients that went through a float32 copy (all steps)
 
     def step(self, closure: Any = None) -> Any:
         self.synchronize()
@@ -93,23 +94,22 @@ class DistributedOptimizer:
     def synchronize(self) -> None:
         """Average the gradients now (``step()`` does it first)."""
         torch = _torch()
-        arrays: dict[str, np.ndarray] = {}
-        back: list[tuple[Any, np.ndarray]] = []
+        grads: dict[str, Any] = {}
+        back: list[tuple[Any, Any]] = []
         for name, p in self.named:
             g = p.grad
             if g is None:
                 continue
-            if g.device.type == "cpu" and g.dtype == torch.float32 and g.is_contiguous():
-                arrays[name] = g.numpy()
-            else:
-                host = g.detach().to("cpu", torch.float32).contiguous().numpy()
-                arrays[name] = host
-                back.append((g, host))
+            if g.dtype != torch.float32 or not g.is_contiguous():
+                wide = g.detach().to(torch.float32).contiguous()  # on g's own device
+                back.append((g, wide))
                 self.staged += 1
-        self.reducer.reduce(arrays)
+                g = wide
+            grads[name] = g.numpy() if g.device.type == "cpu" else g.detach()
+        self.reducer.reduce(grads)
         with torch.no_grad():
-            for g, host in back:
-                g.copy_(torch.from_numpy(host))
+            for g, wide in back:
+                g.copy_(wide)
 
     def zero_grad(self, *args: Any, **kwargs: Any) -> Any:
         return self.optimizer.zero_grad(*args, **kwargs)

@@ -20,17 +20,20 @@ the bound of ``mpicomp.algorithms.bounds``.
 from __future__ import annotations
 
 import hashlib
-import warnings
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 
 import mpicomp
-from mpicomp import device
 from mpicomp.algorithms import bounds, homomorphic
 from mpicomp.codecs import get_codec
 from mpicomp.kernels.jit import SIMULATOR
+
+sys.path.insert(0, str(Path(__file__).parent))
+from device_buffers import KINDS, needs_device, to_device, to_host  # noqa: E402,F401
 
 pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.device]
 
@@ -39,57 +42,10 @@ PLAIN_LABEL = {"1": "device, CUDA-aware MPI", "0": "device, staged through host 
 N = 2048 + 37  # a partial last block for every codec
 
 
-def _gpu() -> bool:
-    if SIMULATOR:
-        return False
-    try:
-        from numba import cuda
-
-        return bool(cuda.is_available())
-    except Exception:  # noqa: BLE001
-        return False
-
-
-KINDS = ["numba", "cai"] if SIMULATOR else ["cupy", "numba"]
-
-
-@pytest.fixture(autouse=True)
-def _needs_device():
-    if not (SIMULATOR or _gpu()):
-        pytest.skip("needs a CUDA device, or NUMBA_ENABLE_CUDASIM=1 (make test runs the "
-                    "simulator stages sim2 and sim3)")
-    with warnings.catch_warnings():
-        # the simulator runs the kernels' integer arithmetic in NumPy scalars, which wrap
-        warnings.simplefilter("ignore", RuntimeWarning)
-        yield
-
-
 @pytest.fixture(params=["1", "0"], ids=["cuda-aware", "staged"])
 def aware(request, monkeypatch):
     monkeypatch.setenv("MPICOMP_CUDA_AWARE", request.param)
     return request.param
-
-
-def to_device(x: np.ndarray, kind: str):
-    """A device buffer of kind ``kind`` holding a copy of ``x``."""
-    from numba import cuda
-
-    if kind == "cupy":
-        import cupy
-
-        return cupy.asarray(x)
-    if kind == "cai":  # host memory behind __cuda_array_interface__ (simulator only)
-        return device.HostMemoryAsDevice(np.array(x, copy=True))
-    return cuda.to_device(x)
-
-
-def to_host(d) -> np.ndarray:
-    device.current_stream().synchronize()
-    if isinstance(d, device.HostMemoryAsDevice):
-        return d.array.copy()
-    if hasattr(d, "get") and not hasattr(d, "copy_to_host"):
-        return d.get()
-    return d.copy_to_host()
 
 
 def gradient_like(n: int, dtype, seed: int) -> np.ndarray:

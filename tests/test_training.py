@@ -8,7 +8,7 @@ from mpi4py import MPI
 import mpicomp
 from mpicomp.algorithms import bounds
 from mpicomp.codecs import get_codec
-from mpicomp.training import ErrorFeedback, GradientReducer, settings_for
+from mpicomp.training import ErrorFeedback, GradientReducer, arrays, settings_for
 from mpicomp.training import buckets as bucketing
 from mpicomp.training.rules import check_rules
 
@@ -197,3 +197,57 @@ def test_train_study_runs(tmp_path):
     assert records[1]["residual_bytes"] > 0 and records[0]["residual_bytes"] == 0
     assert all(np.isfinite(r["final_loss"]) for r in records)
     assert "final loss" in proc.stdout
+
+
+@pytest.mark.mpi
+def test_request_says_whether_the_call_was_compressed(comm):
+    """``Request.compressed`` after completion: True through a codec, False when the call
+    went plain (below the threshold; a NaN on one rank, which every rank learns)."""
+    if comm.Get_size() == 1:
+        pytest.skip("one rank sends nothing compressed")
+    mc = mpicomp.Comm(comm, codec="bitplane", rate=8.25, threshold=0, algorithm="allgather")
+    x = np.random.default_rng(comm.Get_rank()).standard_normal(1000).astype(np.float32)
+    y = np.empty_like(x)
+    req = mc.Iallreduce(x, y)
+    req.Wait()
+    assert req.compressed is True
+    nan = x.copy()
+    if comm.Get_rank() == 0:
+        nan[10] = np.nan
+    req = mc.Iallreduce(nan, y)
+    req.Wait()
+    assert getattr(req, "compressed", False) is False
+    req = mc.Iallreduce(x, y, threshold=1 << 20)
+    req.Wait()
+    assert getattr(req, "compressed", False) is False
+
+
+@pytest.mark.mpi
+def test_plain_bucket_keeps_a_zero_residual_on_every_rank(comm):
+    """A NaN on rank 0 sends the bucket plain on every rank: nothing was lost, so the
+    classic residual is zero everywhere (also on the ranks whose own input was finite)."""
+    if comm.Get_size() == 1:
+        pytest.skip("one rank sends nothing compressed")
+    red = GradientReducer(comm, codec="bitplane", rate=2.25, threshold=0,
+                          error_feedback="classic")
+    g = {"w": np.random.default_rng(comm.Get_rank()).standard_normal(500).astype(np.float32)}
+    red.reduce(dict(g))
+    assert any(np.any(red.feedback._load(k, arrays.HOST)) for k in red.feedback._state)
+    if comm.Get_rank() == 0:
+        g["w"][3] = np.nan
+    red.reduce(g)
+    assert all(not np.any(red.feedback._load(k, arrays.HOST)) for k in red.feedback._state)
+
+
+@pytest.mark.parametrize("store", ["float16", "bfloat16"])
+def test_two_byte_residuals_are_clipped_not_infinite(store):
+    fb = ErrorFeedback("classic", residual_dtype=store)
+    x = np.array([1e6, -3.4e38, 0.5, -3.0], np.float32) if store == "bfloat16" else \
+        np.array([1e6, -1e5, 0.5, -3.0], np.float32)
+    fb.update("k", x, np.zeros_like(x))
+    kept = fb._load("k", arrays.HOST)
+    assert np.all(np.isfinite(kept)) and fb.nbytes() == 8
+    assert kept[2] == 0.5 and kept[3] == -3.0
+    assert kept[1] == np.float32(-65504.0 if store == "float16" else -3.3895313892515355e38)
+    with pytest.raises(ValueError, match="residual_dtype"):
+        ErrorFeedback("classic", residual_dtype="int8")

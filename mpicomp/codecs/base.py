@@ -141,7 +141,8 @@ class Codec(abc.ABC):
         if np.dtype(od.dtype) != np.uint8 or od.size < n:
             raise ValueError(f"out must be a device uint8 buffer of at least {n} bytes")
         if n:
-            self._encode_device(xd, od[:n], device.current_stream(), checked)
+            with device.serialized():  # the simulator runs one kernel at a time
+                self._encode_device(xd, od[:n], device.current_stream(), checked)
         return out[:n]
 
     def _decode_on_device(self, buf: Any, out: Any, count: Any, dtype: Any) -> Any:
@@ -156,7 +157,8 @@ class Codec(abc.ABC):
         if np.dtype(bd.dtype) != np.uint8 or bd.size < n:
             raise ValueError(f"buf must be a device uint8 buffer of at least {n} bytes")
         if od.size:
-            self._decode_device(bd[:n], od, device.current_stream())
+            with device.serialized():
+                self._decode_device(bd[:n], od, device.current_stream())
         return out
 
     def _encode_device(self, x: Any, out: Any, stream: Any, checked: bool) -> None:

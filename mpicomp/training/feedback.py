@@ -9,19 +9,42 @@
   from pushing the same direction for long.
 
 ``C(x)`` is the codec's round trip of this rank's own input (what its
-compressed contribution carries); residuals are kept per bucket, in the
-gradient's dtype or, with ``residual_dtype``, in a lower precision
-(``float16``/``bfloat16`` halve the memory, see docs/training.md).
+compressed contribution carries). Residuals are kept per bucket where the
+bucket lives (host or device, :mod:`.arrays`), in the gradient's dtype or,
+with ``residual_dtype="float16"``/``"bfloat16"``, as 2-byte values (the
+``cast`` codec's stream, the same bits on host and device), clipped to the
+lower precision's largest finite value so that a residual never becomes Inf.
+A step whose residual is not finite (NaN/Inf gradients) keeps nothing new:
+classic feedback drops its residual, LoCo decays its average.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 
+from . import arrays
+
 __all__ = ["MODES", "ErrorFeedback"]
 
 MODES = ("none", "classic", "loco")
+
+#: largest finite value of the 2-byte residual formats
+_LIMIT = {"float16": 65504.0, "bfloat16": float(np.float32(3.3895313892515355e38))}
+
+
+@dataclasses.dataclass
+class _Kept:
+    """One bucket's residual: raw values, or a cast codec's stream of them."""
+    data: Any
+    count: int
+    dtype: np.dtype
+    codec: Any = None
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes)
 
 
 class ErrorFeedback:
@@ -36,8 +59,8 @@ class ErrorFeedback:
         if int(reset_every) < 1:
             raise ValueError(f"reset_every must be >= 1, got {reset_every!r}")
         self.mode, self.beta, self.reset_every = mode, float(beta), int(reset_every)
-        self.residual_dtype = None if residual_dtype is None else _storage(residual_dtype)
-        self._state: dict[Any, np.ndarray] = {}
+        self.residual_dtype = _storage(residual_dtype)
+        self._state: dict[Any, _Kept] = {}
         self.steps = 0
 
     @property
@@ -45,43 +68,69 @@ class ErrorFeedback:
         return self.mode != "none"
 
     def nbytes(self) -> int:
-        """Memory the residuals hold."""
-        return sum(a.nbytes for a in self._state.values())
+        """Memory the residuals hold (host and device)."""
+        return sum(k.nbytes for k in self._state.values())
 
-    def compensate(self, key: Any, g: np.ndarray) -> np.ndarray:
+    def compensate(self, key: Any, g: Any, ops: Any = arrays.HOST) -> Any:
         """The input to compress for bucket ``key``: ``g`` plus the kept residual (in place)."""
         if not self.active:
             return g
         if self.mode == "loco" and self.steps % self.reset_every == 0:
             self._state.pop(key, None)
-        kept = self._state.get(key)
+        kept = self._load(key, ops)
         if kept is not None:
-            g += kept.astype(g.dtype, copy=False)
+            ops.add(g, kept)
         return g
 
-    def update(self, key: Any, x: np.ndarray, roundtrip: np.ndarray) -> None:
+    def update(self, key: Any, x: Any, roundtrip: Any, ops: Any = arrays.HOST) -> None:
         """Keep what compression lost of ``x`` (``roundtrip`` = C(x))."""
         if not self.active:
             return
-        e = x - roundtrip
-        if not np.all(np.isfinite(e)):
-            e = np.zeros_like(x)  # a non-finite gradient: keep nothing of this step
-        if self.mode == "loco":
-            prev = self._state.get(key)
-            m = (1.0 - self.beta) * e if prev is None else (
-                self.beta * prev.astype(e.dtype) + (1.0 - self.beta) * e)
-            e = m
-        dt = self.residual_dtype or e.dtype
-        self._state[key] = e.astype(dt)
+        a, b = (0.0, 1.0) if self.mode == "classic" else (self.beta, 1.0 - self.beta)
+        if not ops.finite(x, roundtrip):
+            b = 0.0  # a non-finite gradient: keep nothing of this step
+        prev = self._load(key, ops) if a != 0 else None
+        store = self.residual_dtype
+        wide = np.dtype(x.dtype)
+        if store is not None and store not in _LIMIT and np.dtype(store) != wide:
+            raise ValueError(f"residual_dtype {store} needs float16, bfloat16 or the "
+                             f"gradients' dtype {wide} here")
+        lim = _LIMIT.get(store or "", float(np.finfo(wide).max))
+        v = ops.residual(x, roundtrip if b != 0 else x, prev, a, b, lim)
+        if store in _LIMIT:
+            from ..codecs import get_codec
+
+            codec = get_codec("cast", dtype=store)
+            self._state[key] = _Kept(codec.encode(v), v.size, wide, codec)
+        else:
+            self._state[key] = _Kept(v, v.size, wide)
 
     def end_step(self) -> None:
         self.steps += 1
 
+    def _load(self, key: Any, ops: Any) -> Any:
+        """Bucket ``key``'s residual as values in the gradients' dtype (None if none)."""
+        kept = self._state.get(key)
+        if kept is None:
+            return None
+        if kept.codec is None:
+            return kept.data
+        out = ops.empty(kept.count, kept.dtype)
+        kept.codec.decode(kept.data, out=out)
+        return out
 
-def _storage(dtype: Any) -> np.dtype:
-    if str(dtype) == "bfloat16":
-        raise ValueError("residual_dtype bfloat16 needs ml_dtypes; use float16 or float32")
-    dt = np.dtype(dtype)
-    if dt.kind != "f":
-        raise ValueError(f"residual_dtype must be a float dtype, got {dt}")
-    return dt
+
+def _storage(dtype: Any) -> str | None:
+    """None (the gradients' dtype), 'float16', 'bfloat16', or a float dtype's name."""
+    if dtype is None:
+        return None
+    if str(dtype) in _LIMIT:
+        return str(dtype)
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt is None or dt.kind != "f":
+        raise ValueError(f"residual_dtype must be float16, bfloat16 or a float dtype, "
+                         f"got {dtype!r}")
+    return "float16" if dt == np.float16 else dt.name

@@ -16,8 +16,12 @@ on every rank (the collectives' results are), so replicated parameters stay
 identical.
 
 Gradients are NumPy arrays or anything NumPy views without a copy (PyTorch
-CPU tensors, via ``numpy()``); every rank must pass the same names, shapes
-and dtypes, in any order (checked each step, the same error on every rank).
+CPU tensors, via ``numpy()``), or CUDA device buffers (CuPy arrays, PyTorch
+CUDA tensors, Numba device arrays): those are packed, compensated, reduced
+and copied back on the device, on the caller's current stream
+(:mod:`.arrays`). Every rank must pass the same names, shapes, dtypes and
+placement (host or device), in any order (checked each step, the same error
+on every rank).
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from . import arrays as places
 from . import buckets as bucketing
 from .feedback import ErrorFeedback
 from .rules import Rule, check_rules, settings_for
@@ -59,33 +64,37 @@ class GradientReducer:
         self.feedback = ErrorFeedback(error_feedback, beta, reset_every, residual_dtype)
         self._plan: list[bucketing.Bucket] | None = None
         self._plan_fp: int | None = None
-        self._flat: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
+        self._flat: dict[Any, tuple[Any, Any]] = {}
 
     # -- one step -----------------------------------------------------------------
     def reduce(self, grads: Mapping[str, Any]) -> None:
         """Reduce ``grads`` in place (collective: every rank, the same names)."""
-        arrays = {name: _host_view(name, g) for name, g in grads.items()}
-        settings = {name: settings_for(name, a, self.rules, self.default)
+        ops = {name: places.ops_for(name, g) for name, g in grads.items()}
+        arrays = {name: ops[name].view(name, g) for name, g in grads.items()}
+        settings = {name: {**settings_for(name, a, self.rules, self.default),
+                           **({"place": "device"} if ops[name] is places.DEVICE else {})}
                     for name, a in arrays.items()}
         self._agree_on_layout(arrays, settings)
         assert self._plan is not None
         pending = []
         for b in self._plan:
-            x, y = self._buffers(b)
+            on = places.DEVICE if b.settings.get("place") == "device" else places.HOST
+            call = {k: v for k, v in b.settings.items() if k != "place"}
+            x, y = self._buffers(b, on)
             for name, off, size in zip(b.names, b.offsets, b.sizes):
-                x[off: off + size] = arrays[name].reshape(-1)
-            x = self.feedback.compensate(b.key, x)
-            req = self.comm.Iallreduce(x, y, **b.settings)
-            pending.append((b, req, x, y))  # x: the bucket's own buffer, untouched until next step
+                on.copy(x[off: off + size], arrays[name])
+            x = self.feedback.compensate(b.key, x, on)
+            req = self.comm.Iallreduce(x, y, **call)
+            pending.append((b, on, call, req, x, y))  # x: untouched until the next step
         p = self.comm.Get_size()
-        for b, req, sent, y in pending:
+        for b, on, call, req, sent, y in pending:
             req.Wait()
             if self.feedback.active:
-                self.feedback.update(b.key, sent, self._roundtrip(b, sent))
+                self.feedback.update(b.key, sent, self._roundtrip(call, sent, req, on), on)
             if self.average:
-                np.divide(y, y.dtype.type(p), out=y)
+                on.divide(y, p)
             for name, off, size in zip(b.names, b.offsets, b.sizes):
-                arrays[name].reshape(-1)[...] = y[off: off + size]
+                on.copy(arrays[name], y[off: off + size])
         self.feedback.end_step()
 
     # -- helpers ------------------------------------------------------------------
@@ -103,40 +112,27 @@ class GradientReducer:
             self._plan_fp = fp
             self._flat.clear()
 
-    def _buffers(self, b: bucketing.Bucket) -> tuple[np.ndarray, np.ndarray]:
+    def _buffers(self, b: bucketing.Bucket, on: Any) -> tuple[Any, Any]:
+        """The bucket's send and receive buffers (host or device), kept across steps."""
         bufs = self._flat.get(b.key)
         if bufs is None:
-            bufs = self._flat[b.key] = (np.empty(b.size, b.dtype), np.empty(b.size, b.dtype))
+            bufs = self._flat[b.key] = (on.empty(b.size, b.dtype), on.empty(b.size, b.dtype))
         return bufs
 
-    def _roundtrip(self, b: bucketing.Bucket, x: np.ndarray) -> np.ndarray:
-        """C(x): what this rank's compressed contribution carries (x itself if sent plain)."""
-        pol = self.comm.resolved_policy(**b.settings)
+    def _roundtrip(self, call: dict[str, Any], x: Any, req: Any, on: Any) -> Any:
+        """C(x): what this rank's contribution carried: the codec's round trip of ``x`` when
+        the call was compressed, ``x`` itself when it went to plain MPI (the communicator
+        decides that with every rank: NaN/Inf anywhere, below the threshold, ...)."""
+        pol = self.comm.resolved_policy(**call)
         if pol.auto:
             raise ValueError("error feedback needs a named codec (the codec is 'auto'); pass "
                              "codec= to the reducer or its rules")
-        if (not pol.enabled or self.comm.Get_size() == 1 or x.nbytes < pol.threshold
-                or x.dtype not in pol.codec.dtypes or not np.all(np.isfinite(x))):
+        if not getattr(req, "compressed", False):
             return x
-        return pol.codec.decode(pol.codec.encode(x), out=np.empty_like(x))
+        return on.roundtrip(pol.codec, x)
 
     def describe(self) -> list[dict[str, Any]]:
         """The current buckets: names, values, settings (after a first :meth:`reduce`)."""
         return [{"names": b.names, "values": b.size, "dtype": b.dtype.name,
                  "settings": json.loads(b.key[0])} for b in (self._plan or [])]
 
-
-def _host_view(name: str, g: Any) -> np.ndarray:
-    """A NumPy view of a gradient's memory (no copy), or TypeError."""
-    if isinstance(g, np.ndarray):
-        arr = g
-    elif hasattr(g, "numpy") and hasattr(g, "device") and str(getattr(g, "device", "")) == "cpu":
-        arr = g.detach().numpy() if hasattr(g, "detach") else g.numpy()
-    else:
-        raise TypeError(f"gradient {name!r}: GradientReducer takes NumPy arrays and CPU "
-                        f"tensors NumPy can view, got {type(g).__name__}")
-    if not arr.flags.c_contiguous:
-        raise ValueError(f"gradient {name!r} must be C-contiguous (strides {arr.strides})")
-    if arr.dtype.kind != "f":
-        raise TypeError(f"gradient {name!r} must be a float array, got dtype {arr.dtype}")
-    return arr
