@@ -36,30 +36,49 @@ def allgatherv(ctx: Ctx, x: np.ndarray | None, out: np.ndarray,
     ring_allgather(ctx, mine, out, counts, displs)
 
 
-def alltoall(ctx: Ctx, x: np.ndarray, out: np.ndarray, count: int) -> None:
+def alltoall(ctx: Ctx, x: np.ndarray, out: np.ndarray, count: int,
+             local: frozenset[int] = frozenset()) -> None:
     """Block j of ``x`` (``count`` values) to rank j; block i of ``out`` from rank i.
 
     Pipelined: the block for rank ``r + s`` is encoded and sent (nonblocking)
     in step ``s``, so encoding one block overlaps the transfer of the
     others, and blocks are decoded in the order their senders encode them
     for this rank. The own block goes through the codec too.
+
+    Node-aware (``local``: the ranks on this rank's node, this rank
+    included; host buffers): blocks between ranks of one node travel plain
+    through shared memory and arrive exact, the own block is copied, and
+    only blocks between nodes are compressed. Each block has one recipient,
+    so no two ranks hold copies of a value that could differ.
     """
     p, r, dt = ctx.size, ctx.rank, x.dtype
     nb = ctx.nbytes(count, dt)
     send = ctx.wire("send", p * nb)
     recv = ctx.wire("recv", p * nb)
+
+    def block(a: np.ndarray, i: int) -> np.ndarray:
+        return a[i * count : (i + 1) * count]
+
     order = [(r - s) % p for s in range(1, p)]  # senders, in the order they reach this rank
-    arrivals = [(i, ctx.irecv(recv[i * nb : (i + 1) * nb], i, TAG_ALLTOALL)) for i in order]
+    arrivals = [(i, ctx.irecv(block(out, i) if i in local else recv[i * nb : (i + 1) * nb],
+                              i, TAG_ALLTOALL)) for i in order]
     sends = []
     for s in range(1, p):
         j = (r + s) % p
-        ctx.encode_into(x[j * count : (j + 1) * count], send[j * nb : (j + 1) * nb])
+        if j in local:
+            sends.append(ctx.isend(block(x, j), j, TAG_ALLTOALL))
+            continue
+        ctx.encode_into(block(x, j), send[j * nb : (j + 1) * nb])
         sends.append(ctx.isend(send[j * nb : (j + 1) * nb], j, TAG_ALLTOALL))
-    ctx.encode_into(x[r * count : (r + 1) * count], recv[r * nb : (r + 1) * nb])
-    ctx.decode(recv[r * nb : (r + 1) * nb], out[r * count : (r + 1) * count])
+    if r in local:
+        ctx.copy(block(out, r), block(x, r))
+    else:
+        ctx.encode_into(block(x, r), recv[r * nb : (r + 1) * nb])
+        ctx.decode(recv[r * nb : (r + 1) * nb], block(out, r))
     for i, req in arrivals:
         ctx.wait(req)
-        ctx.decode(recv[i * nb : (i + 1) * nb], out[i * count : (i + 1) * count])
+        if i not in local:
+            ctx.decode(recv[i * nb : (i + 1) * nb], block(out, i))
     ctx.waitall(sends)
 
 

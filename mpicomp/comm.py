@@ -79,13 +79,32 @@ class _Engine:
         self.scratch = Scratch()
         self.pools: DevicePools | None = None
         self._nodes: tuple[MPI.Intracomm, MPI.Intracomm] | None = None
+        self._layout: topology.Layout | None = None
+
+    def layout(self) -> topology.Layout:
+        """Which node each rank is on (collective the first time)."""
+        if self._layout is None:
+            self._layout = topology.layout(self.comm)
+        return self._layout
 
     def node_comms(self) -> tuple[MPI.Intracomm, MPI.Intracomm]:
         """(this rank's node, the node leaders or COMM_NULL) on the private communicator
         (collective the first time; see :func:`mpicomp.topology.node_comms`)."""
         if self._nodes is None:
-            self._nodes = topology.node_comms(self.comm, topology.layout(self.comm))
+            self._nodes = topology.node_comms(self.comm, self.layout())
         return self._nodes
+
+    def local_ranks(self, pol: Resolved, on_device: bool) -> frozenset[int]:
+        """The ranks whose blocks a node-aware collective sends plain: this rank's node
+        when the algorithm is ``hierarchical``, or ``auto`` and some node holds several
+        ranks of a job that spans nodes; else none (host buffers only; collective)."""
+        if on_device or pol.algorithm not in ("auto", "hierarchical"):
+            return frozenset()
+        lay = self.layout()
+        if pol.algorithm == "auto" and not (lay.spans_nodes and lay.ppn > 1):
+            return frozenset()
+        me = lay.node_of[self.comm.Get_rank()]
+        return frozenset(i for i, n in enumerate(lay.node_of) if n == me)
 
     def memory(self, on_device: bool) -> HostMemory | DeviceMemory:
         """Where this call's values and streams live (device: on the current stream)."""
@@ -626,9 +645,10 @@ class Comm(MPI.Intracomm):
     # -- data movement ----------------------------------------------------------
     def _gatherlike(self, name: str, plain: Callable[..., Any], args: tuple[Any, ...],
                     pol: Resolved, bufs: list[Buf], local: np.ndarray | None, nbytes: int,
-                    settings_s: str, body: Callable[[Ctx], None],
+                    settings_s: str, body: Callable[[Ctx], str | None],
                     engine: _Engine | None = None) -> Recorder | None:
-        """Screen, agree, run ``body`` compressed or ``plain``; returns the recorder."""
+        """Screen, agree, run ``body`` compressed or ``plain``; returns the recorder.
+        ``body`` may return the name of the algorithm it ran (the stats' key)."""
         rec = self._call(name, nbytes)
         reason = self._screen(pol, bufs, nbytes, method=name, rec=rec)
         if reason is not None:
@@ -642,8 +662,8 @@ class Comm(MPI.Intracomm):
             _plain_on(engine.comm, rec, reason, plain, args)
             rec.sent(rec.raw_bytes)
         else:
-            body(engine.ctx(pol.codec, rec, memory))
-            rec.compressed(name.lower(), pol.codec.codec_id)
+            ran = body(engine.ctx(pol.codec, rec, memory))
+            rec.compressed(ran or name.lower(), pol.codec.codec_id)
         rec.commit()
         return rec
 
@@ -710,9 +730,11 @@ class Comm(MPI.Intracomm):
         n = rbuf.count
         x = sbuf.data(0, n * p) if sbuf.compressible else None
 
-        def body(ctx: Ctx) -> None:
+        def body(ctx: Ctx) -> str | None:
             assert x is not None
-            collectives.alltoall(ctx, x, rbuf.array, n)
+            local = self._main_engine().local_ranks(pol, sbuf.on_device)
+            collectives.alltoall(ctx, x, rbuf.array, n, local)
+            return "alltoall-hierarchical" if local else None
 
         self._gatherlike("Alltoall", MPI.Intracomm.Alltoall, (sendbuf, recvbuf), pol,
                          [sbuf, rbuf], x, n * p * sbuf.itemsize,

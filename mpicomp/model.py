@@ -23,6 +23,11 @@ Allreduce, rec. doubling     g + L X(rho n) + L (E + 2D + A) n (+ 2 X(rho n) + 2
                              when p is not a power of two), L = floor(log2 p)
 Allgather(v), Gather         g + E n + F_Allgather(rho n) + D n p
 Alltoall                     g + E n + F_Alltoall(rho n) + D n
+Alltoall, node-aware         g + (E + D) n f + F_Alltoall(rho n), f = 1 - ppn/p: only the
+                             blocks between nodes are coded; the plain ones between ranks of a
+                             node move through shared memory while the network carries the
+                             others, and a plain Alltoall's time on such a job is its
+                             network's, so they are priced free
 Bcast                        g + E n + F_Bcast(rho n) + D n
 Scatter                      g + E n p + F_Bcast(rho n p) + D n
 Reduce_scatter(_block)       g + pipelined(W, C), W = (p-1) k X(rho n / (p k)),
@@ -181,7 +186,13 @@ def compressed_times(cal: Calibration, method: str, n: float, rho: float, e: flo
     if method in ("Allgather", "Allgatherv", "Gather"):
         return {method.lower(): g + e * n + cal.plain["Allgather"].time(rho * n) + d * n * p}
     if method == "Alltoall":
-        return {"alltoall": g + e * n + cal.plain["Alltoall"].time(rho * n) + d * n}
+        times = {"alltoall": g + e * n + cal.plain["Alltoall"].time(rho * n) + d * n}
+        lay = cal.layout
+        if lay.spans_nodes and lay.ppn > 1:
+            f = 1.0 - lay.ppn / p  # the share of blocks between nodes (the fullest node)
+            times["alltoall-hierarchical"] = (g + (e + d) * n * f
+                                              + cal.plain["Alltoall"].time(rho * n))
+        return times
     if method == "Bcast":
         return {"bcast": g + e * n + cal.plain["Bcast"].time(rho * n) + d * n}
     if method == "Scatter":
@@ -219,6 +230,8 @@ def predict(cal: Calibration, method: str, nbytes: int, codec: Any, dtype: Any,
         else:  # hierarchical on one node, or one rank a node: it runs the ring
             chosen = "ring"
         times = {a: times[a] for a in (*choices, chosen)}
+    elif method == "Alltoall" and algorithm in ("auto", "hierarchical"):
+        chosen = "alltoall-hierarchical" if "alltoall-hierarchical" in times else "alltoall"
     else:
         chosen = next(iter(times))
     compressed = times[chosen]

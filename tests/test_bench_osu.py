@@ -233,3 +233,14 @@ def test_model_check_judges_predictions_from_the_threshold_up(tmp_path, capsys):
     assert "+300%" in out and "worst |error| from 1048576 B: 20%" in out
     assert cli.main(["model_check", "--target", "0.1", str(path)]) == 1
     assert cli.main(["model_check", "--from", "0", str(path)]) == 1
+
+
+def test_osu_alltoall_node_aware_check(tmp_path):
+    """``--algorithm hierarchical`` on one node: the node-aware Alltoall moves every block
+    plain, and ``-c`` expects exactly that (not the codec's round trip)."""
+    out = tmp_path / "run.json"
+    lines = _ok(_run("osu_alltoall", *TINY, "-c", "--codec", "bitplane", "--rate", "8.25",
+                     "--algorithm", "hierarchical", "--data", "gradient", "--json", str(out)))
+    records = json.loads(out.read_text())["records"]
+    assert [r["path"] for r in records] == ["compressed (alltoall-hierarchical)"] * len(SIZES)
+    assert all(r["check_ok"] and r["rel_l2"] == 0.0 for r in records), lines

@@ -219,3 +219,49 @@ def test_bcast_leaves_identical_bits_on_every_rank_root_included(comm):
     assert len(set(all_digests)) == 1
     if comm.Get_size() > 1 and r == 0:
         assert not np.array_equal(x, original)  # the root holds the decoded values too
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("algorithm", ["hierarchical", "auto"])
+def test_node_aware_alltoall_sends_only_between_nodes_compressed(comm, monkeypatch, algorithm):
+    """On pretend nodes of two ranks each (the layout is replaced; the transfers are real
+    MPI): blocks between ranks of one node arrive exact, blocks between nodes are the
+    codec's round trip bit for bit, and only those count as compressed wire bytes.
+    ``auto`` runs it where a job spans nodes that hold several ranks, else the flat
+    compressed Alltoall (every block through the codec)."""
+    from mpicomp import topology
+
+    p, r = comm.Get_size(), comm.Get_rank()
+    monkeypatch.setattr(topology, "layout",
+                        lambda c: topology.Layout(tuple(i // 2 for i in range(c.Get_size()))))
+    codec = get_codec("bitplane", rate=8.25)
+    mc = mpicomp.Comm(comm, codec=codec, threshold=0, algorithm=algorithm)
+    x = data(r, p * N, salt=7)
+    for nonblocking in (False, True):
+        mc.reset_stats()
+        y = np.full(p * N, np.nan, np.float32)
+        if nonblocking:
+            mc.Ialltoall(x, y).Wait()
+        else:
+            mc.Alltoall(x, y)
+        name = "Ialltoall" if nonblocking else "Alltoall"
+        st = mc.stats()[name]
+        node_aware = algorithm == "hierarchical" or p > 2  # auto: spans nodes, ppn 2
+        sent_by = comm.alltoall([x[j * N:(j + 1) * N] for j in range(p)])
+        for i in range(p):
+            got, want = y[i * N:(i + 1) * N], sent_by[i]
+            if node_aware and i // 2 == r // 2:
+                assert got.tobytes() == want.tobytes(), f"block from rank {i}: not exact"
+            else:
+                trip = codec.decode(codec.encode(want), count=N, dtype=np.float32)
+                assert got.tobytes() == trip.tobytes(), f"block from rank {i}"
+        if p == 1:
+            continue
+        assert st["compressed"] == 1
+        remote = sum(1 for j in range(p) if j // 2 != r // 2) if node_aware else p - 1
+        local = p - 1 - remote
+        nb = codec.encoded_nbytes(N, np.float32)
+        assert st["wire_bytes"] == remote * nb + local * N * 4, st
+        if not nonblocking:
+            assert st["algorithms"] == {("alltoall-hierarchical" if node_aware
+                                         else "alltoall"): 1}

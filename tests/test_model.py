@@ -270,3 +270,24 @@ def test_default_policy_nonblocking_on_one_node_is_exact(comm):
     np.testing.assert_array_equal(g, np.repeat(np.arange(1, p + 1, dtype=np.float32), x.size))
     st = mc.stats()
     assert st["Iallreduce"]["compressed"] == 0 and st["Iallgather"]["compressed"] == 0
+
+
+def test_node_aware_alltoall_prices_only_the_blocks_between_nodes():
+    """8 ranks on 2 nodes: the node-aware Alltoall codes half the blocks and sends the
+    others plain; the model prices it so and chooses it (auto and hierarchical), never on
+    one node or with one rank a node."""
+    cal, (e, d) = synthetic(8, 2, gbs=0.125, codec_gbs=2.0)
+    n = 1 << 24
+    pred = model.predict(cal, "Alltoall", n, BITPLANE8, np.float32, (e, d))
+    rho = BITPLANE8.encoded_nbytes(n // 4, np.float32) / n
+    f = 1 - 4 / 8
+    want = cal.agree_s + (e + d) * n * f + cal.plain["Alltoall"].time(rho * n)
+    assert pred.algorithm == "alltoall-hierarchical"
+    assert pred.compressed_s == pytest.approx(want)
+    assert pred.candidates["alltoall"] > pred.compressed_s
+    flat = model.predict(cal, "Alltoall", n, BITPLANE8, np.float32, (e, d), algorithm="ring")
+    assert flat.algorithm == "alltoall"
+    for nodes in (1, 8):
+        one, _ = synthetic(8, nodes, gbs=0.125, codec_gbs=2.0)
+        assert model.predict(one, "Alltoall", n, BITPLANE8, np.float32,
+                             (e, d)).algorithm == "alltoall"
