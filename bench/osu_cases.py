@@ -142,7 +142,7 @@ def _equal_check(env: Env, method: str, got: np.ndarray, exact: np.ndarray,
     ok = bool(np.array_equal(got, expected))
     what = "decode(encode(x))" if compressed else "x (plain MPI)"
     if exact_blocks and compressed:
-        what += f" (blocks of ranks {sorted(exact_blocks)} on this node: x)"
+        what += f" (blocks of ranks {sorted(exact_blocks)}: x)"
     if ok:
         detail = f"bit for bit equal to {what}"
     else:
@@ -388,7 +388,7 @@ class Alltoall(Collective):
         env.buffers.synchronize()
         exact = np.empty_like(state.x)
         env.world.Alltoall(state.x, exact)
-        local: frozenset[int] = frozenset()
+        local = frozenset({env.rank})  # the own block is copied, exact
         if "alltoall-hierarchical" in env.comm.stats()[self.method]["algorithms"]:
             # node-aware: blocks from ranks of this node moved plain (docs/algorithms.md)
             from mpicomp import topology
