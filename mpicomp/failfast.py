@@ -20,6 +20,7 @@ import atexit
 import os
 import sys
 import threading
+import time
 import traceback
 from types import TracebackType
 
@@ -83,6 +84,10 @@ def _check_pending() -> None:
     _abort("a failed nonblocking operation nothing waited for")
 
 
+#: seconds between printing the traceback and the abort, so the launcher forwards it
+ABORT_GRACE_S = 0.25
+
+
 def _abort(why: str) -> None:
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -92,4 +97,7 @@ def _abort(why: str) -> None:
     if MPI.Is_initialized() and not MPI.Is_finalized():
         print(f"mpicomp: aborting the job ({why}; set {ENV}=0 to turn this off)",
               file=sys.stderr, flush=True)
+        # MPICH's process manager kills every rank at the abort; output still in its pipes
+        # is then lost (a CI run once got neither traceback nor this line): give it a moment
+        time.sleep(ABORT_GRACE_S)
         MPI.COMM_WORLD.Abort(ABORT_STATUS)
