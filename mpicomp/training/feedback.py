@@ -61,6 +61,7 @@ class ErrorFeedback:
         self.mode, self.beta, self.reset_every = mode, float(beta), int(reset_every)
         self.residual_dtype = _storage(residual_dtype)
         self._state: dict[Any, _Kept] = {}
+        self._loaded: dict[Any, Any] = {}  #: residual values compensate decoded, for update
         self.steps = 0
 
     @property
@@ -77,7 +78,7 @@ class ErrorFeedback:
             return g
         if self.mode == "loco" and self.steps % self.reset_every == 0:
             self._state.pop(key, None)
-        kept = self._load(key, ops)
+        kept = self._loaded[key] = self._load(key, ops)
         if kept is not None:
             ops.add(g, kept)
         return g
@@ -89,7 +90,8 @@ class ErrorFeedback:
         a, b = (0.0, 1.0) if self.mode == "classic" else (self.beta, 1.0 - self.beta)
         if not ops.finite(x, roundtrip):
             b = 0.0  # a non-finite gradient: keep nothing of this step
-        prev = self._load(key, ops) if a != 0 else None
+        loaded = self._loaded.pop(key, None)  # what compensate added (decoded once a step)
+        prev = None if a == 0 else (loaded if loaded is not None else self._load(key, ops))
         store = self.residual_dtype
         wide = np.dtype(x.dtype)
         if store is not None and store not in _LIMIT and np.dtype(store) != wide:
