@@ -4,7 +4,7 @@ The CPU/GPU kernels live in the top-level ``kernels/`` folder and install as
 the subpackage ``mpicomp.kernels`` so that nothing installs a top-level module
 named ``kernels``.
 """
-from setuptools import setup
+from setuptools import Extension, setup
 
 setup(
     name="mpicomp",
@@ -14,6 +14,9 @@ setup(
     packages=["mpicomp", "mpicomp.algorithms", "mpicomp.codecs", "mpicomp.bench", "mpicomp.kernels",
               "mpicomp.training"],
     package_dir={"mpicomp.kernels": "kernels", "mpicomp.bench": "bench"},
+    # the plain-MPI shortcut for small calls (mpicomp/shortcut.py); without a C compiler
+    # the install goes on and the shortcut's Python fallback serves instead
+    ext_modules=[Extension("mpicomp._shortcut", ["mpicomp/_shortcut.c"], optional=True)],
     install_requires=["numpy>=1.24", "numba>=0.59", "mpi4py>=4.0"],
     extras_require={
         "mpich": ["mpich"],

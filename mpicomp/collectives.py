@@ -10,16 +10,20 @@ same bits on every rank.
 from __future__ import annotations
 
 import numpy as np
+from mpi4py import MPI
 
 from .algorithms.common import Ctx
 from .algorithms.ring import allgather as ring_allgather
 from .algorithms.ring import reduce_scatter as ring_reduce_scatter
 
-__all__ = ["allgatherv", "alltoall", "bcast", "gather", "reduce_scatter", "scatter"]
+__all__ = ["allgather_nodes", "allgatherv", "alltoall", "bcast", "bcast_nodes", "gather",
+           "reduce_scatter", "scatter"]
 
 
 #: message tag of the pipelined alltoall on the private communicator
 TAG_ALLTOALL = 13
+#: message tag of the node-aware allgather on the leaders' communicator
+TAG_NODE_PACK = 14
 
 
 def _offsets(sizes: list[int]) -> list[int]:
@@ -76,6 +80,90 @@ def alltoall(ctx: Ctx, x: np.ndarray, out: np.ndarray, count: int,
         if i not in local:
             ctx.decode(recv[i * nb : (i + 1) * nb], block(out, i))
     ctx.waitall(sends)
+
+
+def allgather_nodes(ctx: Ctx, x: np.ndarray, out: np.ndarray, node_of: tuple[int, ...],
+                    node: MPI.Intracomm, leaders: MPI.Intracomm) -> None:
+    """Node-aware Allgather: every rank's ``x`` (``count`` values) to block r of every ``out``.
+
+    Each rank encodes its own block (all ranks at once); the ranks of a node
+    collect their node's streams through shared memory (a plain Allgather of
+    compressed bytes on ``node``); each node leader sends its node's pack of
+    streams once to every other leader and receives theirs (nonblocking, on
+    ``leaders``), handing each pack to its node (``Ibcast``) as it arrives,
+    in a fixed order, while the others are still on the wire. Every rank
+    decodes every stream, its own included, so every copy of a value is the
+    same bits on every rank, as in the flat ring. What crosses the network
+    is each node's streams once per other node, from its leader alone: ``p -
+    ppn`` blocks out of a node against ``p - 1`` in the flat ring.
+    """
+    p, r, n = ctx.size, ctx.rank, x.size
+    nb = ctx.nbytes(n, x.dtype)
+    nodes = max(node_of) + 1
+    members = [[i for i in range(p) if node_of[i] == k] for k in range(nodes)]
+    first = _offsets([len(m) * nb for m in members])
+    packs = ctx.wire("node-packs", p * nb)
+
+    def pack(k: int) -> np.ndarray:
+        return packs[first[k] : first[k] + len(members[k]) * nb]
+
+    me = node_of[r]
+    leader = node.Get_rank() == 0
+    mine = ctx.encode(x, "send")
+    with ctx.rec.mpi():
+        node.Allgather(mine, pack(me))
+    if node.Get_size() > 1:
+        ctx.rec.sent(nb)
+    lctx = Ctx(leaders, ctx.codec, ctx.rec, ctx.memory) if leader else None
+    order = [(me + s) % nodes for s in range(1, nodes)]
+    arrivals, sends = {}, []
+    if lctx is not None:
+        arrivals = {k: lctx.irecv(pack(k), k, TAG_NODE_PACK) for k in order}
+        sends = [lctx.isend(pack(me), k, TAG_NODE_PACK) for k in reversed(order)]
+
+    def unpack(k: int) -> None:
+        for j, i in enumerate(members[k]):
+            ctx.decode(pack(k)[j * nb : (j + 1) * nb], out[i * n : (i + 1) * n])
+
+    unpack(me)  # while the other nodes' packs travel
+    for k in order:
+        if lctx is not None:
+            lctx.wait(arrivals[k])
+        if node.Get_size() > 1:
+            ctx.wait(node.Ibcast(pack(k), root=0), idle=not leader)
+            if leader:
+                ctx.rec.sent(len(members[k]) * nb)
+        unpack(k)
+    if lctx is not None:
+        lctx.waitall(sends)
+
+
+def bcast_nodes(ctx: Ctx, buf: np.ndarray, root: int, node_of: tuple[int, ...],
+                node: MPI.Intracomm, leaders: MPI.Intracomm) -> None:
+    """Node-aware Bcast: root's stream crosses the network once per node, to its leader.
+
+    The root encodes; its node receives the stream through shared memory
+    (a Bcast on ``node``), the leaders pass it on between nodes (a Bcast on
+    ``leaders`` from the root's node), and each other leader hands it to
+    its node. Every rank, root included, decodes the same stream.
+    """
+    nb = ctx.nbytes(buf.size, buf.dtype)
+    home = node_of[root]
+    me = node_of[ctx.rank]
+    stream = ctx.encode(buf, "send") if ctx.rank == root else ctx.wire("send", nb)
+    several = node.Get_size() > 1
+    leader = node.Get_rank() == 0
+    with ctx.rec.mpi():
+        if me == home and several:
+            # the root's rank on its node: node ranks follow the private communicator's order
+            node.Bcast(stream, root=sum(1 for i in range(root) if node_of[i] == home))
+        if leader and leaders.Get_size() > 1:
+            leaders.Bcast(stream, root=home)
+    if me != home and several:
+        ctx.wait(node.Ibcast(stream, root=0), idle=not leader)
+    if ctx.rank == root or leader:
+        ctx.rec.sent(nb)
+    ctx.decode(stream, buf)
 
 
 def bcast(ctx: Ctx, buf: np.ndarray, root: int) -> None:

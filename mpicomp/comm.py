@@ -31,7 +31,7 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
 
-from . import algorithms, calibration, collectives, device, model, p2p, topology
+from . import algorithms, calibration, collectives, device, model, p2p, shortcut, topology
 from . import plain as plain_mpi
 from .agreement import agree
 from .algorithms.common import Ctx
@@ -233,6 +233,7 @@ class Comm(MPI.Intracomm):
         self._model.plain_below = limit
         self._fast_below = 0.0 if self._size1 else limit[0]
         self._fast_reason = limit[1]
+        self._stats.attach_shortcuts(shortcut.update(self, Comm, self._fast_below), limit[1])
 
     def _fast_plain(self, name: str, nbytes: int) -> bool:
         """True (and counted) when a call without settings goes to plain MPI by its size alone.
@@ -686,8 +687,15 @@ class Comm(MPI.Intracomm):
                 )
         counts, displs = [n] * p, [i * n for i in range(p)]
 
-        def body(ctx: Ctx) -> None:
+        def body(ctx: Ctx) -> str | None:
+            assert x is not None
+            engine = self._main_engine()
+            if engine.local_ranks(pol, sbuf.on_device):
+                collectives.allgather_nodes(ctx, x, rbuf.array, engine.layout().node_of,
+                                            *engine.node_comms())
+                return "allgather-hierarchical"
             collectives.allgatherv(ctx, x, rbuf.array, counts, displs)
+            return None
 
         self._gatherlike("Allgather", MPI.Intracomm.Allgather, (sendbuf, recvbuf), pol,
                          [sbuf, rbuf], x, n * rbuf.itemsize,
@@ -746,9 +754,17 @@ class Comm(MPI.Intracomm):
         pol = self.resolved_policy(**settings)
         b = parse(buf, "buf")
         local = b.data() if (b.compressible and self.Get_rank() == root) else None
+        def body(ctx: Ctx) -> str | None:
+            engine = self._main_engine()
+            if engine.local_ranks(pol, b.on_device):
+                collectives.bcast_nodes(ctx, b.data(), root, engine.layout().node_of,
+                                        *engine.node_comms())
+                return "bcast-hierarchical"
+            collectives.bcast(ctx, b.data(), root)
+            return None
+
         self._gatherlike("Bcast", MPI.Intracomm.Bcast, (buf, root), pol, [b], local, b.nbytes,
-                         f"Bcast n={b.count} root={root}",
-                         lambda ctx: collectives.bcast(ctx, b.data(), root))
+                         f"Bcast n={b.count} root={root}", body)
 
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0, **settings: Any) -> None:  # noqa: N802
         pol = self.resolved_policy(**settings)

@@ -22,6 +22,9 @@ Allreduce, hierarchical     g + R(n) + pipelined(W', C') + B(n): node Reduce and
 Allreduce, rec. doubling     g + L X(rho n) + L (E + 2D + A) n (+ 2 X(rho n) + 2(E+D) n
                              when p is not a power of two), L = floor(log2 p)
 Allgather(v), Gather         g + E n + F_Allgather(rho n) + D n p
+Allgather, node-aware        g + E n + B(m) + (P-1) (X'(m) + B(m)) + D n p, m = ppn rho n:
+                             node B(roadcast) fit for the node's streams, the leaders'
+                             exchange fit X' once per other node (P nodes)
 Alltoall                     g + E n + F_Alltoall(rho n) + D n
 Alltoall, node-aware         g + (E + D) n f + F_Alltoall(rho n), f = 1 - ppn/p: only the
                              blocks between nodes are coded; the plain ones between ranks of a
@@ -29,6 +32,7 @@ Alltoall, node-aware         g + (E + D) n f + F_Alltoall(rho n), f = 1 - ppn/p:
                              others, and a plain Alltoall's time on such a job is its
                              network's, so they are priced free
 Bcast                        g + E n + F_Bcast(rho n) + D n
+Bcast, node-aware            g + E n + 2 B(rho n) + ceil(log2 P) X'(rho n) + D n
 Scatter                      g + E n p + F_Bcast(rho n p) + D n
 Reduce_scatter(_block)       g + pipelined(W, C), W = (p-1) k X(rho n / (p k)),
                              C = (E + D + A) n (p-1)/p
@@ -74,6 +78,10 @@ GAIN = 1.2
 #: the allreduce algorithms the model chooses from (homomorphic only when asked for;
 #: hierarchical too where nodes hold several ranks and the calibration measured them)
 ALLREDUCE_ALGORITHMS = ("ring", "allgather", "recursive_doubling")
+
+#: the collectives that run node-aware where a job spans nodes of several ranks (or with
+#: the algorithm "hierarchical"); their prediction is that of the way that runs
+_NODE_AWARE = ("Alltoall", "Allgather", "Bcast")
 
 #: the fitted plain collective each method's plain time comes from
 _PLAIN_OF = {
@@ -183,18 +191,34 @@ def compressed_times(cal: Calibration, method: str, n: float, rho: float, e: flo
             times["hierarchical"] = _hierarchical(cal, n, rho, e, d,
                                                   min(k_nodes, MAX_PIECES))
         return times
+    lay = cal.layout
+    nodes_aware = lay.spans_nodes and lay.ppn > 1 and cal.node is not None
     if method in ("Allgather", "Allgatherv", "Gather"):
-        return {method.lower(): g + e * n + cal.plain["Allgather"].time(rho * n) + d * n * p}
+        times = {method.lower(): g + e * n + cal.plain["Allgather"].time(rho * n) + d * n * p}
+        if method == "Allgather" and nodes_aware:
+            assert cal.node is not None
+            big, pack = lay.nodes, rho * n * lay.ppn
+            times["allgather-hierarchical"] = (
+                g + e * n + cal.node["Bcast"].time(pack)
+                + (big - 1) * (cal.node["leader_exchange"].time(pack) + cal.node["Bcast"].time(pack))
+                + d * n * p)
+        return times
     if method == "Alltoall":
         times = {"alltoall": g + e * n + cal.plain["Alltoall"].time(rho * n) + d * n}
-        lay = cal.layout
         if lay.spans_nodes and lay.ppn > 1:
             f = 1.0 - lay.ppn / p  # the share of blocks between nodes (the fullest node)
             times["alltoall-hierarchical"] = (g + (e + d) * n * f
                                               + cal.plain["Alltoall"].time(rho * n))
         return times
     if method == "Bcast":
-        return {"bcast": g + e * n + cal.plain["Bcast"].time(rho * n) + d * n}
+        times = {"bcast": g + e * n + cal.plain["Bcast"].time(rho * n) + d * n}
+        if nodes_aware:
+            assert cal.node is not None
+            hops = math.ceil(math.log2(lay.nodes))
+            times["bcast-hierarchical"] = (
+                g + e * n + 2 * cal.node["Bcast"].time(rho * n)
+                + hops * cal.node["leader_exchange"].time(rho * n) + d * n)
+        return times
     if method == "Scatter":
         return {"scatter": g + e * n * p + cal.plain["Bcast"].time(rho * n * p) + d * n}
     if method in ("Reduce_scatter_block", "Reduce_scatter"):
@@ -230,8 +254,9 @@ def predict(cal: Calibration, method: str, nbytes: int, codec: Any, dtype: Any,
         else:  # hierarchical on one node, or one rank a node: it runs the ring
             chosen = "ring"
         times = {a: times[a] for a in (*choices, chosen)}
-    elif method == "Alltoall" and algorithm in ("auto", "hierarchical"):
-        chosen = "alltoall-hierarchical" if "alltoall-hierarchical" in times else "alltoall"
+    elif method in _NODE_AWARE and algorithm in ("auto", "hierarchical"):
+        flat = method.lower()
+        chosen = flat + "-hierarchical" if flat + "-hierarchical" in times else flat
     else:
         chosen = next(iter(times))
     compressed = times[chosen]

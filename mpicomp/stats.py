@@ -64,6 +64,9 @@ class Stats:
     def __init__(self) -> None:
         self._ops: dict[str, OpStats] = {}
         self._fast: dict[tuple[str, int, str], int] = {}
+        #: the compiled plain-MPI shortcuts by method name, and the reason their calls went plain
+        self._shortcuts: dict[str, Any] = {}
+        self._shortcut_reason = ""
         self._lock = threading.Lock()
         #: the default policy's threshold (names the fast path's "below threshold" reason)
         self.threshold = 0
@@ -81,6 +84,18 @@ class Stats:
         with self._lock:
             self._ops.clear()
             self._fast.clear()
+            for sc in self._shortcuts.values():
+                sc.take()
+
+    def attach_shortcuts(self, shortcuts: dict[str, Any], reason: str) -> None:
+        """Count the calls of these shortcuts (:mod:`mpicomp.shortcut`) as plain, for ``reason``.
+
+        The calls they took so far are folded in first, under the reason
+        they were taken for.
+        """
+        with self._lock:
+            self._fold_fast()
+            self._shortcuts, self._shortcut_reason = shortcuts, reason
 
     def fast_plain(self, name: str, nbytes: int, reason: str) -> None:
         """Count a call that went to plain MPI on the fast path (host memory, no codec).
@@ -94,6 +109,10 @@ class Stats:
 
     def _fold_fast(self) -> None:
         """Move the fast-path counts into the table (caller holds the lock)."""
+        for name, sc in self._shortcuts.items():
+            for nbytes, calls in sc.take().items():
+                key = (name, nbytes, self._shortcut_reason)
+                self._fast[key] = self._fast.get(key, 0) + calls
         while self._fast:
             (name, nbytes, reason), calls = self._fast.popitem()
             s = self._ops.setdefault(name, OpStats())

@@ -266,3 +266,56 @@ def test_node_aware_alltoall_sends_only_between_nodes_compressed(comm, monkeypat
         if not nonblocking:
             assert st["algorithms"] == {("alltoall-hierarchical" if node_aware
                                          else "alltoall"): 1}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("layout", ["pairs", "round robin"])
+@pytest.mark.parametrize("algorithm", ["hierarchical", "auto"])
+def test_node_aware_allgather_and_bcast_give_every_rank_the_same_round_trip(
+        comm, monkeypatch, algorithm, layout):
+    """Pretend nodes (the layout is replaced; the transfers are real MPI), of two ranks
+    each, or in round-robin placement (a node's ranks not contiguous): the node-aware
+    Allgather gives every rank every block as the codec's round trip, bit for bit (own
+    block included), in place too; the node-aware Bcast gives every rank, the root
+    included, the round trip of the root's buffer, from every root. ``auto`` runs them
+    where a job spans nodes that hold several ranks."""
+    from mpicomp import topology
+
+    p, r = comm.Get_size(), comm.Get_rank()
+    nodes = max(1, p // 2)
+    node_of = (lambda i: i // 2) if layout == "pairs" else (lambda i: i % nodes)
+    monkeypatch.setattr(topology, "layout",
+                        lambda c: topology.Layout(tuple(node_of(i) for i in range(c.Get_size()))))
+    codec = get_codec("bitplane", rate=8.25)
+    mc = mpicomp.Comm(comm, codec=codec, threshold=0, algorithm=algorithm)
+    placed = [node_of(i) for i in range(p)]
+    spans, ppn = len(set(placed)) > 1, max(placed.count(k) for k in placed)
+    node_aware = algorithm == "hierarchical" or (spans and ppn > 1)
+    label = "-hierarchical" if node_aware else ""
+
+    def trip(v: np.ndarray) -> bytes:
+        if p == 1:  # a single rank: plain MPI, exact
+            return v.tobytes()
+        return codec.decode(codec.encode(v), count=v.size, dtype=np.float32).tobytes()
+
+    x = data(r, N, salt=11)
+    everyone = comm.allgather(x)
+    for in_place in (False, True):
+        mc.reset_stats()
+        y = np.full(p * N, np.nan, np.float32)
+        if in_place:
+            y[r * N:(r + 1) * N] = x
+            mc.Allgather(MPI.IN_PLACE, y)
+        else:
+            mc.Allgather(x, y)
+        for i in range(p):
+            assert y[i * N:(i + 1) * N].tobytes() == trip(everyone[i]), f"block of rank {i}"
+        if p > 1:
+            assert mc.stats()["Allgather"]["algorithms"] == {"allgather" + label: 1}
+    for root in range(p):
+        mc.reset_stats()
+        b = data(root, N, salt=12) if r == root else np.zeros(N, np.float32)
+        mc.Bcast(b, root=root)
+        assert b.tobytes() == trip(data(root, N, salt=12)), f"root {root}"
+        if p > 1:
+            assert mc.stats()["Bcast"]["algorithms"] == {"bcast" + label: 1}

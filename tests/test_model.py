@@ -291,3 +291,35 @@ def test_node_aware_alltoall_prices_only_the_blocks_between_nodes():
         one, _ = synthetic(8, nodes, gbs=0.125, codec_gbs=2.0)
         assert model.predict(one, "Alltoall", n, BITPLANE8, np.float32,
                              (e, d)).algorithm == "alltoall"
+
+
+def test_node_aware_allgather_and_bcast_are_priced_by_their_formulas():
+    """8 ranks on 2 nodes with node fits: the node-aware Allgather and Bcast are priced by
+    their formulas (docs of mpicomp.model) and run wherever a job spans nodes of several
+    ranks (auto and hierarchical); the flat ones where the algorithm names another way,
+    on one node, or with one rank a node."""
+    cal, (e, d) = synthetic(8, 2, gbs=0.125, codec_gbs=2.0)
+    fast = Fit(1e-6, 1e-9 / 20)
+    leaders = Fit(60e-6, 1e-9 / 0.125)
+    cal = dataclasses.replace(cal, node={"Reduce": fast, "Bcast": fast,
+                                         "leader_exchange": leaders})
+    n = 1 << 22
+    rho = BITPLANE8.encoded_nbytes(n // 4, np.float32) / n
+    ag = model.predict(cal, "Allgather", n, BITPLANE8, np.float32, (e, d))
+    pack = rho * n * 4
+    want = (cal.agree_s + e * n + fast.time(pack) + (leaders.time(pack) + fast.time(pack))
+            + d * n * 8)
+    assert ag.algorithm == "allgather-hierarchical"
+    assert ag.compressed_s == pytest.approx(want)
+    assert ag.candidates["allgather"] == pytest.approx(
+        cal.agree_s + e * n + cal.plain["Allgather"].time(rho * n) + d * n * 8)
+    bc = model.predict(cal, "Bcast", n, BITPLANE8, np.float32, (e, d), algorithm="hierarchical")
+    want = cal.agree_s + e * n + 2 * fast.time(rho * n) + leaders.time(rho * n) + d * n
+    assert bc.algorithm == "bcast-hierarchical" and bc.compressed_s == pytest.approx(want)
+    named = model.predict(cal, "Bcast", n, BITPLANE8, np.float32, (e, d), algorithm="ring")
+    assert named.algorithm == "bcast"
+    for nodes in (1, 8):
+        flat, _ = synthetic(8, nodes, gbs=0.125, codec_gbs=2.0)
+        for method in ("Allgather", "Bcast"):
+            got = model.predict(flat, method, n, BITPLANE8, np.float32, (e, d)).algorithm
+            assert got == method.lower()
