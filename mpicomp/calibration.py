@@ -8,12 +8,17 @@ communicator:
 * ``agree_s``: one 32-byte MAX allreduce (the agreement step);
 * ``exchange``: every rank ``Sendrecv``-ing to its right neighbour while
   receiving from its left one (the step of the ring algorithms), measured at and
-  interpolated between four sizes (64 KiB to 4 MiB; :class:`Fit`);
+  interpolated between five sizes (64 KiB to 4 MiB; :class:`Fit`);
 * ``plain[method]``: MPI's own ``Allreduce``, ``Allgather``, ``Alltoall``,
   ``Bcast`` and ``Reduce_scatter_block`` at the same sizes, fitted the
   same way: plain MPI is the baseline every decision compares against, and
   the compressed collectives call these same functions on their streams;
-* ``add_s_per_byte``: ``acc += x`` on this rank's thread budget;
+* ``add_s_per_byte``: ``acc += x`` on this rank's thread budget, and
+  ``scan_s_per_byte``: the scan for the largest magnitude (and NaN/Inf)
+  that every compressed call runs on its input, both on 16 MiB (streamed
+  from memory, as in large calls); ``call_s``: the fixed cost of one such
+  kernel call (dispatch and thread launch), paid per piece of the ring;
+  ``fixed_s``: the rest of a tiny compressed ring allreduce (its Python work);
 * ``node``: where nodes hold several ranks and the communicator spans
   nodes: plain ``Reduce`` and ``Bcast`` inside each node, and the ring
   exchange between the node leaders (one rank per node), each fitted as
@@ -25,7 +30,7 @@ communicator:
 * per codec config, dtype and memory kind (:func:`codec_speed`, measured the
   first time a call needs it): encode and decode seconds per raw byte.
 
-Each figure is the slowest rank's best of a few repetitions (a MAX
+Each figure is the slowest rank's median of a few repetitions (a MAX
 allreduce), so every rank holds the same numbers and takes the same
 decisions. ``MPICOMP_CALIBRATION=PATH`` saves them (rank 0 writes JSON) and
 loads them in later jobs with the same layout and thread budget, so a job
@@ -57,16 +62,18 @@ PLAIN_METHODS = ("Allreduce", "Allgather", "Alltoall", "Bcast", "Reduce_scatter_
 #: the probe sizes (bytes per rank; Allgather: each rank's part, at most
 #: ALLGATHER_PROBE_TOTAL / p): large messages are where compression can pay,
 #: and caches make what 1 MiB costs a poor guide to what 16 MiB costs
-PROBE_SIZES = (64 * 1024, 256 * 1024, 1 << 20, 4 << 20)
+PROBE_SIZES = (64 * 1024, 256 * 1024, 1 << 20, 2 << 20, 4 << 20)
 ALLGATHER_PROBE_TOTAL = 32 << 20
 #: repetitions per measurement (the best one counts)
 REPEAT = 3
 #: values of the codec probe
+#: bytes of the add and scan probes: more than the caches of a core hold
+STREAM_PROBE_BYTES = 16 << 20
 CODEC_PROBE_VALUES = 1 << 18
 #: values of the codec probe on device buffers under Numba's CUDA simulator (slow)
 CODEC_PROBE_VALUES_SIMULATOR = 1 << 11
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,6 +140,16 @@ class Calibration:
     add_s_per_byte: float
     probe_seconds: float
     overlap: float = 1.0
+    #: seconds per byte of the scan for the largest magnitude (NaN/Inf) that every
+    #: compressed call runs on its input before the agreement
+    scan_s_per_byte: float = 0.0
+    #: seconds of one codec or add kernel call on a tiny input (dispatch, thread launch):
+    #: the pipelined ring pays it for every piece it codes
+    call_s: float = 0.0
+    #: seconds of a compressed call's own work beyond its kernels and messages (Python:
+    #: the pieces' layout, the recorder, the requests), measured on the ring allreduce
+    #: of one codec block per rank
+    fixed_s: float = 0.0
     #: "Reduce", "Bcast" (inside a node), "leader_exchange": None on one node or one rank a node
     node: dict[str, Fit] | None = None
     source: str = "measured"
@@ -145,7 +162,9 @@ class Calibration:
             f"calibration ({self.source}, probe {self.probe_seconds * 1e3:.0f} ms): "
             f"{self.layout.describe()}, {self.threads} codec thread(s)",
             f"  ring exchange: {link.alpha * 1e6:.1f} us + {_gbs(link.beta)} GB/s; "
-            f"agreement {self.agree_s * 1e6:.1f} us; add {_gbs(self.add_s_per_byte)} GB/s; "
+            f"agreement {self.agree_s * 1e6:.1f} us; scan {_gbs(self.scan_s_per_byte)} GB/s; "
+            f"add {_gbs(self.add_s_per_byte)} GB/s; kernel call {self.call_s * 1e6:.1f} us; "
+            f"fixed {self.fixed_s * 1e6:.0f} us; "
             f"overlap {self.overlap:.2f}",
         ]
         lines += [f"  plain {m}: {f.alpha * 1e6:.1f} us + {_gbs(f.beta)} GB/s"
@@ -167,6 +186,9 @@ class Calibration:
             "add_s_per_byte": self.add_s_per_byte,
             "probe_seconds": self.probe_seconds,
             "overlap": self.overlap,
+            "scan_s_per_byte": self.scan_s_per_byte,
+            "call_s": self.call_s,
+            "fixed_s": self.fixed_s,
             "node": None if self.node is None else {
                 m: dataclasses.asdict(f) for m, f in self.node.items()},
             "codecs": {k: list(v) for k, v in self.codecs.items()},
@@ -183,6 +205,9 @@ class Calibration:
             add_s_per_byte=float(d["add_s_per_byte"]),
             probe_seconds=float(d["probe_seconds"]),
             overlap=float(d["overlap"]),
+            scan_s_per_byte=float(d["scan_s_per_byte"]),
+            call_s=float(d["call_s"]),
+            fixed_s=float(d["fixed_s"]),
             node=None if d["node"] is None else {m: Fit(**f) for m, f in d["node"].items()},
             source=source,
             codecs={k: (float(v[0]), float(v[1])) for k, v in d.get("codecs", {}).items()},
@@ -194,8 +219,10 @@ def _gbs(seconds_per_byte: float) -> str:
 
 
 # -- measuring ---------------------------------------------------------------------
-def _slowest_best(comm: MPI.Intracomm, fn: Callable[[], None], repeat: int = REPEAT) -> float:
-    """The best over ``repeat`` runs of the slowest rank's time of ``fn`` (after one warm-up)."""
+def _slowest_median(comm: MPI.Intracomm, fn: Callable[[], None], repeat: int = REPEAT) -> float:
+    """The median over ``repeat`` runs of the slowest rank's time of ``fn`` (after one
+    warm-up): a typical time, as a job sees over many calls (the best of a few runs made
+    every prediction optimistic where the network or the cores are shared)."""
     fn()
     times = np.empty(repeat)
     for i in range(repeat):
@@ -205,7 +232,7 @@ def _slowest_best(comm: MPI.Intracomm, fn: Callable[[], None], repeat: int = REP
         times[i] = time.perf_counter() - t
     slowest = np.empty_like(times)
     comm.Allreduce(times, slowest, op=MPI.MAX)
-    return float(slowest.min())
+    return float(np.median(slowest))
 
 
 def _plain_probe(comm: MPI.Intracomm, method: str, nbytes: int) -> Callable[[], None]:
@@ -278,7 +305,7 @@ def _allgather_sizes(p: int) -> tuple[int, ...]:
 
 def _fit(comm: MPI.Intracomm, make: Callable[[int], Callable[[], None]],
          sizes: tuple[int, ...] = PROBE_SIZES) -> Fit:
-    return Fit.through_all([(n, _slowest_best(comm, make(n))) for n in sizes])
+    return Fit.through_all([(n, _slowest_median(comm, make(n))) for n in sizes])
 
 
 def _overlap(comm: MPI.Intracomm) -> float:
@@ -316,33 +343,83 @@ def _overlap(comm: MPI.Intracomm) -> float:
             reqs.append(comm.Isend(sent[j * piece : (j + 1) * piece], right, 7))
         poll(lambda: MPI.Request.Testall(reqs))
 
-    wire = _slowest_best(comm, lambda: transfer(0))
-    once = _slowest_best(comm, lambda: [work(j, 1) for j in range(k)])
+    wire = _slowest_median(comm, lambda: transfer(0))
+    once = _slowest_median(comm, lambda: [work(j, 1) for j in range(k)])
     reps = int(min(max(round(wire / once), 1), 64)) if once > 0 else 1
-    alone = _slowest_best(comm, lambda: [work(j, reps) for j in range(k)])
-    both = _slowest_best(comm, lambda: transfer(reps))
+    alone = _slowest_median(comm, lambda: [work(j, reps) for j in range(k)])
+    both = _slowest_median(comm, lambda: transfer(reps))
     shorter = min(wire, alone)
     return float(min(max((wire + alone - both) / shorter, -1.0), 1.0)) if shorter > 0 else 1.0
 
 
+def _kernel_call(comm: MPI.Intracomm) -> float:
+    """Seconds of one kernel call on one codec block: the mean of an encode, a decode
+    and an add of 32 values, the fixed cost the ring pays per piece and step."""
+    from .codecs import get_codec
+    from .kernels.scan_cpu import add_into
+
+    codec = get_codec({"id": "bitplane", "rate": 8.25})
+    values = _probe_data(32, np.dtype(np.float32))
+    stream = codec.encode(values)
+    out = np.empty_like(values)
+
+    def three() -> None:
+        codec.encode(values, out=stream)
+        codec.decode(stream, out=out, count=values.size, dtype=values.dtype)
+        add_into(out, values)
+
+    return _slowest_median(comm, three) / 3
+
+
+def _fixed_cost(comm: MPI.Intracomm, call_s: float) -> float:
+    """Seconds of a compressed call's work that grows with neither size nor pieces: the
+    ring allreduce of one codec block per rank, less its ``4p - 2`` kernel calls and
+    ``2 (p - 1)`` exchanges of one block's stream (not below zero)."""
+    from .algorithms import ring
+    from .algorithms.common import Ctx
+    from .codecs import get_codec
+    from .memory import HostMemory
+    from .scratch import Scratch
+    from .stats import Recorder, Stats
+
+    p = comm.Get_size()
+    if p == 1:
+        return 0.0
+    codec = get_codec({"id": "bitplane", "rate": 8.25})
+    x = _probe_data(32 * p, np.dtype(np.float32))
+    out = np.empty_like(x)
+    memory = HostMemory(Scratch())
+
+    def tiny_ring() -> None:
+        ring.allreduce(Ctx(comm, codec, Recorder(Stats(), "probe", 0, x.nbytes), memory), x, out)
+
+    whole = _slowest_median(comm, tiny_ring)
+    step = _slowest_median(comm, _exchange_probe(comm, codec.encoded_nbytes(32, x.dtype)))
+    return max(whole - (4 * p - 2) * call_s - 2 * (p - 1) * step, 0.0)
+
+
 def measure(comm: MPI.Intracomm, lay: Layout) -> Calibration:
     """Run the probe on ``comm`` (collective; a plain, private communicator)."""
-    from .kernels.scan_cpu import add_into
+    from .kernels.scan_cpu import add_into, max_abs
 
     start = time.perf_counter()
     vec, out = np.zeros(4), np.empty(4)
-    agree_s = _slowest_best(comm, lambda: comm.Allreduce(vec, out, op=MPI.MAX), repeat=10)
+    agree_s = _slowest_median(comm, lambda: comm.Allreduce(vec, out, op=MPI.MAX), repeat=10)
     exchange = _fit(comm, lambda n: _exchange_probe(comm, n))
     plain = {m: _fit(comm, lambda n, m=m: _plain_probe(comm, m, n),
                      _allgather_sizes(comm.Get_size()) if m == "Allgather" else PROBE_SIZES)
              for m in PLAIN_METHODS}
-    acc = np.ones((1 << 20) // 4, np.float32)
-    add_s = _slowest_best(comm, lambda: add_into(acc, acc)) / acc.nbytes
+    # large calls stream their buffers through memory: so do the probes of add and scan
+    acc = np.ones(STREAM_PROBE_BYTES // 4, np.float32)
+    add_s = _slowest_median(comm, lambda: add_into(acc, acc)) / acc.nbytes
+    scan_s = _slowest_median(comm, lambda: max_abs(acc)) / acc.nbytes
+    call_s = _kernel_call(comm)
+    fixed_s = _fixed_cost(comm, call_s)
     overlap = _overlap(comm)
     node = _node_fits(comm, lay)
     seconds = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
     return Calibration(lay, threads.budget(), agree_s, exchange, plain, add_s, seconds,
-                       overlap, node)
+                       overlap, scan_s, call_s, fixed_s, node)
 
 
 def _probe_data(n: int, dtype: np.dtype) -> np.ndarray:
@@ -380,8 +457,8 @@ def codec_speed(comm: MPI.Intracomm, cal: Calibration, codec: Any, dtype: np.dty
         memory.decode(codec, stream, y)
         memory.synchronize()
 
-    enc = _slowest_best(comm, encode) / x_host.nbytes
-    dec = _slowest_best(comm, decode) / x_host.nbytes
+    enc = _slowest_median(comm, encode) / x_host.nbytes
+    dec = _slowest_median(comm, decode) / x_host.nbytes
     cal.codecs[key] = (enc, dec)
     _save(comm, cal)
     return enc, dec

@@ -7,7 +7,9 @@ Every prediction is built from the numbers of a :class:`~mpicomp.calibration.Cal
 * ``X(b)``: one ring step (every rank sends ``b`` bytes right, receives
   ``b`` from the left);
 * ``E``, ``D``: encode and decode seconds per raw byte; ``A``: ``acc += x``
-  seconds per byte; ``g``: the agreement allreduce;
+  seconds per byte; ``g``: the agreement allreduce, the scan of the
+  input for its largest magnitude before it (``S n``) and the fixed cost
+  of a compressed call's Python work (measured on a tiny ring allreduce);
 * ``n``: the call's raw bytes as ``comm.stats()`` counts them, ``rho``
   the codec's wire bytes per raw byte, ``p`` ranks.
 
@@ -16,6 +18,7 @@ call                         compressed time
 ===========================  ==================================================================
 Allreduce, ring              g + pipelined(W, C) (below), with
                              W = 2(p-1) k X(rho n / (p k)), C = E n + D n (2p-1)/p + A n (p-1)/p
+                             + k (4p-2) K (K: one kernel call's fixed cost; k (4p-2) calls)
 Allreduce, allgather         g + E n + F_Allgather(rho n) + D n p + A n (p-1)
 Allreduce, hierarchical     g + R(n) + pipelined(W', C') + B(n): node Reduce and Bcast fits,
                              the ring above over the P node leaders (their exchange fit)
@@ -35,7 +38,7 @@ Bcast                        g + E n + F_Bcast(rho n) + D n
 Bcast, node-aware            g + E n + 2 B(rho n) + ceil(log2 P) X'(rho n) + D n
 Scatter                      g + E n p + F_Bcast(rho n p) + D n
 Reduce_scatter(_block)       g + pipelined(W, C), W = (p-1) k X(rho n / (p k)),
-                             C = (E + D + A) n (p-1)/p
+                             C = (E + D + A) n (p-1)/p + 3 k (p-1) K
 Reduce                       reduce-scatter as above + E n / p + F_Allgather(rho n / p) + D n
 Send (point to point)        E n + X(rho n) + D n
 ===========================  ==================================================================
@@ -148,22 +151,29 @@ def _ring_steps(cal: Calibration, n: float, rho: float, steps: int, k: int,
     return steps * k * (link or cal.exchange).time(rho * n / (p * k))
 
 
+def _agree(cal: Calibration, n: float) -> float:
+    """``g``: the scan of the input for its largest magnitude, the agreement, and the
+    fixed cost of a compressed call's own work."""
+    return cal.agree_s + cal.scan_s_per_byte * n + cal.fixed_s
+
+
 def _hierarchical(cal: Calibration, n: float, rho: float, e: float, d: float, k: int) -> float:
     """The node-aware allreduce: node Reduce, the ring over the ``P`` node leaders, node Bcast."""
     assert cal.node is not None
     big = cal.layout.nodes
-    codec = e * n + d * n * (2 * big - 1) / big + cal.add_s_per_byte * n * (big - 1) / big
+    codec = (e * n + d * n * (2 * big - 1) / big + cal.add_s_per_byte * n * (big - 1) / big
+             + k * (4 * big - 2) * cal.call_s)
     wire = _ring_steps(cal, n, rho, 2 * (big - 1), k, big, cal.node["leader_exchange"])
-    return (cal.agree_s + cal.node["Reduce"].time(n) + _pipelined(wire, codec, k, cal.overlap)
+    return (_agree(cal, n) + cal.node["Reduce"].time(n) + _pipelined(wire, codec, k, cal.overlap)
             + cal.node["Bcast"].time(n))
 
 
 def _allreduce_times(cal: Calibration, n: float, rho: float, e: float, d: float,
                      p: int, k: int) -> dict[str, float]:
-    x, a, g = cal.exchange, cal.add_s_per_byte, cal.agree_s
+    x, a, g = cal.exchange, cal.add_s_per_byte, _agree(cal, n)
     levels = p.bit_length() - 1
     folded = p != 1 << levels
-    ring_codec = e * n + d * n * (2 * p - 1) / p + a * n * (p - 1) / p
+    ring_codec = e * n + d * n * (2 * p - 1) / p + a * n * (p - 1) / p + k * (4 * p - 2) * cal.call_s
     return {
         "ring": g + _pipelined(_ring_steps(cal, n, rho, 2 * (p - 1), k), ring_codec, k,
                                 cal.overlap),
@@ -181,9 +191,10 @@ def compressed_times(cal: Calibration, method: str, n: float, rho: float, e: flo
     """Predicted seconds of each way to run ``method`` compressed (algorithm -> seconds);
     ``k``: the pieces per ring chunk."""
     p = cal.layout.size
-    x, a, g = cal.exchange, cal.add_s_per_byte, cal.agree_s
-    rs = g + _pipelined(_ring_steps(cal, n, rho, p - 1, k), (e + d + a) * n * (p - 1) / p, k,
-                         cal.overlap)
+    x, a, g = cal.exchange, cal.add_s_per_byte, _agree(cal, n)
+    rs = g + _pipelined(_ring_steps(cal, n, rho, p - 1, k),
+                        (e + d + a) * n * (p - 1) / p + 3 * k * (p - 1) * cal.call_s, k,
+                        cal.overlap)
     if method == "Allreduce":
         times = _allreduce_times(cal, n, rho, e, d, p, k)
         if cal.node is not None:

@@ -96,6 +96,12 @@ def test_ring_prediction_is_its_formula():
     assert pred.algorithm == "ring" and pred.compressed_s == pytest.approx(want)
     assert pred.plain_s == pytest.approx(cal.plain["Allreduce"].time(n))
     assert "model: plain" in pred.describe()
+    # the scan of the input, the fixed cost of a call and one kernel call per piece and step
+    costs = dataclasses.replace(cal, scan_s_per_byte=1e-10, fixed_s=3e-4, call_s=2e-5)
+    more = model.predict(costs, "Allreduce", n, BITPLANE8, np.float32, (e, d), algorithm="ring")
+    codec += k * (4 * p - 2) * 2e-5
+    want = cal.agree_s + 1e-10 * n + 3e-4 + max(wire, codec) + (wire + codec) / k
+    assert more.compressed_s == pytest.approx(want)
 
 
 def test_ring_without_overlap_adds_codec_and_wire():
@@ -164,6 +170,9 @@ def test_calibration_measures_node_fits_on_pretend_nodes(comm):
         assert cal.node is None
     assert one.node is None
     assert -1.0 <= cal.overlap <= 1.0
+    assert cal.scan_s_per_byte > 0 and cal.call_s > 0 and cal.fixed_s >= 0
+    if p > 1:
+        assert cal.fixed_s > 0  # a ring allreduce's Python work takes some time
 
 
 @pytest.mark.mpi
