@@ -13,15 +13,16 @@ progress while the caller computes, ``mpicomp.bench.overlap``) and
 ``osu_latency`` and ``osu_bw`` (mpicomp vs plain MPI over message sizes, in
 the OSU Micro-Benchmarks' conventions, ``mpicomp.bench.osu``), and
 ``model_check`` (their JSON records' predictions beside their measurements,
-``mpicomp.bench.model_check``).
+``mpicomp.bench.model_check``), and ``overhead`` (what the drop-in's default
+adds to calls that go plain, ``mpicomp.bench.overhead``).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from . import (accuracy, allreduce, allreduce_gpu, codecs, headline, model_check, osu, overlap,
-               soak, train)
+from . import (accuracy, allreduce, allreduce_gpu, codecs, headline, model_check, osu, overhead,
+               overlap, soak, train)
 
 SUBCOMMANDS = {
     "codecs": (codecs, "codec encode/decode speed and error on one buffer"),
@@ -33,6 +34,8 @@ SUBCOMMANDS = {
                            "a PNG (run under mpiexec)"),
     "overlap": (overlap, "compute/communication overlap of Iallreduce, compressed and plain "
                          "(run under mpiexec)"),
+    "overhead": (overhead, "what mpicomp.COMM_WORLD's default adds to calls that go plain: "
+                           "tight Allreduce loops against MPI.COMM_WORLD (run under mpiexec)"),
     "allreduce-gpu": (allreduce_gpu, "compressed vs plain Allreduce of CuPy buffers, checked "
                                      "against the exact sum (run under mpiexec, needs a GPU)"),
     **osu.subcommands(),

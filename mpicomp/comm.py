@@ -158,6 +158,10 @@ class Comm(MPI.Intracomm):
     _policy: Policy
     _stats: Stats
 
+    #: the compiled shortcut's state (mpicomp/shortcut.py), set once the default knows
+    #: which calls go plain by size; the rest of the attributes live in the __dict__
+    __slots__ = ("__dict__", "_shortcut")
+
     def __new__(
         cls,
         comm: MPI.Intracomm | None = None,
@@ -233,7 +237,7 @@ class Comm(MPI.Intracomm):
         self._model.plain_below = limit
         self._fast_below = 0.0 if self._size1 else limit[0]
         self._fast_reason = limit[1]
-        self._stats.attach_shortcuts(shortcut.update(self, Comm, self._fast_below), limit[1])
+        self._stats.attach_shortcuts(shortcut.update(self, self._fast_below), limit[1])
 
     def _fast_plain(self, name: str, nbytes: int) -> bool:
         """True (and counted) when a call without settings goes to plain MPI by its size alone.
@@ -1034,6 +1038,9 @@ def _same_count(sbuf: Buf, rbuf: Buf, name: str) -> None:
         raise ValueError(
             f"{name}: sendbuf has {sbuf.count} values, recvbuf {rbuf.count}; they must match"
         )
+
+
+shortcut.install(Comm)
 
 
 class _WorkerView(Comm):

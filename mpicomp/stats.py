@@ -23,6 +23,8 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+from .shortcut import METHODS as SHORTCUT_METHODS
+
 __all__ = ["OpStats", "Recorder", "Stats", "debug_enabled"]
 
 
@@ -64,8 +66,8 @@ class Stats:
     def __init__(self) -> None:
         self._ops: dict[str, OpStats] = {}
         self._fast: dict[tuple[str, int, str], int] = {}
-        #: the compiled plain-MPI shortcuts by method name, and the reason their calls went plain
-        self._shortcuts: dict[str, Any] = {}
+        #: the compiled plain-MPI shortcut's state, and the reason its calls went plain
+        self._shortcut: Any = None
         self._shortcut_reason = ""
         self._lock = threading.Lock()
         #: the default policy's threshold (names the fast path's "below threshold" reason)
@@ -82,20 +84,19 @@ class Stats:
 
     def reset(self) -> None:
         with self._lock:
+            self._fold_fast()  # drains the shortcut's counts too
             self._ops.clear()
-            self._fast.clear()
-            for sc in self._shortcuts.values():
-                sc.take()
 
-    def attach_shortcuts(self, shortcuts: dict[str, Any], reason: str) -> None:
-        """Count the calls of these shortcuts (:mod:`mpicomp.shortcut`) as plain, for ``reason``.
+    def attach_shortcuts(self, state: Any, reason: str) -> None:
+        """Count the calls of this shortcut state (:mod:`mpicomp.shortcut`) as plain, for
+        ``reason`` (None: there is no compiled shortcut).
 
-        The calls they took so far are folded in first, under the reason
-        they were taken for.
+        The calls it took so far are folded in first, under the reason they
+        were taken for.
         """
         with self._lock:
             self._fold_fast()
-            self._shortcuts, self._shortcut_reason = shortcuts, reason
+            self._shortcut, self._shortcut_reason = state, reason
 
     def fast_plain(self, name: str, nbytes: int, reason: str) -> None:
         """Count a call that went to plain MPI on the fast path (host memory, no codec).
@@ -109,10 +110,11 @@ class Stats:
 
     def _fold_fast(self) -> None:
         """Move the fast-path counts into the table (caller holds the lock)."""
-        for name, sc in self._shortcuts.items():
-            for nbytes, calls in sc.take().items():
-                key = (name, nbytes, self._shortcut_reason)
-                self._fast[key] = self._fast.get(key, 0) + calls
+        if self._shortcut is not None:
+            for index, name in enumerate(SHORTCUT_METHODS):
+                for nbytes, calls in self._shortcut.take(index).items():
+                    key = (name, nbytes, self._shortcut_reason)
+                    self._fast[key] = self._fast.get(key, 0) + calls
         while self._fast:
             (name, nbytes, reason), calls = self._fast.popitem()
             s = self._ops.setdefault(name, OpStats())

@@ -65,6 +65,15 @@ def test_allreduce_benchmark_quick():
     assert not any("plain MPI in" in line for line in lines), lines
 
 
+def test_overhead_benchmark_quick():
+    lines = _run_bench("overhead")
+    rows = _rows(lines, "size ")
+    assert [r[0] + " " + r[1] for r in rows] == ["4 B", "64 KiB"], lines
+    assert all(float(r[-1]) > 0 for r in rows), rows
+    assert any(line.startswith("# target: at most 1.05x plain") for line in lines), lines
+    assert any("codec auto: one node" in line for line in lines), lines
+
+
 def test_overlap_benchmark_quick():
     lines = _run_bench("overlap")
     rows = _rows(lines, "path ")
