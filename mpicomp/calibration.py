@@ -8,7 +8,9 @@ communicator:
 * ``agree_s``: one 32-byte MAX allreduce (the agreement step);
 * ``exchange``: every rank ``Sendrecv``-ing to its right neighbour while
   receiving from its left one (the step of the ring algorithms), measured at and
-  interpolated between five sizes (64 KiB to 4 MiB; :class:`Fit`);
+  interpolated between five sizes (64 KiB to 4 MiB, and on to 16 MiB while
+  a measurement takes under 4 ms; :class:`Fit`), each the mean of as many
+  runs as fill about 20 ms (3 to 20);
 * ``plain[method]``: MPI's own ``Allreduce``, ``Allgather``, ``Alltoall``,
   ``Bcast`` and ``Reduce_scatter_block`` at the same sizes, fitted the
   same way: plain MPI is the baseline every decision compares against, and
@@ -30,7 +32,7 @@ communicator:
 * per codec config, dtype and memory kind (:func:`codec_speed`, measured the
   first time a call needs it): encode and decode seconds per raw byte.
 
-Each figure is the slowest rank's median of a few repetitions (a MAX
+Each other figure is the slowest rank's median of a few repetitions (a MAX
 allreduce), so every rank holds the same numbers and takes the same
 decisions. ``MPICOMP_CALIBRATION=PATH`` saves them (rank 0 writes JSON) and
 loads them in later jobs with the same layout and thread budget, so a job
@@ -66,6 +68,14 @@ PROBE_SIZES = (64 * 1024, 256 * 1024, 1 << 20, 2 << 20, 4 << 20)
 ALLGATHER_PROBE_TOTAL = 32 << 20
 #: repetitions per measurement (the best one counts)
 REPEAT = 3
+#: the MPI fits' figures: runs filling about FIT_BUDGET_S, at most FIT_REPEAT_MAX
+FIT_BUDGET_S = 0.02
+FIT_REPEAT_MAX = 20
+#: the MPI fits go on doubling their largest size up to EXTEND_TO bytes while a
+#: measurement takes under EXTEND_BELOW_S seconds (the same decision on every rank: the
+#: times are the slowest rank's)
+EXTEND_TO = 16 << 20
+EXTEND_BELOW_S = 4e-3
 #: values of the codec probe
 #: bytes of the add and scan probes: more than the caches of a core hold
 STREAM_PROBE_BYTES = 16 << 20
@@ -219,11 +229,21 @@ def _gbs(seconds_per_byte: float) -> str:
 
 
 # -- measuring ---------------------------------------------------------------------
-def _slowest_median(comm: MPI.Intracomm, fn: Callable[[], None], repeat: int = REPEAT) -> float:
-    """The median over ``repeat`` runs of the slowest rank's time of ``fn`` (after one
-    warm-up): a typical time, as a job sees over many calls (the best of a few runs made
-    every prediction optimistic where the network or the cores are shared)."""
+def _slowest_mean(comm: MPI.Intracomm, fn: Callable[[], None]) -> float:
+    """The mean over several runs of the slowest rank's time of ``fn`` (after one warm-up):
+    as many runs as fill about :data:`FIT_BUDGET_S`, from :data:`REPEAT` to
+    :data:`FIT_REPEAT_MAX` (the count from the slowest warm-up, so the same on every
+    rank). A call's mean time over many calls is what a job pays, and what OSU's loops
+    report; a median of 3 missed the slow calls of busy links and cores."""
+    t = time.perf_counter()
     fn()
+    warm = comm.allreduce(time.perf_counter() - t, op=MPI.MAX)
+    repeat = int(min(max(round(FIT_BUDGET_S / max(warm, 1e-9)), REPEAT), FIT_REPEAT_MAX))
+    return float(_slowest_runs(comm, fn, repeat).mean())
+
+
+def _slowest_runs(comm: MPI.Intracomm, fn: Callable[[], None], repeat: int) -> np.ndarray:
+    """The slowest rank's time of each of ``repeat`` runs of ``fn``, a Barrier before each."""
     times = np.empty(repeat)
     for i in range(repeat):
         comm.Barrier()
@@ -232,7 +252,15 @@ def _slowest_median(comm: MPI.Intracomm, fn: Callable[[], None], repeat: int = R
         times[i] = time.perf_counter() - t
     slowest = np.empty_like(times)
     comm.Allreduce(times, slowest, op=MPI.MAX)
-    return float(np.median(slowest))
+    return slowest
+
+
+def _slowest_median(comm: MPI.Intracomm, fn: Callable[[], None], repeat: int = REPEAT) -> float:
+    """The median over ``repeat`` runs of the slowest rank's time of ``fn`` (after one
+    warm-up): a typical time, as a job sees over many calls (the best of a few runs made
+    every prediction optimistic where the network or the cores are shared)."""
+    fn()
+    return float(np.median(_slowest_runs(comm, fn, repeat)))
 
 
 def _plain_probe(comm: MPI.Intracomm, method: str, nbytes: int) -> Callable[[], None]:
@@ -304,8 +332,16 @@ def _allgather_sizes(p: int) -> tuple[int, ...]:
 
 
 def _fit(comm: MPI.Intracomm, make: Callable[[int], Callable[[], None]],
-         sizes: tuple[int, ...] = PROBE_SIZES) -> Fit:
-    return Fit.through_all([(n, _slowest_median(comm, make(n))) for n in sizes])
+         sizes: tuple[int, ...] = PROBE_SIZES, largest: int = EXTEND_TO) -> Fit:
+    """The fit through the mean times (:func:`_slowest_mean`) at ``sizes``, then at twice
+    the largest size and so on up to ``largest`` bytes while the last one took under
+    :data:`EXTEND_BELOW_S`: where transfers are fast (shared memory, fast networks)
+    their time per byte changes as buffers outgrow the caches, and probing is cheap."""
+    points = [(n, _slowest_mean(comm, make(n))) for n in sizes]
+    while points[-1][1] < EXTEND_BELOW_S and 2 * points[-1][0] <= largest:
+        n = 2 * points[-1][0]
+        points.append((n, _slowest_mean(comm, make(n))))
+    return Fit.through_all(points)
 
 
 def _overlap(comm: MPI.Intracomm) -> float:
@@ -406,8 +442,10 @@ def measure(comm: MPI.Intracomm, lay: Layout) -> Calibration:
     vec, out = np.zeros(4), np.empty(4)
     agree_s = _slowest_median(comm, lambda: comm.Allreduce(vec, out, op=MPI.MAX), repeat=10)
     exchange = _fit(comm, lambda n: _exchange_probe(comm, n))
-    plain = {m: _fit(comm, lambda n, m=m: _plain_probe(comm, m, n),
-                     _allgather_sizes(comm.Get_size()) if m == "Allgather" else PROBE_SIZES)
+    p = comm.Get_size()
+    plain = {m: _fit(comm, lambda n, m=m: _plain_probe(comm, m, n), _allgather_sizes(p),
+                     ALLGATHER_PROBE_TOTAL // p) if m == "Allgather"
+             else _fit(comm, lambda n, m=m: _plain_probe(comm, m, n))
              for m in PLAIN_METHODS}
     # large calls stream their buffers through memory: so do the probes of add and scan
     acc = np.ones(STREAM_PROBE_BYTES // 4, np.float32)
