@@ -356,14 +356,13 @@ def _overlap(comm: MPI.Intracomm) -> float:
     and the network stack competing for shared cores).
     """
     from .algorithms.common import poll
-    from .codecs import get_codec
 
     p, r = comm.Get_size(), comm.Get_rank()
     if p == 1:
         return 1.0
     right, left, k, nbytes = (r + 1) % p, (r - 1) % p, 8, 1 << 20
     sent, got = np.ones(nbytes, np.uint8), np.empty(nbytes, np.uint8)
-    codec = get_codec({"id": "bitplane", "rate": 8.25})
+    codec = _probe_codec()
     values = _probe_data(nbytes // 4, np.dtype(np.float32))
     stream = np.empty(codec.encoded_nbytes(values.size, values.dtype), np.uint8)
     piece, vpiece = nbytes // k, values.size // k
@@ -388,13 +387,19 @@ def _overlap(comm: MPI.Intracomm) -> float:
     return float(min(max((wire + alone - both) / shorter, -1.0), 1.0)) if shorter > 0 else 1.0
 
 
+def _probe_codec() -> Any:
+    """The codec the overlap, kernel-call and fixed-cost probes run (bitplane 8.25)."""
+    from .codecs import get_codec
+
+    return get_codec({"id": "bitplane", "rate": 8.25})
+
+
 def _kernel_call(comm: MPI.Intracomm) -> float:
     """Seconds of one kernel call on one codec block: the mean of an encode, a decode
     and an add of 32 values, the fixed cost the ring pays per piece and step."""
-    from .codecs import get_codec
     from .kernels.scan_cpu import add_into
 
-    codec = get_codec({"id": "bitplane", "rate": 8.25})
+    codec = _probe_codec()
     values = _probe_data(32, np.dtype(np.float32))
     stream = codec.encode(values)
     out = np.empty_like(values)
@@ -413,7 +418,6 @@ def _fixed_cost(comm: MPI.Intracomm, call_s: float) -> float:
     ``2 (p - 1)`` exchanges of one block's stream (not below zero)."""
     from .algorithms import ring
     from .algorithms.common import Ctx
-    from .codecs import get_codec
     from .memory import HostMemory
     from .scratch import Scratch
     from .stats import Recorder, Stats
@@ -421,7 +425,7 @@ def _fixed_cost(comm: MPI.Intracomm, call_s: float) -> float:
     p = comm.Get_size()
     if p == 1:
         return 0.0
-    codec = get_codec({"id": "bitplane", "rate": 8.25})
+    codec = _probe_codec()
     x = _probe_data(32 * p, np.dtype(np.float32))
     out = np.empty_like(x)
     memory = HostMemory(Scratch())

@@ -758,6 +758,7 @@ class Comm(MPI.Intracomm):
         pol = self.resolved_policy(**settings)
         b = parse(buf, "buf")
         local = b.data() if (b.compressible and self.Get_rank() == root) else None
+
         def body(ctx: Ctx) -> str | None:
             engine = self._main_engine()
             if engine.local_ranks(pol, b.on_device):
