@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -47,55 +48,132 @@ QUICK = {"sizes": "4,64K", "rounds": 2, "seconds": 0.02}
 TARGET = 1.05
 
 
-def _loop(comm: Any, x: np.ndarray, y: np.ndarray, calls: int) -> float:
-    """Seconds per call of ``calls`` back-to-back Allreduce calls (after a Barrier)."""
+def _pair(comm: Any) -> int | None:
+    """This rank's partner in the point-to-point loops (0-1, 2-3, ...; None: the odd one out)."""
+    r = comm.Get_rank()
+    peer = r ^ 1
+    return peer if peer < comm.Get_size() else None
+
+
+def _round_trip(send: str, recv: str) -> Callable[[Any, np.ndarray, np.ndarray], None]:
+    """A ping-pong of ``x`` between the two ranks of a pair, by ``send`` and ``recv``."""
+    def call(comm: Any, x: np.ndarray, y: np.ndarray) -> None:
+        peer = _pair(comm)
+        if peer is None:
+            return
+        first = comm.Get_rank() % 2 == 0
+        for turn in ((True, False) if first else (False, True)):
+            if turn:
+                req = getattr(comm, send)(x, peer, 0)
+                if req is not None:
+                    req.Wait()
+            else:
+                req = getattr(comm, recv)(y, peer, 0)
+                if req is not None:
+                    req.Wait()
+    return call
+
+
+def _sendrecv(comm: Any, x: np.ndarray, y: np.ndarray) -> None:
+    peer = _pair(comm)
+    if peer is not None:
+        comm.Sendrecv(x, peer, 0, y, peer, 0)
+
+
+def _iallreduce(comm: Any, x: np.ndarray, y: np.ndarray) -> None:
+    comm.Iallreduce(x, y).Wait()
+
+
+#: what one call of each method is (x: this rank's data, y: a receive buffer as long, or
+#: ``size`` times as long for the methods of GATHERS)
+CALLS: dict[str, Callable[[Any, np.ndarray, np.ndarray], None]] = {
+    "Allreduce": lambda c, x, y: c.Allreduce(x, y),
+    "Iallreduce": _iallreduce,
+    "Bcast": lambda c, x, y: c.Bcast(x, root=0),
+    "Allgather": lambda c, x, y: c.Allgather(x, y),
+    "Alltoall": lambda c, x, y: c.Alltoall(x, y),
+    "Reduce": lambda c, x, y: c.Reduce(x, y, root=0),
+    "Gather": lambda c, x, y: c.Gather(x, y, root=0),
+    "Ibcast": lambda c, x, y: c.Ibcast(x, root=0).Wait(),
+    "Iallgather": lambda c, x, y: c.Iallgather(x, y).Wait(),
+    "Ialltoall": lambda c, x, y: c.Ialltoall(x, y).Wait(),
+    "Send/Recv": _round_trip("Send", "Recv"),
+    "Isend/Irecv": _round_trip("Isend", "Irecv"),
+    "Sendrecv": _sendrecv,
+}
+GATHERS = ("Allgather", "Gather", "Iallgather")
+#: methods whose buffer is cut into one block per rank
+SPLITS = ("Alltoall", "Ialltoall")
+DEFAULT_METHODS = "Allreduce"
+
+
+def _loop(comm: Any, call: Callable[[Any, np.ndarray, np.ndarray], None], x: np.ndarray,
+          y: np.ndarray, calls: int) -> float:
+    """Seconds per call of ``calls`` back-to-back calls (after a Barrier)."""
     comm.Barrier()
     start = time.perf_counter()
     for _ in range(calls):
-        comm.Allreduce(x, y)
+        call(comm, x, y)
     return (time.perf_counter() - start) / calls
 
 
+def _methods(spec: str) -> list[str]:
+    names = [m.strip() for m in spec.split(",") if m.strip()]
+    if names == ["all"]:
+        return list(CALLS)
+    bad = [m for m in names if m not in CALLS]
+    if bad or not names:
+        raise ValueError(f"--methods: {bad or spec!r}; choose from {', '.join(CALLS)} or all")
+    return names
+
+
 def run(sizes: str, rounds: int, seconds: float, data: str, seed: int, threads: int | None,
-        argv: list[str] | None) -> list[dict[str, Any]]:
-    """Time both loops at each size; rank 0 prints the table; returns its rows (rank 0)."""
+        argv: list[str] | None, methods: str = DEFAULT_METHODS) -> list[dict[str, Any]]:
+    """Time both loops at each size of each method; rank 0 prints the table; returns its
+    rows (rank 0)."""
     from mpi4py import MPI
 
     import mpicomp
 
     world, drop_in = MPI.COMM_WORLD, mpicomp.COMM_WORLD
     threads, local = setup_threads(world, threads)
-    chosen = parse_sizes(sizes)
-    r = world.Get_rank()
-    arrays = [bench_data.generate(data, max(n // 4, 1), np.float32, seed=seed + r)
-              for n in chosen]
-    for x in arrays:  # the program's first calls: they settle the default
-        drop_in.Allreduce(x, np.empty_like(x))
+    chosen, names = parse_sizes(sizes), _methods(methods)
+    r, p = world.Get_rank(), world.Get_size()
     rows = []
-    for n, x in zip(chosen, arrays):
-        y = np.empty_like(x)
-        once = _loop(world, x, y, 50)
-        calls = world.bcast(max(int(seconds / max(once, 1e-7)), 50), root=0)
-        plain, ours = [], []
-        for _ in range(rounds):
-            plain.append(_loop(world, x, y, calls))
-            ours.append(_loop(drop_in, x, y, calls))
-        p, m = statistics.median(plain), statistics.median(ours)
-        rows.append({"size": size_label(x.nbytes), "calls": calls, "plain_us": p * 1e6,
-                     "mpicomp_us": m * 1e6, "ratio": m / p})
-        if r == 0:
-            progress(f"overhead: {size_label(x.nbytes)} done")
-    paths = drop_in.stats().get("Allreduce", {}).get("fallbacks", {})
+    for name in names:
+        call, scale = CALLS[name], p if name in GATHERS else 1
+        # Alltoall splits its buffer among the ranks: whole multiples of p values
+        block = p if name in SPLITS else 1
+        arrays = [bench_data.generate(data, -(-max(n // 4, 1) // block) * block, np.float32,
+                                      seed=seed + r) for n in chosen]
+        for x in arrays:  # the program's first calls: they settle the default
+            call(drop_in, x, np.empty(scale * x.size, x.dtype))
+        for x in arrays:
+            y = np.empty(scale * x.size, x.dtype)
+            once = _loop(world, call, x, y, 50)
+            calls = world.bcast(max(int(seconds / max(once, 1e-7)), 50), root=0)
+            plain, ours = [], []
+            for _ in range(rounds):
+                plain.append(_loop(world, call, x, y, calls))
+                ours.append(_loop(drop_in, call, x, y, calls))
+            t_plain, t_ours = statistics.median(plain), statistics.median(ours)
+            rows.append({"method": name, "size": size_label(x.nbytes), "calls": calls,
+                         "plain_us": t_plain * 1e6, "mpicomp_us": t_ours * 1e6,
+                         "ratio": t_ours / t_plain})
+            if r == 0:
+                progress(f"overhead: {name} {size_label(x.nbytes)} done")
+    stats = drop_in.stats()
+    paths = {m: s["fallbacks"] for m, s in stats.items() if s.get("fallbacks")}
     if r == 0:
         header = machine_lines() + mpi_lines(world, threads, local) + [
-            f"Allreduce of float32 data '{data}' (rank r: seed {seed} + r), MPI.COMM_WORLD "
-            "(plain) vs mpicomp.COMM_WORLD (no "
-            "settings), tight loops of 'calls' calls alternated over "
-            f"{rounds} rounds; us per call: rank 0's, median over the rounds",
+            f"{', '.join(names)} of float32 data '{data}' (rank r: seed {seed} + r), "
+            "MPI.COMM_WORLD (plain) vs mpicomp.COMM_WORLD (no settings), tight loops of "
+            f"'calls' calls alternated over {rounds} rounds; us per call: rank 0's, median "
+            "over the rounds; a point-to-point call is one round trip between ranks 0-1, 2-3 ...",
             f"how mpicomp's calls went: {paths}",
             f"command: {mpi_command(world, argv)}",
         ]
-        columns = [Column("size", "size"), Column("calls", "calls"),
+        columns = [Column("method", "method"), Column("size", "size"), Column("calls", "calls"),
                    Column("plain_us", "plain us", "{:.3f}"),
                    Column("mpicomp_us", "mpicomp us", "{:.3f}"),
                    Column("ratio", "mpicomp/plain", "{:.3f}")]
@@ -103,7 +181,7 @@ def run(sizes: str, rounds: int, seconds: float, data: str, seed: int, threads: 
         worst = max(rows, key=lambda r: r["ratio"])
         verdict = "met" if worst["ratio"] <= TARGET else "NOT met"
         print(f"# target: at most {TARGET:.2f}x plain at every size; worst "
-              f"{worst['ratio']:.3f} at {worst['size']}: {verdict}")
+              f"{worst['ratio']:.3f} ({worst['method']} {worst['size']}): {verdict}")
     return rows
 
 
@@ -115,6 +193,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="alternations of the plain and mpicomp loops (7)")
     parser.add_argument("--seconds", type=float, default=None,
                         help="about how long each loop runs (0.1)")
+    parser.add_argument("--methods", default=DEFAULT_METHODS,
+                        help=f"comma-separated, or all: {', '.join(CALLS)} ({DEFAULT_METHODS})")
     add_rank_options(parser, QUICK)
 
 
@@ -124,5 +204,5 @@ def main(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     run(sizes=args.sizes or quick.get("sizes", DEFAULT_SIZES),
         rounds=args.rounds or quick.get("rounds", 7),
         seconds=args.seconds or quick.get("seconds", 0.1), data=args.data, seed=args.seed,
-        threads=args.threads, argv=argv)
+        threads=args.threads, argv=argv, methods=args.methods)
     return 0

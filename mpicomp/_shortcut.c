@@ -15,13 +15,25 @@
  *
  * is counted by size in the state and handed to mpi4py's method. Every other
  * call goes to `slow`, the Python method, which decides as before.
+ *
+ * Three kinds of method:
+ *   - COLLECTIVE (Allreduce, Bcast ...): below the state's `limit`;
+ *   - SEND (Send, Isend, Irecv): below the state's `p2p_limit` (the default policy
+ *     never compresses point to point under the codec auto or none);
+ *   - RECEIVE (Recv): any size, once the state has a `p2p_limit`. A receive cannot
+ *     know whether the sender compressed, so the message is received as bytes
+ *     straight into the buffer, and a message of odd length (a compressed frame,
+ *     mpicomp/p2p.py; plain float data always has an even length) is handed,
+ *     with its status, to `frame`, which decodes it in place;
+ *   - SENDRECV (Sendrecv, its receive buffer given by position): a send below
+ *     `p2p_limit`, its receive as RECEIVE's.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
 
 #define SLOTS 16    /* sizes counted in a table per method; more go to a dict */
-#define METHODS 8   /* methods a state counts for */
+#define METHODS 16  /* methods a state counts for */
 
 /* -- ShortcutState: one communicator's limit and counts --------------------------- */
 
@@ -34,7 +46,9 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    double limit;  /* calls of fewer bytes go plain; 0: none */
+    double limit;      /* collectives of fewer bytes go plain; 0: none */
+    double p2p_limit;  /* sends of fewer bytes go plain; 0: none (and no receive shortcut) */
+    PyObject *spare;   /* a Status the receive shortcut reuses (taken while in use) */
     Counts counts[METHODS];
 } State;
 
@@ -89,6 +103,7 @@ state_traverse(State *self, visitproc visit, void *arg)
 {
     for (int m = 0; m < METHODS; m++)
         Py_VISIT(self->counts[m].more);
+    Py_VISIT(self->spare);
     return 0;
 }
 
@@ -97,6 +112,7 @@ state_clear(State *self)
 {
     for (int m = 0; m < METHODS; m++)
         Py_CLEAR(self->counts[m].more);
+    Py_CLEAR(self->spare);
     return 0;
 }
 
@@ -154,7 +170,9 @@ static PyMethodDef state_methods[] = {
 
 static PyMemberDef state_members[] = {
     {"limit", T_DOUBLE, offsetof(State, limit), 0,
-     "Calls of fewer bytes go to plain MPI (0: every call runs the Python method)."},
+     "Collectives of fewer bytes go to plain MPI (0: every call runs the Python method)."},
+    {"p2p_limit", T_DOUBLE, offsetof(State, p2p_limit), 0,
+     "Sends of fewer bytes go to plain MPI, and receives take the shortcut, when > 0."},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -174,10 +192,18 @@ static PyTypeObject StateType = {
 
 /* -- PlainMethod: the method descriptor ------------------------------------------ */
 
+enum { COLLECTIVE = 0, SEND = 1, RECEIVE = 2, SENDRECV = 3 };
+
 typedef struct {
     PyObject_HEAD
     PyObject *plain;       /* mpi4py's unbound method, e.g. MPI.Intracomm.Allreduce */
     PyObject *slow;        /* the Python function it stands in for (self first) */
+    PyObject *frame;       /* receiving kinds: frame(comm, buf, status) for an odd length */
+    PyObject *status_type; /* receiving kinds: MPI.Status */
+    PyObject *byte;        /* receiving kinds: MPI.BYTE */
+    PyObject *defaults;    /* receiving kinds: (source, tag) when the call leaves them out */
+    int kind;              /* COLLECTIVE, SEND, RECEIVE or SENDRECV */
+    int recv_index;        /* RECEIVE, SENDRECV: where the plain receives are counted */
     PyTypeObject *array;   /* numpy.ndarray, matched exactly */
     PyTypeObject *owner;   /* the class whose slot holds the state */
     Py_ssize_t offset;     /* where that slot lies in an instance */
@@ -206,7 +232,119 @@ plain_keywords(Method *self, PyObject *kwnames)
     return 1;
 }
 
-static PyObject *nbytes_name;
+static PyObject *nbytes_name, *status_name, *get_count_name;
+
+/* The receiving kinds: the receive buffer args[first] (Recv: 1, Sendrecv: 4) received as
+ * bytes, its source and tag after it (`defaults` where a positional call leaves them out),
+ * then the status (made when the call passes none); frame(comm, buf, status) for an odd
+ * byte count, else the receive counted (at `recv_index`). Returns 1 with *result set when
+ * it handled the call, 0 when the call's arguments are not the plain ones (the Python
+ * method takes it), -1 on an error. */
+static int
+receive(Method *self, State *state, Py_ssize_t first, PyObject *const *args, Py_ssize_t nargs,
+        PyObject *kwnames, PyObject **result)
+{
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    Py_ssize_t status_pos = first + 3;
+    if (nargs <= first || nargs > status_pos + 1 || nargs + nkw > status_pos + 3
+            || Py_TYPE(args[first]) != self->array)
+        return 0;
+    /* where the status is: positional, a keyword, or nowhere */
+    Py_ssize_t at = nargs > status_pos ? status_pos : -1;
+    for (Py_ssize_t i = 0; i < nkw && at < 0; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        if (name == status_name || PyUnicode_Compare(name, status_name) == 0)
+            at = nargs + i;
+    }
+    PyObject *given = at >= 0 ? args[at] : NULL;
+    PyObject *status;
+    int own = given == NULL || given == Py_None;  /* a status of ours, kept for the next call */
+    if (!own) {
+        status = Py_NewRef(given);
+    } else if (state->spare != NULL) {  /* taken: a call on another thread makes its own */
+        status = state->spare;
+        state->spare = NULL;
+    } else if ((status = PyObject_CallNoArgs(self->status_type)) == NULL) {
+        return -1;
+    }
+    PyObject *buf = args[first];
+    PyObject *nb = PyObject_GetAttr(buf, nbytes_name);
+    PyObject *spec = nb == NULL ? NULL : PyTuple_Pack(2, buf, self->byte);
+    /* the arguments again: the buffer as bytes, the status in its place (or a keyword) */
+    PyObject *stack[16];
+    Py_ssize_t total = nargs + nkw, positional = nargs;
+    PyObject *names = NULL;
+    if (spec == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < total; i++)
+        stack[i] = args[i];
+    stack[first] = spec;
+    if (at >= 0) {
+        stack[at] = status;
+        names = Py_XNewRef(kwnames);
+    } else if (kwnames == NULL) {  /* all positional: the defaults, then the status */
+        for (Py_ssize_t i = nargs; i < status_pos; i++)
+            stack[i] = PyTuple_GET_ITEM(self->defaults, i - first - 1);
+        stack[status_pos] = status;
+        positional = status_pos + 1;
+    } else {
+        stack[total] = status;
+        names = PyTuple_New(nkw + 1);
+        if (names == NULL)
+            goto fail;
+        for (Py_ssize_t i = 0; i < nkw; i++)
+            PyTuple_SET_ITEM(names, i, Py_NewRef(PyTuple_GET_ITEM(kwnames, i)));
+        PyTuple_SET_ITEM(names, nkw, Py_NewRef(status_name));
+    }
+    PyObject *done = PyObject_Vectorcall(self->plain, stack, (size_t)positional, names);
+    Py_XDECREF(names);
+    if (done == NULL)
+        goto fail;
+    Py_DECREF(done);
+    PyObject *got = PyObject_CallMethodNoArgs(status, get_count_name);
+    if (got == NULL)
+        goto fail;
+    long long received = PyLong_AsLongLong(got);
+    Py_DECREF(got);
+    if (received == -1 && PyErr_Occurred())
+        goto fail;
+    if (received % 2 == 1) {  /* a frame: decoded (and counted) by the Python side */
+        *result = PyObject_CallFunctionObjArgs(self->frame, args[0], buf, status, NULL);
+    } else {
+        Py_ssize_t n = PyLong_AsSsize_t(nb);
+        if ((n == -1 && PyErr_Occurred())
+                || count(&state->counts[self->recv_index], n, nb) < 0)
+            goto fail;
+        *result = Py_NewRef(Py_None);
+    }
+    Py_DECREF(spec);
+    Py_DECREF(nb);
+    if (own && state->spare == NULL)
+        state->spare = status;
+    else
+        Py_DECREF(status);
+    return *result == NULL ? -1 : 1;
+fail:
+    Py_XDECREF(spec);
+    Py_XDECREF(nb);
+    Py_DECREF(status);
+    return -1;
+}
+
+/* the size test of a call by its first buffer: 1 (counted at `index`) when it has fewer
+ * bytes than `limit`, 0 when not, -1 on an error */
+static int
+below(State *state, int index, PyObject *buf, double limit)
+{
+    PyObject *nb = PyObject_GetAttr(buf, nbytes_name);
+    if (nb == NULL)
+        return -1;
+    Py_ssize_t n = PyLong_AsSsize_t(nb);
+    int rc = (n == -1 && PyErr_Occurred()) ? -1
+             : (double)n < limit ? (count(&state->counts[index], n, nb) < 0 ? -1 : 1) : 0;
+    Py_DECREF(nb);
+    return rc;
+}
 
 static PyObject *
 method_vectorcall(PyObject *self_obj, PyObject *const *args, size_t nargsf, PyObject *kwnames)
@@ -215,25 +353,28 @@ method_vectorcall(PyObject *self_obj, PyObject *const *args, size_t nargsf, PyOb
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (nargs >= 2 && Py_TYPE(args[1]) == self->array && PyObject_TypeCheck(args[0], self->owner)
             && plain_keywords(self, kwnames)) {
-        PyObject *state = *(PyObject **)((char *)args[0] + self->offset);
-        if (state != NULL && Py_TYPE(state) == &StateType && ((State *)state)->limit > 0) {
-            PyObject *nb = PyObject_GetAttr(args[1], nbytes_name);
-            if (nb == NULL)
-                return NULL;
-            Py_ssize_t n = PyLong_AsSsize_t(nb);
-            if (n == -1 && PyErr_Occurred()) {
-                Py_DECREF(nb);
-                return NULL;
-            }
-            if ((double)n < ((State *)state)->limit) {
-                int rc = count(&((State *)state)->counts[self->index], n, nb);
-                Py_DECREF(nb);
-                if (rc < 0)
-                    return NULL;
-                return PyObject_Vectorcall(self->plain, args, (size_t)nargs, kwnames);
-            }
-            Py_DECREF(nb);
+        PyObject *state_obj = *(PyObject **)((char *)args[0] + self->offset);
+        if (state_obj == NULL || Py_TYPE(state_obj) != &StateType)
+            return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+        State *state = (State *)state_obj;
+        double limit = self->kind == COLLECTIVE ? state->limit : state->p2p_limit;
+        PyObject *result = NULL;
+        int rc = 0;
+        if (limit <= 0) {
+            rc = 0;
+        } else if (self->kind == RECEIVE) {
+            rc = receive(self, state, 1, args, nargs, kwnames, &result);
+        } else if (self->kind == SENDRECV) {
+            /* the receive buffer must be positional and an array too, before anything is counted */
+            if (nargs > 4 && Py_TYPE(args[4]) == self->array
+                    && (rc = below(state, self->index, args[1], limit)) == 1)
+                rc = receive(self, state, 4, args, nargs, kwnames, &result);
+        } else if ((rc = below(state, self->index, args[1], limit)) == 1) {
+            result = PyObject_Vectorcall(self->plain, args, (size_t)nargs, kwnames);
+            rc = result == NULL ? -1 : 1;
         }
+        if (rc != 0)
+            return rc < 0 ? NULL : result;
     }
     return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
 }
@@ -241,13 +382,34 @@ method_vectorcall(PyObject *self_obj, PyObject *const *args, size_t nargsf, PyOb
 static PyObject *
 method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *names[] = {"plain", "slow", "array", "slot", "index", "keywords", NULL};
+    static char *names[] = {"plain", "slow", "array", "slot", "index", "keywords", "kind",
+                            "frame", "status_type", "byte", "defaults", "recv_index", NULL};
     PyObject *plain, *slow, *array, *slot, *keywords;
-    int index;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!iO!:PlainMethod", names, &plain, &slow,
-                                     &PyType_Type, &array, &PyMemberDescr_Type, &slot, &index,
-                                     &PyTuple_Type, &keywords))
+    PyObject *frame = Py_None, *status_type = Py_None, *byte = Py_None, *defaults = Py_None;
+    int index, kind = COLLECTIVE, recv_index = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!iO!|$iOOOOi:PlainMethod", names, &plain,
+                                     &slow, &PyType_Type, &array, &PyMemberDescr_Type, &slot,
+                                     &index, &PyTuple_Type, &keywords, &kind, &frame,
+                                     &status_type, &byte, &defaults, &recv_index))
         return NULL;
+    if (kind < COLLECTIVE || kind > SENDRECV) {
+        PyErr_Format(PyExc_ValueError, "PlainMethod: kind 0, 1, 2 or 3, got %d", kind);
+        return NULL;
+    }
+    if (recv_index < 0)
+        recv_index = index;
+    if (recv_index >= METHODS) {
+        PyErr_Format(PyExc_ValueError, "PlainMethod: recv_index from 0 to %d, got %d",
+                     METHODS - 1, recv_index);
+        return NULL;
+    }
+    if ((kind == RECEIVE || kind == SENDRECV) && (!PyCallable_Check(frame) || !PyCallable_Check(status_type)
+                            || byte == Py_None || !PyTuple_Check(defaults)
+                            || PyTuple_GET_SIZE(defaults) != 2)) {
+        PyErr_SetString(PyExc_TypeError, "PlainMethod: a receive needs frame, status_type, "
+                        "byte and defaults (source, tag)");
+        return NULL;
+    }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keywords); i++) {
         if (!PyUnicode_Check(PyTuple_GET_ITEM(keywords, i))) {
             PyErr_SetString(PyExc_TypeError, "PlainMethod: keywords must be a tuple of str");
@@ -283,6 +445,12 @@ method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->owner = PyDescr_TYPE(member);
     self->offset = member->d_member->offset;
     self->index = index;
+    self->kind = kind;
+    self->recv_index = recv_index;
+    self->frame = Py_NewRef(frame);
+    self->status_type = Py_NewRef(status_type);
+    self->byte = Py_NewRef(byte);
+    self->defaults = Py_NewRef(defaults);
     self->vectorcall = method_vectorcall;
     return (PyObject *)self;
 }
@@ -295,6 +463,10 @@ method_traverse(Method *self, visitproc visit, void *arg)
     Py_VISIT((PyObject *)self->array);
     Py_VISIT((PyObject *)self->owner);
     Py_VISIT(self->keywords);
+    Py_VISIT(self->frame);
+    Py_VISIT(self->status_type);
+    Py_VISIT(self->byte);
+    Py_VISIT(self->defaults);
     return 0;
 }
 
@@ -306,6 +478,10 @@ method_clear(Method *self)
     Py_CLEAR(self->array);
     Py_CLEAR(self->owner);
     Py_CLEAR(self->keywords);
+    Py_CLEAR(self->frame);
+    Py_CLEAR(self->status_type);
+    Py_CLEAR(self->byte);
+    Py_CLEAR(self->defaults);
     return 0;
 }
 
@@ -348,6 +524,8 @@ static PyMemberDef method_members[] = {
     {"slow", T_OBJECT, offsetof(Method, slow), READONLY, "The Python method it stands in for."},
     {"plain", T_OBJECT, offsetof(Method, plain), READONLY, "mpi4py's method."},
     {"index", T_INT, offsetof(Method, index), READONLY, "This method's counts in a state."},
+    {"kind", T_INT, offsetof(Method, kind), READONLY,
+     "0 collective, 1 send, 2 receive, 3 send and receive."},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -357,7 +535,9 @@ static PyTypeObject MethodType = {
     .tp_basicsize = sizeof(Method),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
                 | Py_TPFLAGS_METHOD_DESCRIPTOR,
-    .tp_doc = "PlainMethod(plain, slow, array, slot, index, keywords): see the module's source.",
+    .tp_doc = "PlainMethod(plain, slow, array, slot, index, keywords, *, kind=0, frame=None, "
+              "status_type=None, byte=None, defaults=None, recv_index=-1): see the module's "
+              "source.",
     .tp_new = method_new,
     .tp_dealloc = (destructor)method_dealloc,
     .tp_traverse = (traverseproc)method_traverse,
@@ -380,7 +560,10 @@ PyMODINIT_FUNC
 PyInit__shortcut(void)
 {
     nbytes_name = PyUnicode_InternFromString("nbytes");
-    if (nbytes_name == NULL || PyType_Ready(&StateType) < 0 || PyType_Ready(&MethodType) < 0)
+    status_name = PyUnicode_InternFromString("status");
+    get_count_name = PyUnicode_InternFromString("Get_count");
+    if (nbytes_name == NULL || status_name == NULL || get_count_name == NULL
+            || PyType_Ready(&StateType) < 0 || PyType_Ready(&MethodType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)

@@ -55,6 +55,8 @@ _CAST_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
 
 #: why the codec ``auto`` leaves host buffers of a one-node communicator to plain MPI
 ONE_NODE = "codec auto: one node (plain MPI through shared memory is faster)"
+#: the plain-MPI reason of point-to-point calls under the codec auto
+P2P_AUTO = "codec auto: point to point stays plain (name a codec to compress it)"
 
 
 #: looked up once, for the fast plain path of Allreduce
@@ -224,20 +226,31 @@ class Comm(MPI.Intracomm):
                 self._size1 = self.Get_size() == 1
                 self._stats.threshold = pol.threshold
                 self._set_plain_below((math.inf, "codec none") if not pol.enabled
-                                      else (pol.threshold, "below threshold"))
+                                      else (pol.threshold, "below threshold"),
+                                      p2p=((math.inf, "codec none") if not pol.enabled
+                                           else (math.inf, P2P_AUTO) if pol.auto
+                                           else (pol.threshold, "below threshold")))
         return self._default
 
     #: calls without settings on NumPy arrays of fewer bytes take the fast plain path
     #: (class defaults: a Comm that mpi4py made without __new__ has none)
     _fast_below: float = 0.0
     _fast_reason: str = ""
+    #: the same for point-to-point sends (and whether receives take their fast path)
+    _p2p_below: float = 0.0
+    _p2p_reason: str = ""
 
-    def _set_plain_below(self, limit: tuple[float, str]) -> None:
-        """Set the fast path's size limit and reason (see :meth:`_fast_plain`)."""
+    def _set_plain_below(self, limit: tuple[float, str],
+                         p2p: tuple[float, str] | None = None) -> None:
+        """Set the fast path's size limit and reason (see :meth:`_fast_plain`), and those of
+        point-to-point sends (``p2p``; None: as they were)."""
         self._model.plain_below = limit
         self._fast_below = 0.0 if self._size1 else limit[0]
         self._fast_reason = limit[1]
-        self._stats.attach_shortcuts(shortcut.update(self, self._fast_below), limit[1])
+        if p2p is not None:
+            self._p2p_below, self._p2p_reason = p2p
+        self._stats.attach_shortcuts(
+            shortcut.update(self, self._fast_below, self._p2p_below), limit[1], self._p2p_reason)
 
     def _fast_plain(self, name: str, nbytes: int) -> bool:
         """True (and counted) when a call without settings goes to plain MPI by its size alone.
@@ -440,10 +453,10 @@ class Comm(MPI.Intracomm):
             name = _op_name(op)
             if name != "SUM" and not (name in ("MAX", "MIN") and pol.codec.codec_id == "cast"):
                 return f"op {name} cannot be computed on {pol.codec.codec_id} streams"
+        if pol.auto and not collective:
+            return P2P_AUTO
         if nbytes < pol.threshold:
             return f"below threshold ({nbytes} B < {pol.threshold} B)"
-        if pol.auto and not collective:
-            return "codec auto: point to point stays plain (name a codec to compress it)"
         if method is not None and (pol.auto or (method == "Allreduce"
                                                 and pol.algorithm == "auto")):
             return self._consult(method, pol, nbytes, dt, bufs[0].on_device, rec)
@@ -555,6 +568,8 @@ class Comm(MPI.Intracomm):
 
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0,  # noqa: N802
                **settings: Any) -> None:
+        if not settings and _fast_size(self, "Reduce", sendbuf, recvbuf):
+            return MPI.Intracomm.Reduce(self, sendbuf, recvbuf, op, root)
         pol = self.resolved_policy(**settings)
         is_root = self.Get_rank() == root
         rbuf = parse(recvbuf, "recvbuf") if is_root else None
@@ -772,6 +787,8 @@ class Comm(MPI.Intracomm):
                          f"Bcast n={b.count} root={root}", body)
 
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0, **settings: Any) -> None:  # noqa: N802
+        if not settings and _fast_size(self, "Gather", sendbuf, recvbuf, per_rank=True):
+            return MPI.Intracomm.Gather(self, sendbuf, recvbuf, root)
         pol = self.resolved_policy(**settings)
         p, r = self.Get_size(), self.Get_rank()
         rbuf = parse(recvbuf, "recvbuf", blocks=p) if r == root else None
@@ -816,14 +833,20 @@ class Comm(MPI.Intracomm):
                          lambda ctx: collectives.scatter(ctx, x, out, rbuf.count, root))
 
     def Iallgather(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> MPI.Request:  # noqa: N802
+        if not settings and _fast_size(self, "Iallgather", sendbuf, recvbuf, per_rank=True):
+            return MPI.Intracomm.Iallgather(self, sendbuf, recvbuf)
         return self._nonblocking("Iallgather", self.Allgather, MPI.Intracomm.Iallgather,
                                  (sendbuf, recvbuf), settings, parse(recvbuf, "recvbuf"))
 
     def Ialltoall(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> MPI.Request:  # noqa: N802
+        if not settings and _fast_size(self, "Ialltoall", sendbuf, recvbuf):
+            return MPI.Intracomm.Ialltoall(self, sendbuf, recvbuf)
         return self._nonblocking("Ialltoall", self.Alltoall, MPI.Intracomm.Ialltoall,
                                  (sendbuf, recvbuf), settings, parse(recvbuf, "recvbuf"))
 
     def Ibcast(self, buf: Any, root: int = 0, **settings: Any) -> MPI.Request:  # noqa: N802
+        if not settings and _fast_size(self, "Ibcast", buf, buf):
+            return MPI.Intracomm.Ibcast(self, buf, root)
         return self._nonblocking("Ibcast", self.Bcast, MPI.Intracomm.Ibcast, (buf, root),
                                  settings, parse(buf, "buf"))
 
@@ -900,12 +923,24 @@ class Comm(MPI.Intracomm):
             rec.where(where)
         return result
 
+    def _fast_send(self, name: str, buf: Any, settings: dict[str, Any]) -> bool:
+        """True (and counted) when a point-to-point call goes to plain MPI by its size alone
+        (the Python side of the compiled shortcut, :mod:`mpicomp.shortcut`)."""
+        if not settings and type(buf) is _NDARRAY and buf.nbytes < self._p2p_below:
+            self._stats.fast_plain(name, buf.nbytes, self._p2p_reason)
+            return True
+        return False
+
     def Send(self, buf: Any, dest: int, tag: int = 0, **settings: Any) -> None:  # noqa: N802
+        if self._fast_send("Send", buf, settings):
+            return MPI.Intracomm.Send(self, buf, dest, tag)
         msg, rec = self._frame_for("Send", buf, settings)
         self._send_on(MPI.Intracomm.Send, rec, (msg, dest, tag))
         rec.commit()
 
     def Isend(self, buf: Any, dest: int, tag: int = 0, **settings: Any) -> MPI.Request:  # noqa: N802
+        if self._fast_send("Isend", buf, settings):
+            return MPI.Intracomm.Isend(self, buf, dest, tag)
         msg, rec = self._frame_for("Isend", buf, settings)
         req = self._send_on(MPI.Intracomm.Isend, rec, (msg, dest, tag))
         rec.commit()
@@ -920,13 +955,19 @@ class Comm(MPI.Intracomm):
             return self._plain(rec, b.reason, MPI.Intracomm.Recv, buf, source, tag, status,
                                bufs=(b,),
                                sent=0)
-        # A float buffer is always received through a matched probe, whatever this
-        # side's policy: the message length says whether the sender framed it.
+        # A float buffer may receive a frame, whatever this side's policy: the message
+        # length says whether the sender framed it.
         st = status if status is not None else MPI.Status()
+        memory = self._p2p_memory(b.on_device)
+        if not b.on_device:
+            # host memory: received as bytes straight into the buffer (a frame is never
+            # longer than the plain message), a frame then decoded from a copy
+            with rec.mpi():
+                MPI.Intracomm.Recv(self, [b.data().view(np.uint8), MPI.BYTE], source, tag, st)
+            return self._take_received(b, rec, st, memory)
         with rec.mpi():
             msg = MPI.Intracomm.Mprobe(self, source, tag, st)
         nbytes = st.Get_count(MPI.BYTE)
-        memory = self._p2p_memory(b.on_device)
 
         def receive(_comm: Any, into: Any, st_: MPI.Status) -> None:
             msg.Recv(into, st_)
@@ -943,8 +984,29 @@ class Comm(MPI.Intracomm):
             _unframe(frame, b, rec, st, memory)
         rec.commit()
 
+    def _received_frame(self, buf: Any, status: MPI.Status) -> None:
+        """Decode the frame that the compiled ``Recv`` shortcut received as bytes into
+        ``buf`` (a NumPy array; a message of odd length)."""
+        b = parse(buf, "buf")
+        rec = self._call("Recv", b.nbytes)
+        self._take_received(b, rec, status, self._p2p_memory(False))
+
+    def _take_received(self, b: Buf, rec: Recorder, status: MPI.Status,
+                       memory: HostMemory | DeviceMemory) -> None:
+        """A message received as bytes into host buffer ``b``: decode it there if it is a
+        frame (odd length), else count it as plain data."""
+        nbytes = status.Get_count(MPI.BYTE)
+        if b.compressible and p2p.is_frame_length(nbytes):
+            _unframe(b.data().view(np.uint8)[:nbytes].copy(), b, rec, status, memory)
+        else:
+            rec.plain(shortcut.RECEIVED_PLAIN)
+            rec.where("host")
+        rec.commit()
+
     def Irecv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG,  # noqa: N802
               **settings: Any) -> MPI.Request:
+        if self._fast_send("Irecv", buf, settings):
+            return MPI.Intracomm.Irecv(self, buf, source, tag)
         pol = self.resolved_policy(**settings)
         b = parse(buf, "buf")
         rec = self._call("Irecv", b.nbytes)
@@ -952,7 +1014,7 @@ class Comm(MPI.Intracomm):
             why = "codec none" if not pol.enabled else (
                 b.reason or (f"below threshold ({b.nbytes} B < {pol.threshold} B)"
                              if b.nbytes < pol.threshold else
-                             "codec auto: point to point stays plain (name a codec to compress it)"))
+                             P2P_AUTO))
             return self._plain(rec, why, MPI.Intracomm.Irecv, buf, source, tag, sent=0,
                                bufs=(b,))
         # The receive is posted now (MPI keeps its matching order); a frame is
@@ -988,6 +1050,14 @@ class Comm(MPI.Intracomm):
     def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,  # noqa: N802
                  source: int = MPI.ANY_SOURCE, recvtag: int = MPI.ANY_TAG,
                  status: MPI.Status | None = None, **settings: Any) -> None:
+        if type(recvbuf) is _NDARRAY and self._fast_send("Sendrecv", sendbuf, settings):
+            # as the Recv shortcut: received as bytes, a frame (odd length) decoded in place
+            st = status if status is not None else MPI.Status()
+            MPI.Intracomm.Sendrecv(self, sendbuf, dest, sendtag, (recvbuf, MPI.BYTE), source,
+                                   recvtag, st)
+            if p2p.is_frame_length(st.Get_count(MPI.BYTE)):
+                return self._received_frame(recvbuf, st)
+            return self._stats.fast_plain("Recv", recvbuf.nbytes, shortcut.RECEIVED_PLAIN)
         msg, rec = self._frame_for("Sendrecv", sendbuf, settings)
         req = self._send_on(MPI.Intracomm.Isend, rec, (msg, dest, sendtag))
         rec.commit()
@@ -1067,7 +1137,8 @@ class _WorkerView(Comm):
     def _fast_plain(self, name: str, nbytes: int) -> bool:
         return False  # plain calls of the worker run on its private communicator
 
-    def _set_plain_below(self, limit: tuple[float, str]) -> None:
+    def _set_plain_below(self, limit: tuple[float, str],
+                         p2p: tuple[float, str] | None = None) -> None:
         self._model.plain_below = limit  # shared with the owner; no fast path here
 
     def _plain(self, rec: Recorder, reason: str, fn: Callable[..., Any], *args: Any,

@@ -2,7 +2,8 @@
 
 Once a communicator's default policy knows that calls below some size go to
 plain MPI (below the threshold; with the codec ``auto`` on one node, every
-call on host memory), a call there should cost what mpi4py's method costs.
+collective on host memory; with ``auto`` or ``none``, every point-to-point
+message), a call there should cost what mpi4py's method costs.
 The Python method of a subclass cannot: its call, its tests and its stats
 count added 0.6 to 0.8 us to a 3 us Allreduce of 4 bytes. So
 :func:`install` makes each of :data:`METHODS` on the class a compiled
@@ -14,6 +15,10 @@ mpi4py's own methods, and :func:`update` gives a communicator a
 fewer bytes than the limit is counted by size and handed to mpi4py's method; every other call, and every call on
 a communicator without a state, runs the Python method, which decides as
 before. A subclass that overrides one of these methods keeps its override.
+``Recv`` cannot know whether its sender compressed: it receives the message
+as bytes straight into the buffer and hands a message of odd length (a
+compressed frame, :mod:`mpicomp.p2p`) to ``Comm._received_frame``, which
+decodes it in place.
 ``comm.stats()`` folds the counts in (:meth:`mpicomp.stats.Stats.attach_shortcuts`).
 
 Without a C compiler at install time the extension is missing, ``COMPILED``
@@ -32,18 +37,34 @@ try:
 except ImportError:  # built without a C compiler (setup.py marks the extension optional)
     PlainMethod = ShortcutState = None
 
-__all__ = ["COMPILED", "METHODS", "PlainMethod", "ShortcutState", "install", "update"]
+__all__ = ["COLLECTIVES", "COMPILED", "METHODS", "RECEIVES", "SENDS", "PlainMethod",
+           "ShortcutState", "install", "update"]
 
 #: whether the compiled shortcut is there
 COMPILED = PlainMethod is not None
 
-#: the methods whose first buffer (a bare NumPy array) gives the call's size, as in the
-#: Python methods' own fast path (comm._fast_size); a method's index is its place here
-METHODS = ("Allreduce", "Iallreduce", "Reduce_scatter_block", "Allgather", "Alltoall", "Bcast")
+#: the collectives whose first buffer (a bare NumPy array) gives the call's size, as in
+#: the Python methods' own fast path (comm._fast_size): plain below the state's ``limit``
+COLLECTIVES = ("Allreduce", "Iallreduce", "Reduce_scatter_block", "Allgather", "Alltoall",
+               "Bcast", "Reduce", "Gather", "Ibcast", "Iallgather", "Ialltoall")
+#: point to point: plain below the state's ``p2p_limit`` (the default policy never
+#: compresses them under the codec ``auto`` or ``none``)
+SENDS = ("Send", "Isend", "Irecv")
+#: received as bytes straight into the buffer once the state has a ``p2p_limit``; a
+#: message of odd length (a compressed frame) goes to the class's ``_received_frame``
+#: (Sendrecv: its send below ``p2p_limit``, its receive counted as a Recv)
+RECEIVES = ("Recv", "Sendrecv")
+#: every method of the shortcut; a method's index (its counts in a state) is its place here
+METHODS = COLLECTIVES + SENDS + RECEIVES
+#: the reason the stats give for the plain calls of RECEIVES
+RECEIVED_PLAIN = "sender sent plain data"
 
 #: the keyword arguments of mpi4py's methods that a shortcut call may pass on
 KEYWORDS = {"Allreduce": ("op",), "Iallreduce": ("op",), "Reduce_scatter_block": ("op",),
-            "Bcast": ("root",)}
+            "Bcast": ("root",), "Reduce": ("op", "root"), "Gather": ("root",),
+            "Ibcast": ("root",), "Send": ("dest", "tag"), "Isend": ("dest", "tag"),
+            "Irecv": ("source", "tag"), "Recv": ("source", "tag", "status"),
+            "Sendrecv": ("status",)}
 
 
 def install(cls: type) -> None:
@@ -52,20 +73,28 @@ def install(cls: type) -> None:
         return
     for index, name in enumerate(METHODS):
         python = cls.__dict__[name]
+        extra: dict[str, Any] = {"kind": 1} if name in SENDS else {}
+        if name in RECEIVES:
+            extra = {"kind": 2 if name == "Recv" else 3, "frame": cls._received_frame,
+                     "status_type": MPI.Status, "byte": MPI.BYTE,
+                     "defaults": (MPI.ANY_SOURCE, MPI.ANY_TAG),
+                     "recv_index": METHODS.index("Recv")}
         setattr(cls, name, PlainMethod(getattr(MPI.Intracomm, name), python, np.ndarray,
-                                       cls.__dict__["_shortcut"], index, KEYWORDS.get(name, ())))
+                                       cls.__dict__["_shortcut"], index, KEYWORDS.get(name, ()),
+                                       **extra))
 
 
-def update(comm: Any, limit: float) -> Any:
-    """Set ``comm``'s shortcut limit (0: none), giving it a state on first use; returns
+def update(comm: Any, limit: float, p2p_limit: float) -> Any:
+    """Set ``comm``'s shortcut limits (0: none), giving it a state on first use; returns
     the state (None without the extension)."""
     if not COMPILED:
         return None
     try:
         state = comm._shortcut
     except AttributeError:
-        if limit <= 0:
+        if limit <= 0 and p2p_limit <= 0:
             return None
         state = comm._shortcut = ShortcutState()
     state.limit = max(limit, 0.0)
+    state.p2p_limit = max(p2p_limit, 0.0)
     return state

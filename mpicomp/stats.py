@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from .shortcut import METHODS as SHORTCUT_METHODS
+from . import shortcut
 
 __all__ = ["OpStats", "Recorder", "Stats", "debug_enabled"]
 
@@ -66,9 +66,11 @@ class Stats:
     def __init__(self) -> None:
         self._ops: dict[str, OpStats] = {}
         self._fast: dict[tuple[str, int, str], int] = {}
-        #: the compiled plain-MPI shortcut's state, and the reason its calls went plain
+        #: the compiled plain-MPI shortcut's state, and the reasons its collectives and its
+        #: sends went plain
         self._shortcut: Any = None
         self._shortcut_reason = ""
+        self._shortcut_p2p_reason = ""
         self._lock = threading.Lock()
         #: the default policy's threshold (names the fast path's "below threshold" reason)
         self.threshold = 0
@@ -87,16 +89,18 @@ class Stats:
             self._fold_fast()  # drains the shortcut's counts too
             self._ops.clear()
 
-    def attach_shortcuts(self, state: Any, reason: str) -> None:
-        """Count the calls of this shortcut state (:mod:`mpicomp.shortcut`) as plain, for
-        ``reason`` (None: there is no compiled shortcut).
+    def attach_shortcuts(self, state: Any, reason: str, p2p_reason: str) -> None:
+        """Count the calls of this shortcut state (:mod:`mpicomp.shortcut`; None: there is
+        no compiled shortcut) as plain: collectives for ``reason``, sends for
+        ``p2p_reason``, receives as "sender sent plain data".
 
-        The calls it took so far are folded in first, under the reason they
+        The calls it took so far are folded in first, under the reasons they
         were taken for.
         """
         with self._lock:
             self._fold_fast()
             self._shortcut, self._shortcut_reason = state, reason
+            self._shortcut_p2p_reason = p2p_reason
 
     def fast_plain(self, name: str, nbytes: int, reason: str) -> None:
         """Count a call that went to plain MPI on the fast path (host memory, no codec).
@@ -111,9 +115,12 @@ class Stats:
     def _fold_fast(self) -> None:
         """Move the fast-path counts into the table (caller holds the lock)."""
         if self._shortcut is not None:
-            for index, name in enumerate(SHORTCUT_METHODS):
+            for index, name in enumerate(shortcut.METHODS):
+                reason = (shortcut.RECEIVED_PLAIN if name == "Recv"
+                          else self._shortcut_reason if name in shortcut.COLLECTIVES
+                          else self._shortcut_p2p_reason)
                 for nbytes, calls in self._shortcut.take(index).items():
-                    key = (name, nbytes, self._shortcut_reason)
+                    key = (name, nbytes, reason)
                     self._fast[key] = self._fast.get(key, 0) + calls
         while self._fast:
             (name, nbytes, reason), calls = self._fast.popitem()

@@ -67,11 +67,22 @@ def test_allreduce_benchmark_quick():
 
 def test_overhead_benchmark_quick():
     lines = _run_bench("overhead")
-    rows = _rows(lines, "size ")
-    assert [r[0] + " " + r[1] for r in rows] == ["4 B", "64 KiB"], lines
+    rows = _rows(lines, "method ")
+    assert [" ".join(r[:3]) for r in rows] == ["Allreduce 4 B", "Allreduce 64 KiB"], lines
     assert all(float(r[-1]) > 0 for r in rows), rows
     assert any(line.startswith("# target: at most 1.05x plain") for line in lines), lines
     assert any("codec auto: one node" in line for line in lines), lines
+
+
+def test_overhead_benchmark_of_every_method_quick():
+    from bench.overhead import CALLS
+
+    lines = _run_bench("overhead", "--methods", "all")
+    rows = _rows(lines, "method ")
+    assert [r[0] for r in rows] == [m for m in CALLS for _ in range(2)], lines
+    assert all(float(r[-1]) > 0 for r in rows), rows
+    # the point-to-point calls of the default went plain, counted as such
+    assert any("'Recv': {'sender sent plain data'" in line for line in lines), lines
 
 
 def test_overlap_benchmark_quick():

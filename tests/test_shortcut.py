@@ -7,7 +7,7 @@ from mpi4py import MPI
 
 import mpicomp
 from mpicomp import shortcut
-from mpicomp.comm import ONE_NODE
+from mpicomp.comm import ONE_NODE, P2P_AUTO
 
 
 def test_the_shortcut_is_compiled():
@@ -152,3 +152,204 @@ def test_the_shortcut_itself_takes_the_calls_with_mpi4pys_keywords(comm):
     assert mc._shortcut.take(shortcut.METHODS.index("Allreduce")) == {x.nbytes: 3}
     assert mc._shortcut.take(shortcut.METHODS.index("Bcast")) == {x.nbytes: 2}
     assert mc.stats()["Allreduce"]["calls"] == 4  # the first call and the three not taken
+
+
+def _take(mc: mpicomp.Comm, name: str) -> dict[int, int]:
+    return mc._shortcut.take(shortcut.METHODS.index(name))
+
+
+@pytest.mark.mpi(min_size=2)
+def test_point_to_point_under_the_default_takes_the_shortcut(comm):
+    """Send, Isend, Irecv and Recv of the default policy (codec auto: point to point is
+    never compressed) go straight to mpi4py, counted; the data arrive exact."""
+    r = comm.Get_rank()
+    mc = mpicomp.Comm(comm)
+    x = np.arange(1000, dtype=np.float32) + r
+    y = np.empty_like(x)
+    mc.resolved_policy()  # what a first call does: settles the limits
+    assert mc._shortcut.p2p_limit == float("inf")
+    peer = 1 - r if r < 2 else None
+    if peer is not None:
+        st = MPI.Status()
+        if r == 0:
+            mc.Send(x, 1, 3)
+            mc.Recv(y, 1, 4, st)  # status positional
+            req = mc.Isend(x, dest=1, tag=5)
+            req.Wait()
+            mc.Recv(y, source=1, tag=6, status=st)  # keywords
+        else:
+            mc.Recv(y, 0, 3)  # no status: the shortcut's own
+            np.testing.assert_array_equal(y, x - 1)
+            mc.Send(x, dest=0, tag=4)
+            req = mc.Irecv(y, 0, 5)
+            req.Wait()
+            np.testing.assert_array_equal(y, x - 1)
+            mc.Send(x, 0, 6)
+        if r == 0:
+            np.testing.assert_array_equal(y, x + 1)
+            assert st.Get_count(MPI.FLOAT) == x.size and st.Get_source() == 1
+        # the state's own counts (taking them leaves them out of the stats)
+        assert _take(mc, "Send") == {x.nbytes: 1 if r == 0 else 2}
+        assert _take(mc, "Recv") == {x.nbytes: 2 if r == 0 else 1}
+        assert _take(mc, ("Isend" if r == 0 else "Irecv")) == {x.nbytes: 1}
+    # what the shortcut does not take goes to the Python method: settings, list specs
+    if peer is not None:
+        if r == 0:
+            mc.Send([x, MPI.FLOAT], 1, 7)
+            mc.Send(x, 1, 8, codec="none")
+        else:
+            mc.Recv([y, MPI.FLOAT], 0, 7)
+            mc.Recv(y, 0, 8, codec="none")
+        assert _take(mc, "Send") == {} and _take(mc, "Recv") == {}
+        st = mc.stats()
+        if r == 0:
+            assert st["Send"]["fallbacks"] == {P2P_AUTO: 1, "codec none": 1}
+        else:
+            assert st["Recv"]["fallbacks"] == {shortcut.RECEIVED_PLAIN: 2}
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_frame_reaches_a_default_receiver_through_the_shortcut(comm):
+    """A sender that names a codec sends a compressed frame; the receiver's shortcut
+    receives it as bytes into the buffer and decodes it there (any status form, a larger
+    buffer, ANY_SOURCE), and an odd-length plain message of bytes stays exact."""
+    r = comm.Get_rank()
+    mc = mpicomp.Comm(comm)  # collective: before the ranks beyond the pair leave
+    if r > 1:
+        return
+    mc.resolved_policy()
+    x = np.sin(np.arange(4096, dtype=np.float64) / 50)
+    odd = np.arange(13, dtype=np.uint8)
+    if r == 0:
+        for tag in range(4):
+            mc.Send(x, 1, tag, codec="bitplane", rate=24.25, threshold=0)
+        mc.Send(odd, 1, 9)
+        assert mc.stats()["Send"]["compressed"] == 4
+        return
+    st = MPI.Status()
+    y = np.zeros(x.size)
+    mc.Recv(y, 0, 0)
+    np.testing.assert_allclose(y, x, atol=1e-5)
+    y[:] = 0
+    mc.Recv(y, 0, 1, st)
+    np.testing.assert_allclose(y, x, atol=1e-5)
+    assert st.Get_count(MPI.DOUBLE) == x.size
+    big = np.full(2 * x.size, 7.0)
+    mc.Recv(big, source=MPI.ANY_SOURCE, tag=2, status=st)
+    np.testing.assert_allclose(big[: x.size], x, atol=1e-5)
+    assert st.Get_count(MPI.DOUBLE) == x.size and st.Get_source() == 0
+    np.testing.assert_array_equal(big[x.size:], 7.0)  # nothing written past the message
+    with pytest.raises(ValueError, match="does not fit"):
+        mc.Recv(np.zeros(x.size // 2 + 200), 0, 3)  # the frame fits, its values do not
+    b = np.zeros(16, np.uint8)
+    mc.Recv(b, 0, 9, st)
+    np.testing.assert_array_equal(b[:13], odd)
+    assert st.Get_count(MPI.BYTE) == 13
+    s = mc.stats()["Recv"]
+    assert s["compressed"] == 3 and s["calls"] == 4  # the frame that did not fit: an error
+
+
+@pytest.mark.mpi(min_size=2)
+def test_sendrecv_under_the_default_is_plain_and_decodes_a_partners_frame(comm):
+    r = comm.Get_rank()
+    mc = mpicomp.Comm(comm)  # collective: before the ranks beyond the pair leave
+    if r > 1:
+        return
+    mc.resolved_policy()
+    def values(rank: int) -> np.ndarray:
+        return np.cos(np.arange(2048, dtype=np.float32) / 30) + rank
+
+    x, want = values(r), values(1 - r)
+    y = np.empty_like(x)
+    mc.Sendrecv(x, 1 - r, 1, y, 1 - r, 1)
+    np.testing.assert_array_equal(y, want)
+    # rank 1 names a codec: its message is a frame, which rank 0's fast path decodes
+    kw = {"codec": "bitplane", "rate": 16.25, "threshold": 0} if r == 1 else {}
+    mc.Sendrecv(x, 1 - r, 2, y, 1 - r, 2, **kw)
+    np.testing.assert_allclose(y, want, atol=1e-3)
+    st = mc.stats()
+    assert st["Sendrecv"]["calls"] == 2
+    assert st["Recv"]["compressed"] == (1 if r == 0 else 0)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_point_to_point_without_the_extension_takes_the_python_fast_path(comm, monkeypatch):
+    monkeypatch.setattr(shortcut, "COMPILED", False)
+    r = comm.Get_rank()
+    mc = mpicomp.Comm(comm)  # collective: before the ranks beyond the pair leave
+    if r > 1:
+        return
+    mc.resolved_policy()
+    assert mc._p2p_below == float("inf") and not hasattr(mc, "_shortcut")
+    x = np.arange(10, dtype=np.float32)
+    y = np.empty_like(x)
+    if r == 0:
+        mc.Send(x, 1, 0)
+        mc.Send(x, 1, 1, codec="bitplane", threshold=0)  # 40 B: a frame is longer: plain
+    else:
+        mc.Recv(y, 0, 0)
+        mc.Recv(y, 0, 1)
+        np.testing.assert_array_equal(y, x)
+    st = mc.stats()
+    if r == 0:
+        assert st["Send"]["fallbacks"] == {
+            P2P_AUTO: 1, "no gain (compressed frame not smaller than the data)": 1}
+    else:
+        assert st["Recv"]["fallbacks"] == {shortcut.RECEIVED_PLAIN: 2}
+
+
+@pytest.mark.mpi(min_size=2)
+def test_sendrecv_positional_takes_the_shortcut_and_counts_its_receive(comm):
+    r = comm.Get_rank()
+    mc = mpicomp.Comm(comm)
+    if r > 1:
+        return
+    mc.resolved_policy()
+    x = np.full(300, r, np.float64)
+    y = np.empty_like(x)
+    st = MPI.Status()
+    mc.Sendrecv(x, 1 - r, 0, y, 1 - r, 0)
+    mc.Sendrecv(x, 1 - r, 0, y, 1 - r, 0, st)
+    mc.Sendrecv(x, 1 - r, 0, recvbuf=y, status=st)  # recvbuf by keyword: the Python path
+    np.testing.assert_array_equal(y, 1 - r)
+    assert st.Get_count(MPI.DOUBLE) == x.size and st.Get_source() == 1 - r
+    assert _take(mc, "Sendrecv") == {x.nbytes: 2}
+    assert _take(mc, "Recv") == {x.nbytes: 2}
+    st = mc.stats()
+    assert st["Sendrecv"]["fallbacks"] == {P2P_AUTO: 1}
+    assert st["Recv"]["fallbacks"] == {shortcut.RECEIVED_PLAIN: 1}
+
+
+@pytest.mark.mpi(min_size=2)
+def test_reduce_gather_and_the_nonblocking_collectives_take_the_shortcut(comm):
+    p, r = comm.Get_size(), comm.Get_rank()
+    mc = mpicomp.Comm(comm)
+    mc.resolved_policy()  # the threshold limit (64 KiB): small calls are plain by size
+    x = np.arange(6, dtype=np.float32) + r
+    y = np.zeros_like(x)
+    mc.Reduce(x, y, op=MPI.SUM, root=0)
+    if r == 0:
+        np.testing.assert_array_equal(y, sum(np.arange(6) + q for q in range(p)))
+    g = np.zeros(p * x.size, np.float32)
+    mc.Gather(x, g if r == 0 else None, root=0)
+    if r == 0:
+        np.testing.assert_array_equal(g.reshape(p, -1), [np.arange(6) + q for q in range(p)])
+    b = x.copy()
+    mc.Ibcast(b, root=1).Wait()
+    np.testing.assert_array_equal(b, np.arange(6) + 1)
+    mc.Iallgather(x, g).Wait()
+    np.testing.assert_array_equal(g.reshape(p, -1), [np.arange(6) + q for q in range(p)])
+    a = np.arange(2 * p, dtype=np.float32) + 10 * r
+    t = np.empty_like(a)
+    mc.Ialltoall(a, t).Wait()
+    np.testing.assert_array_equal(t.reshape(p, 2), [[10 * q + 2 * r, 10 * q + 2 * r + 1]
+                                                    for q in range(p)])
+    for name, nbytes in (("Reduce", x.nbytes), ("Gather", x.nbytes), ("Ibcast", b.nbytes),
+                         ("Iallgather", x.nbytes), ("Ialltoall", a.nbytes)):
+        assert _take(mc, name) == {nbytes: 1}, name
+    # in place at the root: the Python method, by the same size rule
+    z = x.copy()
+    mc.Reduce(MPI.IN_PLACE if r == 0 else z, z if r == 0 else None, root=0)
+    if r == 0:
+        np.testing.assert_array_equal(z, sum(np.arange(6) + q for q in range(p)))
+        assert mc.stats()["Reduce"]["fallbacks"] == {"below threshold (24 B < 65536 B)": 1}
