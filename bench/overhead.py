@@ -85,7 +85,8 @@ def _iallreduce(comm: Any, x: np.ndarray, y: np.ndarray) -> None:
 
 
 #: what one call of each method is (x: this rank's data, y: a receive buffer as long, or
-#: ``size`` times as long for the methods of GATHERS)
+#: ``size`` times as long for the methods of GATHERS, where Scatter and Reduce_scatter
+#: send it)
 CALLS: dict[str, Callable[[Any, np.ndarray, np.ndarray], None]] = {
     "Allreduce": lambda c, x, y: c.Allreduce(x, y),
     "Iallreduce": _iallreduce,
@@ -94,6 +95,8 @@ CALLS: dict[str, Callable[[Any, np.ndarray, np.ndarray], None]] = {
     "Alltoall": lambda c, x, y: c.Alltoall(x, y),
     "Reduce": lambda c, x, y: c.Reduce(x, y, root=0),
     "Gather": lambda c, x, y: c.Gather(x, y, root=0),
+    "Scatter": lambda c, x, y: c.Scatter(y, x, root=0),
+    "Reduce_scatter": lambda c, x, y: c.Reduce_scatter(y, x),
     "Ibcast": lambda c, x, y: c.Ibcast(x, root=0).Wait(),
     "Iallgather": lambda c, x, y: c.Iallgather(x, y).Wait(),
     "Ialltoall": lambda c, x, y: c.Ialltoall(x, y).Wait(),
@@ -101,7 +104,7 @@ CALLS: dict[str, Callable[[Any, np.ndarray, np.ndarray], None]] = {
     "Isend/Irecv": _round_trip("Isend", "Irecv"),
     "Sendrecv": _sendrecv,
 }
-GATHERS = ("Allgather", "Gather", "Iallgather")
+GATHERS = ("Allgather", "Gather", "Iallgather", "Scatter", "Reduce_scatter")
 #: methods whose buffer is cut into one block per rank
 SPLITS = ("Alltoall", "Ialltoall")
 DEFAULT_METHODS = "Allreduce"

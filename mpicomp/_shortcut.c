@@ -17,7 +17,8 @@
  * call goes to `slow`, the Python method, which decides as before.
  *
  * Three kinds of method:
- *   - COLLECTIVE (Allreduce, Bcast ...): below the state's `limit`;
+ *   - COLLECTIVE (Allreduce, Bcast ...): below the state's `limit` (the bytes of the
+ *     first buffer; Scatter's: of its receive buffer, the argument `sized`);
  *   - SEND (Send, Isend, Irecv): below the state's `p2p_limit` (the default policy
  *     never compresses point to point under the codec auto or none);
  *   - RECEIVE (Recv): any size, once the state has a `p2p_limit`. A receive cannot
@@ -33,7 +34,7 @@
 #include <structmember.h>
 
 #define SLOTS 16    /* sizes counted in a table per method; more go to a dict */
-#define METHODS 16  /* methods a state counts for */
+#define METHODS 24  /* methods a state counts for */
 
 /* -- ShortcutState: one communicator's limit and counts --------------------------- */
 
@@ -204,6 +205,8 @@ typedef struct {
     PyObject *defaults;    /* receiving kinds: (source, tag) when the call leaves them out */
     int kind;              /* COLLECTIVE, SEND, RECEIVE or SENDRECV */
     int recv_index;        /* RECEIVE, SENDRECV: where the plain receives are counted */
+    int sized;             /* the argument whose bytes are the call's size (1: the first
+                              buffer; Scatter: 2, its receive buffer) */
     PyTypeObject *array;   /* numpy.ndarray, matched exactly */
     PyTypeObject *owner;   /* the class whose slot holds the state */
     Py_ssize_t offset;     /* where that slot lies in an instance */
@@ -351,8 +354,8 @@ method_vectorcall(PyObject *self_obj, PyObject *const *args, size_t nargsf, PyOb
 {
     Method *self = (Method *)self_obj;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs >= 2 && Py_TYPE(args[1]) == self->array && PyObject_TypeCheck(args[0], self->owner)
-            && plain_keywords(self, kwnames)) {
+    if (nargs > self->sized && Py_TYPE(args[self->sized]) == self->array
+            && PyObject_TypeCheck(args[0], self->owner) && plain_keywords(self, kwnames)) {
         PyObject *state_obj = *(PyObject **)((char *)args[0] + self->offset);
         if (state_obj == NULL || Py_TYPE(state_obj) != &StateType)
             return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
@@ -369,7 +372,7 @@ method_vectorcall(PyObject *self_obj, PyObject *const *args, size_t nargsf, PyOb
             if (nargs > 4 && Py_TYPE(args[4]) == self->array
                     && (rc = below(state, self->index, args[1], limit)) == 1)
                 rc = receive(self, state, 4, args, nargs, kwnames, &result);
-        } else if ((rc = below(state, self->index, args[1], limit)) == 1) {
+        } else if ((rc = below(state, self->index, args[self->sized], limit)) == 1) {
             result = PyObject_Vectorcall(self->plain, args, (size_t)nargs, kwnames);
             rc = result == NULL ? -1 : 1;
         }
@@ -383,15 +386,21 @@ static PyObject *
 method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"plain", "slow", "array", "slot", "index", "keywords", "kind",
-                            "frame", "status_type", "byte", "defaults", "recv_index", NULL};
+                            "frame", "status_type", "byte", "defaults", "recv_index", "sized",
+                            NULL};
     PyObject *plain, *slow, *array, *slot, *keywords;
     PyObject *frame = Py_None, *status_type = Py_None, *byte = Py_None, *defaults = Py_None;
-    int index, kind = COLLECTIVE, recv_index = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!iO!|$iOOOOi:PlainMethod", names, &plain,
+    int index, kind = COLLECTIVE, recv_index = -1, sized = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!iO!|$iOOOOii:PlainMethod", names, &plain,
                                      &slow, &PyType_Type, &array, &PyMemberDescr_Type, &slot,
                                      &index, &PyTuple_Type, &keywords, &kind, &frame,
-                                     &status_type, &byte, &defaults, &recv_index))
+                                     &status_type, &byte, &defaults, &recv_index, &sized))
         return NULL;
+    if (sized < 1 || (sized != 1 && kind != COLLECTIVE)) {
+        PyErr_Format(PyExc_ValueError, "PlainMethod: sized must be 1, or more for a "
+                     "collective, got %d", sized);
+        return NULL;
+    }
     if (kind < COLLECTIVE || kind > SENDRECV) {
         PyErr_Format(PyExc_ValueError, "PlainMethod: kind 0, 1, 2 or 3, got %d", kind);
         return NULL;
@@ -447,6 +456,7 @@ method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->index = index;
     self->kind = kind;
     self->recv_index = recv_index;
+    self->sized = sized;
     self->frame = Py_NewRef(frame);
     self->status_type = Py_NewRef(status_type);
     self->byte = Py_NewRef(byte);
@@ -536,8 +546,8 @@ static PyTypeObject MethodType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
                 | Py_TPFLAGS_METHOD_DESCRIPTOR,
     .tp_doc = "PlainMethod(plain, slow, array, slot, index, keywords, *, kind=0, frame=None, "
-              "status_type=None, byte=None, defaults=None, recv_index=-1): see the module's "
-              "source.",
+              "status_type=None, byte=None, defaults=None, recv_index=-1, sized=1): see the "
+              "module's source.",
     .tp_new = method_new,
     .tp_dealloc = (destructor)method_dealloc,
     .tp_traverse = (traverseproc)method_traverse,

@@ -622,6 +622,8 @@ class Comm(MPI.Intracomm):
     def Reduce_scatter(self, sendbuf: Any, recvbuf: Any,  # noqa: N802
                        recvcounts: Sequence[int] | None = None, op: MPI.Op = MPI.SUM,
                        **settings: Any) -> None:
+        if not settings and _fast_size(self, "Reduce_scatter", sendbuf, recvbuf):
+            return MPI.Intracomm.Reduce_scatter(self, sendbuf, recvbuf, recvcounts, op)
         p = self.Get_size()
         rbuf = parse(recvbuf, "recvbuf")
         sbuf = rbuf if is_in_place(sendbuf) else parse(sendbuf, "sendbuf")
@@ -811,6 +813,9 @@ class Comm(MPI.Intracomm):
                              ctx, x, rbuf.array if rbuf is not None else None, root))
 
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0, **settings: Any) -> None:  # noqa: N802
+        # the size is one rank's block: the receive buffer (the root's send buffer / p in place)
+        if not settings and _fast_size(self, "Scatter", recvbuf, sendbuf, per_rank=True):
+            return MPI.Intracomm.Scatter(self, sendbuf, recvbuf, root)
         pol = self.resolved_policy(**settings)
         p, r = self.Get_size(), self.Get_rank()
         in_place = is_in_place(recvbuf)
@@ -1069,7 +1074,8 @@ def _fast_size(comm: Comm, name: str, sendbuf: Any, recvbuf: Any, per_rank: bool
     """The fast plain path for bare NumPy buffers (see ``Comm._fast_plain``).
 
     ``per_rank``: the call's size is one rank's part of ``recvbuf`` when
-    ``sendbuf`` is ``MPI.IN_PLACE`` (Allgather).
+    ``sendbuf`` is ``MPI.IN_PLACE`` (Allgather, Gather; Scatter passes its
+    receive buffer as ``sendbuf`` and its send buffer as ``recvbuf``).
     """
     if sendbuf is MPI.IN_PLACE:
         if type(recvbuf) is not np.ndarray:

@@ -43,10 +43,12 @@ __all__ = ["COLLECTIVES", "COMPILED", "METHODS", "RECEIVES", "SENDS", "PlainMeth
 #: whether the compiled shortcut is there
 COMPILED = PlainMethod is not None
 
-#: the collectives whose first buffer (a bare NumPy array) gives the call's size, as in
-#: the Python methods' own fast path (comm._fast_size): plain below the state's ``limit``
+#: the collectives whose first buffer (a bare NumPy array; Scatter: its receive buffer)
+#: gives the call's size, as in the Python methods' own fast path (comm._fast_size):
+#: plain below the state's ``limit``
 COLLECTIVES = ("Allreduce", "Iallreduce", "Reduce_scatter_block", "Allgather", "Alltoall",
-               "Bcast", "Reduce", "Gather", "Ibcast", "Iallgather", "Ialltoall")
+               "Bcast", "Reduce", "Gather", "Ibcast", "Iallgather", "Ialltoall", "Scatter",
+               "Reduce_scatter")
 #: point to point: plain below the state's ``p2p_limit`` (the default policy never
 #: compresses them under the codec ``auto`` or ``none``)
 SENDS = ("Send", "Isend", "Irecv")
@@ -62,6 +64,7 @@ RECEIVED_PLAIN = "sender sent plain data"
 #: the keyword arguments of mpi4py's methods that a shortcut call may pass on
 KEYWORDS = {"Allreduce": ("op",), "Iallreduce": ("op",), "Reduce_scatter_block": ("op",),
             "Bcast": ("root",), "Reduce": ("op", "root"), "Gather": ("root",),
+            "Scatter": ("root",), "Reduce_scatter": ("recvcounts", "op"),
             "Ibcast": ("root",), "Send": ("dest", "tag"), "Isend": ("dest", "tag"),
             "Irecv": ("source", "tag"), "Recv": ("source", "tag", "status"),
             "Sendrecv": ("status",)}
@@ -74,6 +77,8 @@ def install(cls: type) -> None:
     for index, name in enumerate(METHODS):
         python = cls.__dict__[name]
         extra: dict[str, Any] = {"kind": 1} if name in SENDS else {}
+        if name == "Scatter":  # sized by its receive buffer (the send buffer is the root's)
+            extra = {"sized": 2}
         if name in RECEIVES:
             extra = {"kind": 2 if name == "Recv" else 3, "frame": cls._received_frame,
                      "status_type": MPI.Status, "byte": MPI.BYTE,

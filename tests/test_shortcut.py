@@ -353,3 +353,82 @@ def test_reduce_gather_and_the_nonblocking_collectives_take_the_shortcut(comm):
     if r == 0:
         np.testing.assert_array_equal(z, sum(np.arange(6) + q for q in range(p)))
         assert mc.stats()["Reduce"]["fallbacks"] == {"below threshold (24 B < 65536 B)": 1}
+
+
+@pytest.mark.mpi(min_size=2)
+def test_scatter_and_reduce_scatter_take_a_fast_path(comm, monkeypatch):
+    """Small calls of the default skip parsing (a parse would raise here) and stay exact,
+    the root in place included."""
+    import mpicomp.comm as comm_module
+
+    p, r = comm.Get_size(), comm.Get_rank()
+    mc = mpicomp.Comm(comm)
+    mc.resolved_policy()
+
+    def no_parse(*args, **kwargs):
+        raise AssertionError("the fast path parsed a buffer")
+
+    monkeypatch.setattr(comm_module, "parse", no_parse)
+    send = np.arange(3 * p, dtype=np.float32)
+    y = np.empty(3, np.float32)
+    mc.Scatter(send if r == 0 else None, y, root=0)
+    np.testing.assert_array_equal(y, np.arange(3 * r, 3 * r + 3))
+    mine = send.copy()
+    mc.Scatter(mine if r == 1 else None, MPI.IN_PLACE if r == 1 else y, root=1)
+    if r != 1:
+        np.testing.assert_array_equal(y, np.arange(3 * r, 3 * r + 3))
+    out = np.empty(3, np.float32)
+    mc.Reduce_scatter(send, out, [3] * p)
+    np.testing.assert_array_equal(out, p * np.arange(3 * r, 3 * r + 3))
+    mc.Reduce_scatter(send, out)  # recvcounts from the receive buffers (mpi4py's rule)
+    np.testing.assert_array_equal(out, p * np.arange(3 * r, 3 * r + 3))
+    monkeypatch.undo()
+    st = mc.stats()
+    assert st["Scatter"]["calls"] == 2 and st["Reduce_scatter"]["calls"] == 2
+
+
+@pytest.mark.mpi(min_size=2)
+def test_without_the_extension_every_fast_path_skips_parsing(comm, monkeypatch):
+    """The Python fast paths (no compiled shortcut): small calls of the default on bare
+    arrays go to mpi4py without parsing (a parse would raise) and stay exact."""
+    import mpicomp.comm as comm_module
+
+    monkeypatch.setattr(shortcut, "COMPILED", False)
+    p, r = comm.Get_size(), comm.Get_rank()
+    mc = mpicomp.Comm(comm)
+    mc.resolved_policy()
+    assert not hasattr(mc, "_shortcut")
+
+    def no_parse(*args, **kwargs):
+        raise AssertionError("the fast path parsed a buffer")
+
+    monkeypatch.setattr(comm_module, "parse", no_parse)
+    x = np.arange(4, dtype=np.float64) + r
+    total = sum(np.arange(4) + q for q in range(p))
+    y = np.zeros_like(x)
+    mc.Reduce(x, y, root=0)
+    if r == 0:
+        np.testing.assert_array_equal(y, total)
+    g = np.zeros(4 * p)
+    mc.Gather(x, g, root=0)
+    mc.Iallgather(x, g).Wait()
+    np.testing.assert_array_equal(g.reshape(p, 4), [np.arange(4) + q for q in range(p)])
+    b = x.copy()
+    mc.Ibcast(b, root=0).Wait()
+    np.testing.assert_array_equal(b, np.arange(4))
+    t = np.zeros(4 * p)
+    mc.Ialltoall(np.repeat(x, p), t).Wait()
+    mc.Scatter(g, y, root=0)
+    np.testing.assert_array_equal(y, np.arange(4) + r)
+    mc.Reduce_scatter(g, y, [4] * p)
+    np.testing.assert_array_equal(y, p * (np.arange(4) + r))
+    if r < 2:
+        peer = 1 - r
+        mc.Isend(x, peer, 1).Wait()
+        mc.Irecv(y, peer, 1).Wait()
+        np.testing.assert_array_equal(y, np.arange(4) + peer)
+    monkeypatch.undo()
+    st = mc.stats()
+    for name in ("Reduce", "Gather", "Iallgather", "Ibcast", "Ialltoall", "Scatter",
+                 "Reduce_scatter"):
+        assert st[name]["calls"] == 1 and st[name]["compressed"] == 0, name
