@@ -11,7 +11,8 @@
  *   - on a communicator whose slot `_shortcut` holds a ShortcutState (set once
  *     the default policy knows which calls go plain by size: mpicomp/shortcut.py),
  *   - without keyword arguments but mpi4py's own (op, root), whose first buffer
- *     is exactly a numpy.ndarray of fewer bytes than the state's `limit`,
+ *     is exactly a numpy.ndarray of fewer bytes than the state's `limit` (and whose
+ *     other buffer, if it has one, is an ndarray too or None: host memory only),
  *
  * is counted by size in the state and handed to mpi4py's method. Every other
  * call goes to `slow`, the Python method, which decides as before.
@@ -207,6 +208,7 @@ typedef struct {
     int recv_index;        /* RECEIVE, SENDRECV: where the plain receives are counted */
     int sized;             /* the argument whose bytes are the call's size (1: the first
                               buffer; Scatter: 2, its receive buffer) */
+    int other;             /* the call's other buffer (0: none): an array too, or None */
     PyTypeObject *array;   /* numpy.ndarray, matched exactly */
     PyTypeObject *owner;   /* the class whose slot holds the state */
     Py_ssize_t offset;     /* where that slot lies in an instance */
@@ -355,6 +357,9 @@ method_vectorcall(PyObject *self_obj, PyObject *const *args, size_t nargsf, PyOb
     Method *self = (Method *)self_obj;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (nargs > self->sized && Py_TYPE(args[self->sized]) == self->array
+            && (self->other == 0 || (nargs > self->other
+                                     && (Py_TYPE(args[self->other]) == self->array
+                                         || args[self->other] == Py_None)))
             && PyObject_TypeCheck(args[0], self->owner) && plain_keywords(self, kwnames)) {
         PyObject *state_obj = *(PyObject **)((char *)args[0] + self->offset);
         if (state_obj == NULL || Py_TYPE(state_obj) != &StateType)
@@ -387,15 +392,21 @@ method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"plain", "slow", "array", "slot", "index", "keywords", "kind",
                             "frame", "status_type", "byte", "defaults", "recv_index", "sized",
-                            NULL};
+                            "other", NULL};
     PyObject *plain, *slow, *array, *slot, *keywords;
     PyObject *frame = Py_None, *status_type = Py_None, *byte = Py_None, *defaults = Py_None;
-    int index, kind = COLLECTIVE, recv_index = -1, sized = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!iO!|$iOOOOii:PlainMethod", names, &plain,
-                                     &slow, &PyType_Type, &array, &PyMemberDescr_Type, &slot,
-                                     &index, &PyTuple_Type, &keywords, &kind, &frame,
-                                     &status_type, &byte, &defaults, &recv_index, &sized))
+    int index, kind = COLLECTIVE, recv_index = -1, sized = 1, other = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!iO!|$iOOOOiii:PlainMethod", names,
+                                     &plain, &slow, &PyType_Type, &array, &PyMemberDescr_Type,
+                                     &slot, &index, &PyTuple_Type, &keywords, &kind, &frame,
+                                     &status_type, &byte, &defaults, &recv_index, &sized,
+                                     &other))
         return NULL;
+    if (other < 0 || other == sized) {
+        PyErr_Format(PyExc_ValueError, "PlainMethod: other must be 0 or another argument, "
+                     "got %d", other);
+        return NULL;
+    }
     if (sized < 1 || (sized != 1 && kind != COLLECTIVE)) {
         PyErr_Format(PyExc_ValueError, "PlainMethod: sized must be 1, or more for a "
                      "collective, got %d", sized);
@@ -457,6 +468,7 @@ method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->kind = kind;
     self->recv_index = recv_index;
     self->sized = sized;
+    self->other = other;
     self->frame = Py_NewRef(frame);
     self->status_type = Py_NewRef(status_type);
     self->byte = Py_NewRef(byte);
@@ -546,8 +558,8 @@ static PyTypeObject MethodType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
                 | Py_TPFLAGS_METHOD_DESCRIPTOR,
     .tp_doc = "PlainMethod(plain, slow, array, slot, index, keywords, *, kind=0, frame=None, "
-              "status_type=None, byte=None, defaults=None, recv_index=-1, sized=1): see the "
-              "module's source.",
+              "status_type=None, byte=None, defaults=None, recv_index=-1, sized=1, other=0): "
+              "see the module's source.",
     .tp_new = method_new,
     .tp_dealloc = (destructor)method_dealloc,
     .tp_traverse = (traverseproc)method_traverse,

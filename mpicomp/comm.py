@@ -723,6 +723,14 @@ class Comm(MPI.Intracomm):
                          f"Allgather n={n}", body)
 
     def Allgatherv(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> None:  # noqa: N802
+        # its size is the largest count, which a rank cannot see without parsing the
+        # v-spec: the fast path only where every size goes plain (one node under auto)
+        if (not settings and self._fast_below == math.inf and type(sendbuf) is _NDARRAY
+                and type(recvbuf) in (list, tuple) and recvbuf
+                and type(recvbuf[0]) is _NDARRAY):  # host memory only, as every fast path
+            # (counted by this rank's own bytes: the largest count would need the v-spec)
+            self._stats.fast_plain("Allgatherv", sendbuf.nbytes, self._fast_reason)
+            return MPI.Intracomm.Allgatherv(self, sendbuf, recvbuf)
         pol = self.resolved_policy(**settings)
         p, r = self.Get_size(), self.Get_rank()
         rbuf = parse_v(recvbuf, p, "recvbuf")
@@ -1081,8 +1089,8 @@ def _fast_size(comm: Comm, name: str, sendbuf: Any, recvbuf: Any, per_rank: bool
         if type(recvbuf) is not np.ndarray:
             return False
         nbytes = recvbuf.nbytes // comm.Get_size() if per_rank else recvbuf.nbytes
-    elif type(sendbuf) is np.ndarray:
-        nbytes = sendbuf.nbytes
+    elif type(sendbuf) is np.ndarray and (recvbuf is None or type(recvbuf) is np.ndarray):
+        nbytes = sendbuf.nbytes  # (both in host memory, or the other one absent)
     else:
         return False
     return comm._fast_plain(name, nbytes)

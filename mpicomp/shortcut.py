@@ -49,6 +49,8 @@ COMPILED = PlainMethod is not None
 COLLECTIVES = ("Allreduce", "Iallreduce", "Reduce_scatter_block", "Allgather", "Alltoall",
                "Bcast", "Reduce", "Gather", "Ibcast", "Iallgather", "Ialltoall", "Scatter",
                "Reduce_scatter")
+#: collectives of a single buffer
+ONE_BUFFER = ("Bcast", "Ibcast")
 #: point to point: plain below the state's ``p2p_limit`` (the default policy never
 #: compresses them under the codec ``auto`` or ``none``)
 SENDS = ("Send", "Isend", "Irecv")
@@ -78,7 +80,9 @@ def install(cls: type) -> None:
         python = cls.__dict__[name]
         extra: dict[str, Any] = {"kind": 1} if name in SENDS else {}
         if name == "Scatter":  # sized by its receive buffer (the send buffer is the root's)
-            extra = {"sized": 2}
+            extra = {"sized": 2, "other": 1}
+        elif name in COLLECTIVES and name not in ONE_BUFFER:
+            extra = {"other": 2}  # the receive buffer: host memory too (or None off the root)
         if name in RECEIVES:
             extra = {"kind": 2 if name == "Recv" else 3, "frame": cls._received_frame,
                      "status_type": MPI.Status, "byte": MPI.BYTE,

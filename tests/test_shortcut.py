@@ -432,3 +432,52 @@ def test_without_the_extension_every_fast_path_skips_parsing(comm, monkeypatch):
     for name in ("Reduce", "Gather", "Iallgather", "Ibcast", "Ialltoall", "Scatter",
                  "Reduce_scatter"):
         assert st[name]["calls"] == 1 and st[name]["compressed"] == 0, name
+
+
+@pytest.mark.mpi(min_size=2)
+def test_allgatherv_skips_parsing_where_every_size_goes_plain(comm, monkeypatch):
+    import mpicomp.comm as comm_module
+
+    p, r = comm.Get_size(), comm.Get_rank()
+    mc = mpicomp.Comm(comm)
+    big = np.ones(1 << 18, np.float32)
+    mc.Allreduce(big, np.empty_like(big))  # finds the job on one node: every size plain
+    assert mc._fast_below == float("inf")
+
+    def no_parse(*args, **kwargs):
+        raise AssertionError("the fast path parsed a buffer")
+
+    monkeypatch.setattr(comm_module, "parse_v", no_parse)
+    counts = [q + 1 for q in range(p)]
+    out = np.zeros(sum(counts), np.float32)
+    mc.Allgatherv(np.full(r + 1, r, np.float32), [out, counts])
+    np.testing.assert_array_equal(out, np.repeat(np.arange(p), counts))
+    monkeypatch.undo()
+    assert mc.stats()["Allgatherv"]["fallbacks"] == {ONE_NODE: 1}
+    # a threshold limit: the size is the largest count, so the Python method decides
+    mc2 = mpicomp.Comm(comm, codec="bitplane")
+    mc2.Allgatherv(np.full(r + 1, r, np.float32), [out, counts])
+    np.testing.assert_array_equal(out, np.repeat(np.arange(p), counts))
+    assert mc2.stats()["Allgatherv"]["fallbacks"] == {
+        f"below threshold ({p * 4} B < 65536 B)": 1}
+
+
+@pytest.mark.mpi(min_size=2)
+def test_the_shortcut_takes_host_buffers_only(comm):
+    """A call whose other buffer is not a bare NumPy array (a list spec here; a device
+    array alike) runs the Python method, which checks both buffers."""
+    mc = mpicomp.Comm(comm)
+    mc.resolved_policy()
+    x = np.ones(16, np.float32)
+    y = np.empty_like(x)
+    index = shortcut.METHODS.index("Allreduce")
+    mc._shortcut.take(index)
+    mc.Allreduce(x, [y, MPI.FLOAT])
+    assert mc._shortcut.take(index) == {}
+    mc.Allreduce(x, y)
+    assert mc._shortcut.take(index) == {x.nbytes: 1}
+    g = np.empty(16 * comm.Get_size(), np.float32)
+    index = shortcut.METHODS.index("Gather")
+    mc.Gather(x, g if comm.Get_rank() == 0 else None, root=0)  # None off the root: taken
+    assert mc._shortcut.take(index) == {x.nbytes: 1}
+    np.testing.assert_array_equal(y, comm.Get_size())
