@@ -61,16 +61,11 @@ def _round_trip(send: str, recv: str) -> Callable[[Any, np.ndarray, np.ndarray],
         peer = _pair(comm)
         if peer is None:
             return
-        first = comm.Get_rank() % 2 == 0
-        for turn in ((True, False) if first else (False, True)):
-            if turn:
-                req = getattr(comm, send)(x, peer, 0)
-                if req is not None:
-                    req.Wait()
-            else:
-                req = getattr(comm, recv)(y, peer, 0)
-                if req is not None:
-                    req.Wait()
+        turns = ((send, x), (recv, y))
+        for method, buf in turns if comm.Get_rank() % 2 == 0 else turns[::-1]:
+            req = getattr(comm, method)(buf, peer, 0)  # Isend/Irecv: a request
+            if req is not None:
+                req.Wait()
     return call
 
 

@@ -423,9 +423,9 @@ method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                      METHODS - 1, recv_index);
         return NULL;
     }
-    if ((kind == RECEIVE || kind == SENDRECV) && (!PyCallable_Check(frame) || !PyCallable_Check(status_type)
-                            || byte == Py_None || !PyTuple_Check(defaults)
-                            || PyTuple_GET_SIZE(defaults) != 2)) {
+    if ((kind == RECEIVE || kind == SENDRECV)
+            && (!PyCallable_Check(frame) || !PyCallable_Check(status_type) || byte == Py_None
+                || !PyTuple_Check(defaults) || PyTuple_GET_SIZE(defaults) != 2)) {
         PyErr_SetString(PyExc_TypeError, "PlainMethod: a receive needs frame, status_type, "
                         "byte and defaults (source, tag)");
         return NULL;

@@ -11,10 +11,11 @@ count added 0.6 to 0.8 us to a 3 us Allreduce of 4 bytes. So
 mpi4py's own methods, and :func:`update` gives a communicator a
 :class:`ShortcutState` (its size limit and its counts) in the class's
 ``_shortcut`` slot. A call without keyword arguments (but mpi4py's own:
-``op``, ``root``) whose first buffer is exactly a ``numpy.ndarray`` of
-fewer bytes than the limit is counted by size and handed to mpi4py's method; every other call, and every call on
-a communicator without a state, runs the Python method, which decides as
-before. A subclass that overrides one of these methods keeps its override.
+``op``, ``root``, ``dest``, ``source``, ``tag``, ...) whose first buffer is
+exactly a ``numpy.ndarray`` of fewer bytes than the limit (and whose other
+buffer, if any, is one too or None) is counted by size and handed to
+mpi4py's method; every other call, and every call on a communicator without
+a state, runs the Python method, which decides as before. A subclass that overrides one of these methods keeps its override.
 ``Recv`` cannot know whether its sender compressed: it receives the message
 as bytes straight into the buffer and hands a message of odd length (a
 compressed frame, :mod:`mpicomp.p2p`) to ``Comm._received_frame``, which
@@ -78,12 +79,14 @@ def install(cls: type) -> None:
         return
     for index, name in enumerate(METHODS):
         python = cls.__dict__[name]
-        extra: dict[str, Any] = {"kind": 1} if name in SENDS else {}
+        extra: dict[str, Any] = {}
         if name == "Scatter":  # sized by its receive buffer (the send buffer is the root's)
             extra = {"sized": 2, "other": 1}
         elif name in COLLECTIVES and name not in ONE_BUFFER:
             extra = {"other": 2}  # the receive buffer: host memory too (or None off the root)
-        if name in RECEIVES:
+        elif name in SENDS:
+            extra = {"kind": 1}
+        elif name in RECEIVES:
             extra = {"kind": 2 if name == "Recv" else 3, "frame": cls._received_frame,
                      "status_type": MPI.Status, "byte": MPI.BYTE,
                      "defaults": (MPI.ANY_SOURCE, MPI.ANY_TAG),
