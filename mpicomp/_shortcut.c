@@ -33,6 +33,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <limits.h>
+#include <stdint.h>
 
 #define SLOTS 16    /* sizes counted in a table per method; more go to a dict */
 #define METHODS 24  /* methods a state counts for */
@@ -54,6 +56,7 @@ typedef struct {
     Counts counts[METHODS];
 } State;
 
+/* one more call of n bytes (nb: n as an int object, or NULL to make one if needed) */
 static int
 count(Counts *c, Py_ssize_t n, PyObject *nb)
 {
@@ -76,17 +79,15 @@ count(Counts *c, Py_ssize_t n, PyObject *nb)
     }
     if (c->more == NULL && (c->more = PyDict_New()) == NULL)
         return -1;
-    PyObject *old = PyDict_GetItemWithError(c->more, nb);  /* borrowed */
-    if (old == NULL && PyErr_Occurred())
+    PyObject *key = nb != NULL ? Py_NewRef(nb) : PyLong_FromSsize_t(n);
+    if (key == NULL)
         return -1;
+    PyObject *old = PyDict_GetItemWithError(c->more, key);  /* borrowed */
     long long calls = old == NULL ? 0 : PyLong_AsLongLong(old);
-    if (calls == -1 && PyErr_Occurred())
-        return -1;
-    PyObject *now = PyLong_FromLongLong(calls + 1);
-    if (now == NULL)
-        return -1;
-    int rc = PyDict_SetItem(c->more, nb, now);
-    Py_DECREF(now);
+    PyObject *now = PyErr_Occurred() ? NULL : PyLong_FromLongLong(calls + 1);
+    int rc = now == NULL ? -1 : PyDict_SetItem(c->more, key, now);
+    Py_XDECREF(now);
+    Py_DECREF(key);
     return rc;
 }
 
@@ -239,6 +240,191 @@ plain_keywords(Method *self, PyObject *kwnames)
 
 static PyObject *nbytes_name, *status_name, *get_count_name;
 
+/* -- Direct MPI: the receiving kinds without mpi4py's argument parsing ------------
+ *
+ * A receive must learn the message's length (to tell a frame from plain data), so
+ * through mpi4py it costs a buffer spec, a Status and a Get_count call: about 0.25 us
+ * over mpi4py's own Recv. With `bind` (mpicomp/shortcut.py gives it the addresses of
+ * MPI_Recv, MPI_Sendrecv and MPI_Get_count in the libmpi that mpi4py loaded, and
+ * mpi4py's C API for the handles), a positional call on contiguous NumPy arrays calls
+ * MPI itself, with the GIL released as mpi4py does. Only for an MPI whose handles are
+ * C ints (MPICH's ABI; the Python side checks); an error code raises MPI.Exception. */
+
+typedef int (*mpi_recv_t)(void *, int, int, int, int, int, void *);
+typedef int (*mpi_sendrecv_t)(const void *, int, int, int, int, void *, int, int, int, int,
+                              int, void *);
+typedef int (*mpi_get_count_t)(const void *, int, int *);
+typedef int *(*comm_handle_t)(PyObject *);
+typedef void *(*status_handle_t)(PyObject *);
+
+static struct {
+    mpi_recv_t recv;
+    mpi_sendrecv_t sendrecv;
+    mpi_get_count_t get_count;
+    comm_handle_t comm;       /* mpi4py's PyMPIComm_Get */
+    status_handle_t status;   /* mpi4py's PyMPIStatus_Get */
+    int byte;                 /* MPI_BYTE's handle */
+    int types[256];           /* a one-letter buffer format -> its datatype's handle (0: none) */
+    PyObject *exception;      /* MPI.Exception */
+} mpi;
+
+/* a call's int argument (a source, tag or destination): 1 with *out set, 0 when it is not
+ * an exact int in C int's range */
+static int
+int_arg(PyObject *obj, int *out)
+{
+    if (!PyLong_CheckExact(obj))
+        return 0;
+    int overflow = 0;
+    long v = PyLong_AsLongAndOverflow(obj, &overflow);
+    if (overflow || v < INT_MIN || v > INT_MAX)
+        return 0;
+    *out = (int)v;
+    return 1;
+}
+
+/* MPI's error code as mpi4py raises it: MPI.Exception(ierr) */
+static void
+raise_mpi(int ierr)
+{
+    PyObject *exc = PyObject_CallFunction(mpi.exception, "i", ierr);
+    if (exc != NULL) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
+}
+
+/* MPI's call for a receiving kind, if the call fits: args[first] the receive buffer (a
+ * C-contiguous writable array), then source and tag, all positional (Sendrecv: a
+ * contiguous send buffer of a one-letter format, its dest and sendtag before), ints.
+ * Returns 1 with *received (the message's bytes) and *nbytes (the buffer's) set, 0 when
+ * the call does not fit (mpi4py takes it), -1 on an error. */
+static int
+direct(Method *self, Py_ssize_t first, PyObject *const *args, Py_ssize_t nargs,
+       PyObject *status, long long *received, Py_ssize_t *nbytes)
+{
+    if (mpi.recv == NULL)
+        return 0;
+    int from[2];  /* source, tag */
+    for (int i = 0; i < 2; i++) {
+        Py_ssize_t at = first + 1 + i;
+        if (!int_arg(at < nargs ? args[at] : PyTuple_GET_ITEM(self->defaults, i), &from[i]))
+            return 0;
+    }
+    int dest = 0, sendtag = 0, sendtype = 0, sendcount = 0;
+    Py_buffer sent = {0}, into = {0};
+    if (self->kind == SENDRECV) {
+        if (!int_arg(args[2], &dest) || !int_arg(args[3], &sendtag))
+            return 0;
+        if (PyObject_GetBuffer(args[1], &sent, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+            PyErr_Clear();
+            return 0;
+        }
+        const char *f = sent.format;
+        if (f == NULL || f[0] == 0 || f[1] != 0 || (sendtype = mpi.types[(unsigned char)f[0]]) == 0
+                || sent.itemsize <= 0 || sent.len / sent.itemsize > INT_MAX) {
+            PyBuffer_Release(&sent);
+            return 0;
+        }
+        sendcount = (int)(sent.len / sent.itemsize);
+    }
+    if (PyObject_GetBuffer(args[first], &into, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        if (self->kind == SENDRECV)
+            PyBuffer_Release(&sent);
+        return 0;
+    }
+    int rc = 0;
+    if (into.len <= INT_MAX) {
+        int *comm = mpi.comm(args[0]);
+        void *st = comm == NULL ? NULL : mpi.status(status);
+        int ierr = 0, got = 0;
+        if (st == NULL) {
+            rc = -1;
+        } else {
+            Py_BEGIN_ALLOW_THREADS
+            ierr = self->kind == SENDRECV
+                   ? mpi.sendrecv(sent.buf, sendcount, sendtype, dest, sendtag, into.buf,
+                                  (int)into.len, mpi.byte, from[0], from[1], *comm, st)
+                   : mpi.recv(into.buf, (int)into.len, mpi.byte, from[0], from[1], *comm, st);
+            if (ierr == 0)
+                ierr = mpi.get_count(st, mpi.byte, &got);
+            Py_END_ALLOW_THREADS
+            if (ierr != 0) {
+                raise_mpi(ierr);
+                rc = -1;
+            } else {
+                *received = got;
+                *nbytes = into.len;
+                rc = 1;
+            }
+        }
+    }
+    PyBuffer_Release(&into);
+    if (self->kind == SENDRECV)
+        PyBuffer_Release(&sent);
+    return rc;
+}
+
+/* mpi4py's method for a receiving kind's call: the receive buffer args[first] as bytes,
+ * the status (ours, or the call's at `at`, -1: none given) in its place; *received and
+ * *nbytes as direct's. 0 on success, -1 on an error. */
+static int
+through_mpi4py(Method *self, Py_ssize_t first, PyObject *const *args, Py_ssize_t nargs,
+               PyObject *kwnames, Py_ssize_t at, PyObject *status, long long *received,
+               Py_ssize_t *nbytes)
+{
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    Py_ssize_t status_pos = first + 3;
+    PyObject *buf = args[first];
+    PyObject *spec = PyTuple_Pack(2, buf, self->byte);
+    if (spec == NULL)
+        return -1;
+    /* the arguments again: the buffer as bytes, the status in its place (or a keyword) */
+    PyObject *stack[16];
+    Py_ssize_t total = nargs + nkw, positional = nargs;
+    PyObject *names = NULL;
+    for (Py_ssize_t i = 0; i < total; i++)
+        stack[i] = args[i];
+    stack[first] = spec;
+    if (at >= 0) {
+        stack[at] = status;
+        names = Py_XNewRef(kwnames);
+    } else if (kwnames == NULL) {  /* all positional: the defaults, then the status */
+        for (Py_ssize_t i = nargs; i < status_pos; i++)
+            stack[i] = PyTuple_GET_ITEM(self->defaults, i - first - 1);
+        stack[status_pos] = status;
+        positional = status_pos + 1;
+    } else {
+        stack[total] = status;
+        names = PyTuple_New(nkw + 1);
+        if (names == NULL) {
+            Py_DECREF(spec);
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < nkw; i++)
+            PyTuple_SET_ITEM(names, i, Py_NewRef(PyTuple_GET_ITEM(kwnames, i)));
+        PyTuple_SET_ITEM(names, nkw, Py_NewRef(status_name));
+    }
+    PyObject *done = PyObject_Vectorcall(self->plain, stack, (size_t)positional, names);
+    Py_XDECREF(names);
+    Py_DECREF(spec);
+    if (done == NULL)
+        return -1;
+    Py_DECREF(done);
+    PyObject *got = PyObject_CallMethodNoArgs(status, get_count_name);
+    if (got == NULL)
+        return -1;
+    *received = PyLong_AsLongLong(got);
+    Py_DECREF(got);
+    if (*received == -1 && PyErr_Occurred())
+        return -1;
+    PyObject *nb = PyObject_GetAttr(buf, nbytes_name);
+    *nbytes = nb == NULL ? -1 : PyLong_AsSsize_t(nb);
+    Py_XDECREF(nb);
+    return *nbytes == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
 /* The receiving kinds: the receive buffer args[first] (Recv: 1, Sendrecv: 4) received as
  * bytes, its source and tag after it (`defaults` where a positional call leaves them out),
  * then the status (made when the call passes none); frame(comm, buf, status) for an odd
@@ -273,65 +459,27 @@ receive(Method *self, State *state, Py_ssize_t first, PyObject *const *args, Py_
         return -1;
     }
     PyObject *buf = args[first];
-    PyObject *nb = PyObject_GetAttr(buf, nbytes_name);
-    PyObject *spec = nb == NULL ? NULL : PyTuple_Pack(2, buf, self->byte);
-    /* the arguments again: the buffer as bytes, the status in its place (or a keyword) */
-    PyObject *stack[16];
-    Py_ssize_t total = nargs + nkw, positional = nargs;
-    PyObject *names = NULL;
-    if (spec == NULL)
+    long long received = 0;
+    Py_ssize_t n = 0;
+    int rc = kwnames == NULL ? direct(self, first, args, nargs, status, &received, &n) : 0;
+    if (rc < 0)
         goto fail;
-    for (Py_ssize_t i = 0; i < total; i++)
-        stack[i] = args[i];
-    stack[first] = spec;
-    if (at >= 0) {
-        stack[at] = status;
-        names = Py_XNewRef(kwnames);
-    } else if (kwnames == NULL) {  /* all positional: the defaults, then the status */
-        for (Py_ssize_t i = nargs; i < status_pos; i++)
-            stack[i] = PyTuple_GET_ITEM(self->defaults, i - first - 1);
-        stack[status_pos] = status;
-        positional = status_pos + 1;
-    } else {
-        stack[total] = status;
-        names = PyTuple_New(nkw + 1);
-        if (names == NULL)
-            goto fail;
-        for (Py_ssize_t i = 0; i < nkw; i++)
-            PyTuple_SET_ITEM(names, i, Py_NewRef(PyTuple_GET_ITEM(kwnames, i)));
-        PyTuple_SET_ITEM(names, nkw, Py_NewRef(status_name));
-    }
-    PyObject *done = PyObject_Vectorcall(self->plain, stack, (size_t)positional, names);
-    Py_XDECREF(names);
-    if (done == NULL)
-        goto fail;
-    Py_DECREF(done);
-    PyObject *got = PyObject_CallMethodNoArgs(status, get_count_name);
-    if (got == NULL)
-        goto fail;
-    long long received = PyLong_AsLongLong(got);
-    Py_DECREF(got);
-    if (received == -1 && PyErr_Occurred())
+    if (rc == 0 && through_mpi4py(self, first, args, nargs, kwnames, at, status, &received,
+                                  &n) < 0)
         goto fail;
     if (received % 2 == 1) {  /* a frame: decoded (and counted) by the Python side */
         *result = PyObject_CallFunctionObjArgs(self->frame, args[0], buf, status, NULL);
     } else {
-        Py_ssize_t n = PyLong_AsSsize_t(nb);
-        if ((n == -1 && PyErr_Occurred())
-                || count(&state->counts[self->recv_index], n, nb) < 0)
+        if (count(&state->counts[self->recv_index], n, NULL) < 0)
             goto fail;
         *result = Py_NewRef(Py_None);
     }
-    Py_DECREF(spec);
-    Py_DECREF(nb);
     if (own && state->spare == NULL)
         state->spare = status;
     else
         Py_DECREF(status);
     return *result == NULL ? -1 : 1;
 fail:
-    Py_XDECREF(spec);
-    Py_XDECREF(nb);
     Py_DECREF(status);
     return -1;
 }
@@ -572,10 +720,79 @@ static PyTypeObject MethodType = {
     .tp_members = method_members,
 };
 
+static PyObject *
+module_bound(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(args))
+{
+    return PyBool_FromLong(mpi.recv != NULL);
+}
+
+/* bind(recv, sendrecv, get_count, comm_get, status_get, byte, types, exception), or
+ * bind(None) to go back to mpi4py's methods: see "Direct MPI" above */
+static PyObject *
+module_bind(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    if (PyTuple_GET_SIZE(args) == 1 && PyTuple_GET_ITEM(args, 0) == Py_None) {
+        Py_CLEAR(mpi.exception);
+        memset(&mpi, 0, sizeof mpi);
+        Py_RETURN_FALSE;
+    }
+    unsigned long long recv, sendrecv, get_count;
+    PyObject *comm_get, *status_get, *types, *exception;
+    int byte;
+    if (!PyArg_ParseTuple(args, "KKKO!O!iO!O:bind", &recv, &sendrecv, &get_count,
+                          &PyCapsule_Type, &comm_get, &PyCapsule_Type, &status_get, &byte,
+                          &PyDict_Type, &types, &exception))
+        return NULL;
+    void *comm = PyCapsule_GetPointer(comm_get, "MPI_Comm *(PyObject *)");
+    void *status = comm == NULL ? NULL : PyCapsule_GetPointer(status_get, "MPI_Status *(PyObject *)");
+    if (status == NULL)
+        return NULL;
+    if (recv == 0 || sendrecv == 0 || get_count == 0) {
+        PyErr_SetString(PyExc_ValueError, "bind: the addresses of MPI_Recv, MPI_Sendrecv and "
+                        "MPI_Get_count must not be 0");
+        return NULL;
+    }
+    int table[256] = {0};
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(types, &pos, &key, &value)) {
+        const char *letter = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+        long handle = PyLong_Check(value) ? PyLong_AsLong(value) : -1;
+        if (letter == NULL || letter[0] == 0 || letter[1] != 0 || handle <= 0 || handle > INT_MAX) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "bind: types maps one-letter buffer formats to "
+                             "positive int handles, got %R: %R", key, value);
+            return NULL;
+        }
+        table[(unsigned char)letter[0]] = (int)handle;
+    }
+    Py_CLEAR(mpi.exception);
+    mpi.recv = (mpi_recv_t)(uintptr_t)recv;
+    mpi.sendrecv = (mpi_sendrecv_t)(uintptr_t)sendrecv;
+    mpi.get_count = (mpi_get_count_t)(uintptr_t)get_count;
+    mpi.comm = (comm_handle_t)comm;
+    mpi.status = (status_handle_t)status;
+    mpi.byte = byte;
+    memcpy(mpi.types, table, sizeof table);
+    mpi.exception = Py_NewRef(exception);
+    Py_RETURN_TRUE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"bind", module_bind, METH_VARARGS,
+     "bind(recv, sendrecv, get_count, comm_get, status_get, byte, types, exception): receive "
+     "by calling MPI itself (addresses of MPI_Recv, MPI_Sendrecv, MPI_Get_count; mpi4py's "
+     "PyMPIComm_Get and PyMPIStatus_Get capsules; MPI_BYTE's handle; a dict one-letter "
+     "format -> datatype handle; MPI.Exception); bind(None): through mpi4py again."},
+    {"bound", (PyCFunction)(void (*)(void))module_bound, METH_NOARGS,
+     "Whether receives call MPI itself."},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "mpicomp._shortcut",
     "The compiled plain-MPI shortcut for small calls (PlainMethod, ShortcutState).",
-    -1, NULL, NULL, NULL, NULL, NULL,
+    -1, module_methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC

@@ -20,6 +20,10 @@ a state, runs the Python method, which decides as before. A subclass that overri
 as bytes straight into the buffer and hands a message of odd length (a
 compressed frame, :mod:`mpicomp.p2p`) to ``Comm._received_frame``, which
 decodes it in place.
+Where mpi4py runs on MPICH (MPI handles are C ints), :func:`bind_mpi` lets the
+receiving methods call ``MPI_Recv``/``MPI_Sendrecv`` and ``MPI_Get_count`` of the
+library mpi4py loaded themselves, on a positional call with contiguous arrays,
+so that learning the length costs nothing over mpi4py's own ``Recv``.
 ``comm.stats()`` folds the counts in (:meth:`mpicomp.stats.Stats.attach_shortcuts`).
 
 Without a C compiler at install time the extension is missing, ``COMPILED``
@@ -28,18 +32,21 @@ path, correct but slower on tiny calls.
 """
 from __future__ import annotations
 
+import ctypes
+import os
 from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
 try:
+    from mpicomp import _shortcut
     from mpicomp._shortcut import PlainMethod, ShortcutState
 except ImportError:  # built without a C compiler (setup.py marks the extension optional)
-    PlainMethod = ShortcutState = None
+    _shortcut = PlainMethod = ShortcutState = None
 
 __all__ = ["COLLECTIVES", "COMPILED", "METHODS", "RECEIVES", "SENDS", "PlainMethod",
-           "ShortcutState", "install", "update"]
+           "ShortcutState", "bind_mpi", "install", "update"]
 
 #: whether the compiled shortcut is there
 COMPILED = PlainMethod is not None
@@ -94,6 +101,51 @@ def install(cls: type) -> None:
         setattr(cls, name, PlainMethod(getattr(MPI.Intracomm, name), python, np.ndarray,
                                        cls.__dict__["_shortcut"], index, KEYWORDS.get(name, ()),
                                        **extra))
+    bind_mpi()
+
+
+def _loaded_libmpi() -> str | None:
+    """The path of the MPI library this process has loaded (Linux), else None."""
+    try:
+        with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
+            for line in maps:
+                path = line.split()[-1] if len(line.split()) >= 6 else ""
+                if os.path.basename(path).startswith("libmpi.so"):
+                    return path
+    except OSError:
+        pass
+    return None
+
+
+def bind_mpi(on: bool = True) -> bool:
+    """Let the compiled receives call MPI itself (``on``), or go through mpi4py again.
+
+    Binds only where that is safe to do from C without MPI's headers: the
+    extension is there, the MPI is MPICH (its handles are C ints, checked by
+    mpi4py's own handle sizes) and its library is already loaded by mpi4py
+    (found in the process's memory map and opened without loading anything).
+    Returns whether receives now call MPI themselves.
+    """
+    if not COMPILED:
+        return False
+    if not on:
+        return bool(_shortcut.bind(None))
+    path = _loaded_libmpi()
+    if (path is None or not MPI.Get_library_version().startswith("MPICH")
+            or MPI._sizeof(MPI.Comm) != 4 or MPI._sizeof(MPI.Datatype) != 4):
+        return False
+    try:
+        lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+        address = {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+                   for name in ("MPI_Recv", "MPI_Sendrecv", "MPI_Get_count")}
+    except (OSError, AttributeError):
+        return False
+    types = {letter: datatype.handle for letter, datatype in MPI._typedict.items()
+             if len(letter) == 1 and datatype.handle}
+    capi = MPI.__pyx_capi__
+    return bool(_shortcut.bind(address["MPI_Recv"], address["MPI_Sendrecv"],
+                               address["MPI_Get_count"], capi["PyMPIComm_Get"],
+                               capi["PyMPIStatus_Get"], MPI.BYTE.handle, types, MPI.Exception))
 
 
 def update(comm: Any, limit: float, p2p_limit: float) -> Any:

@@ -158,8 +158,56 @@ def _take(mc: mpicomp.Comm, name: str) -> dict[int, int]:
     return mc._shortcut.take(shortcut.METHODS.index(name))
 
 
+@pytest.fixture(params=["direct", "mpi4py"])
+def receive_path(request):
+    """The receiving shortcuts both ways: calling MPI itself (bound, the default on
+    MPICH) and through mpi4py's methods (unbound); bound again afterwards."""
+    direct = request.param == "direct"
+    assert shortcut.bind_mpi(direct) == direct
+    yield request.param
+    assert shortcut.bind_mpi(True)
+
+
+def test_receives_call_mpi_itself_on_mpich():
+    """The project's MPI is MPICH: the receiving shortcuts are bound to its library."""
+    assert MPI.Get_library_version().startswith("MPICH")
+    assert shortcut.bind_mpi() and shortcut._shortcut.bound()
+    assert not shortcut.bind_mpi(False) and not shortcut._shortcut.bound()
+    assert shortcut.bind_mpi() and shortcut._shortcut.bound()
+    with pytest.raises(ValueError, match="one-letter buffer formats"):
+        shortcut._shortcut.bind(1, 1, 1, MPI.__pyx_capi__["PyMPIComm_Get"],
+                                MPI.__pyx_capi__["PyMPIStatus_Get"], MPI.BYTE.handle,
+                                {"Zf": MPI.C_FLOAT_COMPLEX.handle}, MPI.Exception)
+    with pytest.raises(ValueError, match="must not be 0"):
+        shortcut._shortcut.bind(0, 1, 1, MPI.__pyx_capi__["PyMPIComm_Get"],
+                                MPI.__pyx_capi__["PyMPIStatus_Get"], MPI.BYTE.handle, {},
+                                MPI.Exception)
+    assert shortcut._shortcut.bound()  # a refused bind leaves the binding as it was
+
+
+def test_a_blocked_receive_lets_other_threads_run():
+    """A receive waiting in MPI releases the GIL, as mpi4py's does: the send that it
+    waits for comes from another thread of the same rank."""
+    import threading
+
+    mc = mpicomp.Comm(MPI.COMM_SELF)
+    mc.resolved_policy()
+    for on in (True, False):
+        shortcut.bind_mpi(on)
+        x = np.arange(100, dtype=np.float32) + on
+        y = np.zeros_like(x)
+        thread = threading.Thread(target=mc.Recv, args=(y, 0, 11))
+        thread.start()
+        thread.join(0.2)  # the receive is waiting (a held GIL would hang the send below)
+        mc.Send(x, 0, 11)
+        thread.join(10)
+        assert not thread.is_alive()
+        np.testing.assert_array_equal(y, x)
+    assert shortcut.bind_mpi(True)
+
+
 @pytest.mark.mpi(min_size=2)
-def test_point_to_point_under_the_default_takes_the_shortcut(comm):
+def test_point_to_point_under_the_default_takes_the_shortcut(comm, receive_path):
     """Send, Isend, Irecv and Recv of the default policy (codec auto: point to point is
     never compressed) go straight to mpi4py, counted; the data arrive exact."""
     r = comm.Get_rank()
@@ -209,7 +257,7 @@ def test_point_to_point_under_the_default_takes_the_shortcut(comm):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_a_frame_reaches_a_default_receiver_through_the_shortcut(comm):
+def test_a_frame_reaches_a_default_receiver_through_the_shortcut(comm, receive_path):
     """A sender that names a codec sends a compressed frame; the receiver's shortcut
     receives it as bytes into the buffer and decodes it there (any status form, a larger
     buffer, ANY_SOURCE), and an odd-length plain message of bytes stays exact."""
@@ -250,7 +298,7 @@ def test_a_frame_reaches_a_default_receiver_through_the_shortcut(comm):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_sendrecv_under_the_default_is_plain_and_decodes_a_partners_frame(comm):
+def test_sendrecv_under_the_default_is_plain_and_decodes_a_partners_frame(comm, receive_path):
     r = comm.Get_rank()
     mc = mpicomp.Comm(comm)  # collective: before the ranks beyond the pair leave
     if r > 1:
@@ -299,7 +347,7 @@ def test_point_to_point_without_the_extension_takes_the_python_fast_path(comm, m
 
 
 @pytest.mark.mpi(min_size=2)
-def test_sendrecv_positional_takes_the_shortcut_and_counts_its_receive(comm):
+def test_sendrecv_positional_takes_the_shortcut_and_counts_its_receive(comm, receive_path):
     r = comm.Get_rank()
     mc = mpicomp.Comm(comm)
     if r > 1:
@@ -481,3 +529,49 @@ def test_the_shortcut_takes_host_buffers_only(comm):
     mc.Gather(x, g if comm.Get_rank() == 0 else None, root=0)  # None off the root: taken
     assert mc._shortcut.take(index) == {x.nbytes: 1}
     np.testing.assert_array_equal(y, comm.Get_size())
+
+
+@pytest.mark.mpi(min_size=2)
+def test_receives_keep_mpi4pys_types_errors_and_status(comm, receive_path):
+    """Both receive paths: every dtype arrives exact (Sendrecv's send datatype from the
+    buffer's format; a format without a one-letter datatype goes through mpi4py), a
+    message too long for the buffer raises MPI.Exception (ERR_TRUNCATE) and leaves the
+    pair in step, a strided receive buffer raises as mpi4py does, and a status reports
+    source, tag and count."""
+    r = comm.Get_rank()
+    mc = mpicomp.Comm(comm)  # collective: before the ranks beyond the pair leave
+    if r > 1:
+        return
+    mc.resolved_policy()
+    peer = 1 - r
+    for dtype in (np.float32, np.float64, np.int32, np.int64, np.uint8, np.bool_,
+                  np.complex64, np.float16):
+        x = (np.arange(37) % 3 + r).astype(dtype)
+        y = np.zeros_like(x)
+        st = MPI.Status()
+        mc.Sendrecv(x, peer, 5, y, peer, 5, st)
+        np.testing.assert_array_equal(y, (np.arange(37) % 3 + peer).astype(dtype))
+        assert (st.Get_source(), st.Get_tag(), st.Get_count(MPI.BYTE)) == (peer, 5, x.nbytes)
+    x = np.arange(64, dtype=np.float64)
+    if r == 0:
+        mc.Send(x, 1, 6)
+        mc.Send(x[:8], 1, 7)
+        mc.Send(x[:8], 1, 8)
+    else:
+        with pytest.raises(MPI.Exception) as caught:
+            mc.Recv(np.zeros(8), 0, 6)  # 512 bytes into 64
+        assert caught.value.Get_error_class() == MPI.ERR_TRUNCATE
+        with pytest.raises((BufferError, ValueError)):
+            mc.Recv(np.zeros(16)[::2], 0, 7)  # not contiguous: refused before receiving
+        y = np.zeros(8)
+        mc.Recv(y, 0, 7)
+        np.testing.assert_array_equal(y, x[:8])
+        st = MPI.Status()
+        mc.Recv(y, MPI.ANY_SOURCE, MPI.ANY_TAG, st)
+        assert (st.Get_source(), st.Get_tag(), st.Get_count(MPI.DOUBLE)) == (0, 8, 8)
+    # a strided send buffer: refused by both paths as mpi4py refuses it
+    with pytest.raises((BufferError, ValueError)):
+        mc.Sendrecv(np.zeros(16)[::2], peer, 9, np.zeros(8), peer, 9)
+    y = np.zeros(4)
+    mc.Sendrecv(np.full(4, r, np.float64), peer, 10, y, peer, 10)  # still in step
+    np.testing.assert_array_equal(y, peer)
