@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 import numpy as np
 from mpi4py import MPI
 
-from mpicomp import Request
+from mpicomp import Request, topology
 from mpicomp.algorithms import bounds
 
 from . import data as bench_data
@@ -179,7 +179,8 @@ def _sum_check(env: Env, method: str, x: np.ndarray, got: np.ndarray,
             if consts is None:
                 consts = (_observed_c(env, x), 0.0)
                 how += f" with c = {consts[0]:.2e} (twice the codec's worst relative error seen)"
-            bound = bounds.allreduce_bound(alg, p, consts[0], consts[1], g, dt)
+            nodes = topology.layout(env.world).nodes if alg == "hierarchical" else None
+            bound = bounds.allreduce_bound(alg, p, consts[0], consts[1], g, dt, nodes)
     if np.ndim(bound):
         ok = bool(np.all(err <= bound))
         worst = int(np.argmax(err - bound)) if err.size else 0

@@ -24,7 +24,12 @@ communicator:
 * ``node``: where nodes hold several ranks and the communicator spans
   nodes: plain ``Reduce`` and ``Bcast`` inside each node, and the ring
   exchange between the node leaders (one rank per node), each fitted as
-  above: the costs of the node-aware (hierarchical) allreduce;
+  above: the costs of the node-aware (hierarchical) allreduce by leaders;
+  where every node holds the same number of ranks also plain
+  ``Reduce_scatter`` (``Reduce_scatter_block``) and ``Allgather`` inside
+  each node (of a whole buffer's bytes) and ``rail_exchange``, a ring step
+  of every rail at once (each rank with its peers of the same place on the
+  other nodes): the costs of the allreduce by rails;
 * ``overlap``: how much codec work this machine hides behind a transfer
   (:func:`_overlap`): 1 where every rank has a core to itself, less where
   ranks (or simulated hosts) share cores and the codec, the waits and the
@@ -160,7 +165,9 @@ class Calibration:
     #: the pieces' layout, the recorder, the requests), measured on the ring allreduce
     #: of one codec block per rank
     fixed_s: float = 0.0
-    #: "Reduce", "Bcast" (inside a node), "leader_exchange": None on one node or one rank a node
+    #: "Reduce", "Bcast" (inside a node), "leader_exchange", and on uniform nodes
+    #: "Reduce_scatter", "Allgather" (inside a node), "rail_exchange": None on one node or
+    #: one rank a node
     node: dict[str, Fit] | None = None
     source: str = "measured"
     #: "codec-config-json|dtype|memory" -> (encode, decode) seconds per raw byte
@@ -296,11 +303,12 @@ def _exchange_probe(comm: MPI.Intracomm, nbytes: int) -> Callable[[], None]:
 
 def _node_fits(comm: MPI.Intracomm, lay: Layout) -> dict[str, Fit] | None:
     """The node-aware allreduce's costs (see the module docs), or None where it has no use."""
-    from .topology import node_comms
+    from .topology import node_comms, rail_comm
 
     if not lay.spans_nodes or lay.ppn == 1:
         return None
     node, leaders = node_comms(comm, lay)
+    rail = rail_comm(comm, lay) if lay.uniform else None
     try:
         def node_reduce(n: int) -> Callable[[], None]:
             a = np.ones(n // 4, np.float32)
@@ -316,9 +324,28 @@ def _node_fits(comm: MPI.Intracomm, lay: Layout) -> dict[str, Fit] | None:
                 return lambda: None
             return _exchange_probe(leaders, n)
 
-        return {"Reduce": _fit(comm, node_reduce), "Bcast": _fit(comm, node_bcast),
+        fits = {"Reduce": _fit(comm, node_reduce), "Bcast": _fit(comm, node_bcast),
                 "leader_exchange": _fit(comm, leader_exchange)}
+        if rail is not None:
+            size = node.Get_size()
+
+            def node_reduce_scatter(n: int) -> Callable[[], None]:
+                a = np.ones(max(n // 4 // size, 1) * size, np.float32)
+                b = np.empty(a.size // size, np.float32)
+                return lambda: node.Reduce_scatter_block(a, b, op=MPI.SUM)
+
+            def node_allgather(n: int) -> Callable[[], None]:
+                a = np.ones(max(n // size, 1), np.uint8)
+                b = np.empty(a.size * size, np.uint8)
+                return lambda: node.Allgather(a, b)
+
+            fits.update({"Reduce_scatter": _fit(comm, node_reduce_scatter),
+                         "Allgather": _fit(comm, node_allgather),
+                         "rail_exchange": _fit(comm, lambda n: _exchange_probe(rail, n))})
+        return fits
     finally:
+        if rail is not None:
+            rail.Free()
         node.Free()
         if leaders != MPI.COMM_NULL:
             leaders.Free()

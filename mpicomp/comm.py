@@ -81,6 +81,7 @@ class _Engine:
         self.scratch = Scratch()
         self.pools: DevicePools | None = None
         self._nodes: tuple[MPI.Intracomm, MPI.Intracomm] | None = None
+        self._rail: MPI.Intracomm | None = None
         self._layout: topology.Layout | None = None
 
     def layout(self) -> topology.Layout:
@@ -95,6 +96,15 @@ class _Engine:
         if self._nodes is None:
             self._nodes = topology.node_comms(self.comm, self.layout())
         return self._nodes
+
+    def rail_comm(self) -> MPI.Intracomm | None:
+        """This rank's rail (the ranks of its place on every node) where every node holds
+        the same number of ranks, else None (collective the first time; see
+        :func:`mpicomp.topology.rail_comm`)."""
+        lay = self.layout()
+        if self._rail is None and lay.uniform:
+            self._rail = topology.rail_comm(self.comm, lay)
+        return self._rail
 
     def local_ranks(self, pol: Resolved, on_device: bool) -> frozenset[int]:
         """The ranks whose blocks a node-aware collective sends plain: this rank's node
@@ -121,10 +131,10 @@ class _Engine:
         return Ctx(self.comm, codec, rec, memory)
 
     def free(self) -> None:
-        for c in (*(self._nodes or ()), self.comm):
-            if c != MPI.COMM_NULL:
+        for c in (*(self._nodes or ()), self._rail, self.comm):
+            if c is not None and c != MPI.COMM_NULL:
                 c.Free()
-        self._nodes = None
+        self._nodes = self._rail = None
 
 
 class _ModelState:
@@ -509,7 +519,8 @@ class Comm(MPI.Intracomm):
             fmt = algorithms.homomorphic.allreduce(ctx, x, out, pol.rate)
             detail = f"k={fmt.k} bits, {fmt.bits_per_value:.3g} bits/value"
         elif algorithm == "hierarchical":
-            algorithms.hierarchical.allreduce(ctx, x, out, *engine.node_comms())
+            algorithms.hierarchical.allreduce(ctx, x, out, *engine.node_comms(),
+                                              engine.rail_comm())
         else:
             getattr(algorithms, algorithm).allreduce(ctx, x, out)
         rec.compressed(algorithm, detail or pol.codec.codec_id)

@@ -20,8 +20,14 @@ Allreduce, ring              g + pipelined(W, C) (below), with
                              W = 2(p-1) k X(rho n / (p k)), C = E n + D n (2p-1)/p + A n (p-1)/p
                              + k (4p-2) K (K: one kernel call's fixed cost; k (4p-2) calls)
 Allreduce, allgather         g + E n + F_Allgather(rho n) + D n p + A n (p-1)
-Allreduce, hierarchical     g + R(n) + pipelined(W', C') + B(n): node Reduce and Bcast fits,
-                             the ring above over the P node leaders (their exchange fit)
+Allreduce, hierarchical     by rails (every node holds L ranks): g + N + R - f min(N, R)
+                             (1 - 1/S), N = RS(n) + AG(n): node Reduce_scatter and Allgather
+                             fits, R = pipelined(W', C'): the ring above over the P nodes on
+                             n / L bytes (the rails' exchange fit, all L rails at once), in S
+                             segments whose node collectives run behind the rings (f: the
+                             overlap below, 0 if negative); by leaders (nodes of different sizes): g + R(n)
+                             + pipelined(W', C') + B(n): node Reduce and Bcast fits, the ring
+                             over the P node leaders on n bytes (their exchange fit)
 Allreduce, rec. doubling     g + L X(rho n) + L (E + 2D + A) n (+ 2 X(rho n) + 2(E+D) n
                              when p is not a power of two), L = floor(log2 p)
 Allgather(v), Gather         g + E n + F_Allgather(rho n) + D n p
@@ -71,6 +77,7 @@ from typing import Any
 import numpy as np
 
 from .algorithms.common import MAX_PIECES, pieces_of
+from .algorithms.hierarchical import segments
 from .calibration import Calibration
 
 __all__ = ["ALLREDUCE_ALGORITHMS", "GAIN", "Prediction", "plain_time", "predict"]
@@ -157,9 +164,33 @@ def _agree(cal: Calibration, n: float) -> float:
     return cal.agree_s + cal.scan_s_per_byte * n + cal.fixed_s
 
 
-def _hierarchical(cal: Calibration, n: float, rho: float, e: float, d: float, k: int) -> float:
-    """The node-aware allreduce: node Reduce, the ring over the ``P`` node leaders, node Bcast."""
+#: the node fits of the allreduce by rails (uniform nodes; a calibration from before it
+#: lacks them and is priced by leaders, as it then ran)
+_RAIL_FITS = ("Reduce_scatter", "Allgather", "rail_exchange")
+
+
+def _by_rails(cal: Calibration, n: float, rho: float, e: float, d: float, k: int) -> float:
+    """The node-aware allreduce on ``P`` nodes of ``L`` ranks: node Reduce_scatter, the
+    ``L`` rails' rings at once, each over the ``P`` nodes on ``n / L`` bytes, node
+    Allgather."""
     assert cal.node is not None
+    big, m = cal.layout.nodes, n / cal.layout.ppn
+    codec = (e * m + d * m * (2 * big - 1) / big + cal.add_s_per_byte * m * (big - 1) / big
+             + k * (4 * big - 2) * cal.call_s)
+    wire = _ring_steps(cal, m, rho, 2 * (big - 1), k, big, cal.node["rail_exchange"])
+    rings = _pipelined(wire, codec, k, cal.overlap)
+    node = cal.node["Reduce_scatter"].time(n) + cal.node["Allgather"].time(n)
+    # in S segments, all but one segment's node collectives can run behind the rings
+    hidden = max(cal.overlap, 0.0) * min(node, rings) * (1 - 1 / segments(int(n)))
+    return _agree(cal, n) + node + rings - hidden
+
+
+def _hierarchical(cal: Calibration, n: float, rho: float, e: float, d: float, k: int) -> float:
+    """The node-aware allreduce: by rails on uniform nodes, else node Reduce, the ring over
+    the ``P`` node leaders, node Bcast."""
+    assert cal.node is not None
+    if cal.layout.uniform and all(f in cal.node for f in _RAIL_FITS):
+        return _by_rails(cal, n, rho, e, d, k)
     big = cal.layout.nodes
     codec = (e * n + d * n * (2 * big - 1) / big + cal.add_s_per_byte * n * (big - 1) / big
              + k * (4 * big - 2) * cal.call_s)
@@ -198,7 +229,10 @@ def compressed_times(cal: Calibration, method: str, n: float, rho: float, e: flo
     if method == "Allreduce":
         times = _allreduce_times(cal, n, rho, e, d, p, k)
         if cal.node is not None:
-            k_nodes = max(1, round(k * p / cal.layout.nodes))  # the leaders' chunks are larger
+            # the leaders' chunks are p / P times larger than the flat ring's, the rails'
+            # (n / L over P ranks) the same size
+            rails = cal.layout.uniform and all(f in cal.node for f in _RAIL_FITS)
+            k_nodes = k if rails else max(1, round(k * p / cal.layout.nodes))
             times["hierarchical"] = _hierarchical(cal, n, rho, e, d,
                                                   min(k_nodes, MAX_PIECES))
         return times

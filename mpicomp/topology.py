@@ -12,7 +12,7 @@ import dataclasses
 
 from mpi4py import MPI
 
-__all__ = ["Layout", "layout", "node_comms"]
+__all__ = ["Layout", "layout", "node_comms", "rail_comm"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +37,11 @@ class Layout:
     def ppn(self) -> int:
         """The most ranks on one node."""
         return max(self.node_of.count(i) for i in range(self.nodes)) if self.node_of else 0
+
+    @property
+    def uniform(self) -> bool:
+        """Whether every node holds the same number of ranks."""
+        return len({self.node_of.count(i) for i in range(self.nodes)}) <= 1
 
     @property
     def spans_nodes(self) -> bool:
@@ -76,3 +81,15 @@ def node_comms(comm: MPI.Intracomm, lay: Layout) -> tuple[MPI.Intracomm, MPI.Int
     node = comm.Split(lay.node_of[me], me)
     leaders = comm.Split(0 if node.Get_rank() == 0 else MPI.UNDEFINED, lay.node_of[me])
     return node, leaders
+
+
+def rail_comm(comm: MPI.Intracomm, lay: Layout) -> MPI.Intracomm:
+    """The ranks that hold this rank's place on every node, as a communicator (collective
+    over ``comm``): node ``i``'s ``j``-th rank (in ``comm``'s order) joins rail ``j``, whose
+    rank ``i`` it is. Only for a uniform layout (every node holds the same number of
+    ranks, so every rail reaches every node); the caller frees it."""
+    if not lay.uniform:
+        raise ValueError(f"rails need the same number of ranks on every node: {lay.describe()}")
+    me = comm.Get_rank()
+    place = lay.node_of[:me].count(lay.node_of[me])
+    return comm.Split(place, lay.node_of[me])

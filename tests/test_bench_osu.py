@@ -244,3 +244,14 @@ def test_osu_alltoall_node_aware_check(tmp_path):
     records = json.loads(out.read_text())["records"]
     assert [r["path"] for r in records] == ["compressed (alltoall-hierarchical)"] * len(SIZES)
     assert all(r["check_ok"] and r["rel_l2"] == 0.0 for r in records), lines
+
+
+def test_osu_allreduce_hierarchical_check(tmp_path):
+    """``-c`` on the node-aware allreduce: its bound counts one quantization per node
+    (it needs the job's node count, which the check finds)."""
+    out = tmp_path / "run.json"
+    lines = _ok(_run("osu_allreduce", *TINY, "-c", "--codec", "bitplane", "--rate", "8.25",
+                     "--algorithm", "hierarchical", "--data", "gradient", "--json", str(out)))
+    records = json.loads(out.read_text())["records"]
+    assert [r["path"] for r in records] == ["compressed (hierarchical)"] * len(SIZES)
+    assert all(r["check_ok"] for r in records), lines

@@ -267,18 +267,35 @@ def test_ring_pieces_do_not_change_the_bits(comm, monkeypatch, config):
 @pytest.mark.mpi
 @pytest.mark.parametrize("config", [{"id": "bitplane", "rate": 8.25},
                                     {"id": "cast", "dtype": "bfloat16"}], ids=["bitplane", "cast"])
-def test_hierarchical_within_bound_and_identical(comm, monkeypatch, config):
-    """The node-aware allreduce on pretend nodes of two ranks each (the layout is
-    replaced; the node Reduce, leader ring and node Bcast are real MPI): the same bits on
-    every rank, within the ring's bound over the node count, in place too."""
+@pytest.mark.parametrize("nodes_of", ["pairs", "uneven"])
+@pytest.mark.parametrize("segment_bytes", [None, 8 << 10], ids=["whole", "segments"])
+def test_hierarchical_within_bound_and_identical(comm, monkeypatch, config, nodes_of,
+                                                 segment_bytes):
+    """The node-aware allreduce on pretend nodes (the layout is replaced; the node
+    collectives and the rings are real MPI): by rails where every node holds the same
+    number of ranks (pairs on an even rank count), else by node leaders (rank 0 alone on
+    a node, the others on another); the same bits on every rank, within the ring's bound
+    over the node count, in place too; the rails in one segment, or in several (8 KiB
+    segments: their node collectives overlap the rings)."""
     from mpicomp import topology
+    from mpicomp.algorithms import hierarchical
+
+    if segment_bytes is not None:
+        monkeypatch.setattr(hierarchical, "SEGMENT_BYTES", segment_bytes)
 
     p, r = comm.Get_size(), comm.Get_rank()
+    node_of = (lambda i: i // 2) if nodes_of == "pairs" else (lambda i: min(i, 1))
     monkeypatch.setattr(topology, "layout",
-                        lambda c: topology.Layout(tuple(i // 2 for i in range(c.Get_size()))))
-    nodes = (p + 1) // 2
+                        lambda c: topology.Layout(tuple(node_of(i) for i in range(c.Get_size()))))
+    nodes = node_of(p - 1) + 1
+    ran = []
+    for way in ("_by_rails", "_by_leaders"):
+        monkeypatch.setattr(hierarchical, way, lambda *a, _f=getattr(hierarchical, way), _w=way:
+                            (ran.append(_w), _f(*a)))
     mc = mpicomp.Comm(comm, codec=config, threshold=0, algorithm="hierarchical")
     n = 64 * 50 * p + 7
+    if segment_bytes is not None:
+        assert hierarchical.segments(4 * n) == min(4 * n // segment_bytes, 4) > 1
     x = gradient_like(n, np.float32, seed=400 + r)
     y = np.full(n, np.nan, np.float32)
     mc.Allreduce(x, y)
@@ -299,3 +316,5 @@ def test_hierarchical_within_bound_and_identical(comm, monkeypatch, config):
     bound = bounds.allreduce_bound("hierarchical", p, c, a, g, np.dtype(np.float32), nodes)
     assert err <= bound, f"max error {err:.3g} > bound {bound:.3g}"
     assert stats["compressed"] == 2 and stats["algorithms"] == {"hierarchical": 2}
+    rails = nodes_of == "pairs" and p % 2 == 0
+    assert ran == ["_by_rails" if rails else "_by_leaders"] * 2

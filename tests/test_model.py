@@ -146,6 +146,36 @@ def test_hierarchical_is_a_candidate_where_nodes_hold_several_ranks():
     assert "hierarchical" not in named.candidates and named.algorithm == "ring"
 
 
+def test_hierarchical_by_rails_on_uniform_nodes():
+    """Nodes of the same size with the rails' fits: the node-aware allreduce is priced by
+    rails (node Reduce_scatter, the L rails' rings at once on n / L bytes, node
+    Allgather), below the leaders' price for the same links; without those fits (a
+    calibration from before them) it is priced by leaders."""
+    cal, (e, d) = synthetic(8, 2, gbs=0.125, codec_gbs=2.0)
+    fast = Fit(1e-6, 1e-9 / 20)
+    leaders = dataclasses.replace(cal, node={"Reduce": fast, "Bcast": fast,
+                                             "leader_exchange": cal.exchange})
+    rails = dataclasses.replace(cal, node={**leaders.node, "Reduce_scatter": fast,
+                                           "Allgather": fast, "rail_exchange": cal.exchange})
+    n = 1 << 24
+    pred = model.predict(rails, "Allreduce", n, BITPLANE8, np.float32, (e, d))
+    assert pred.algorithm == "hierarchical"
+    rho = BITPLANE8.encoded_nbytes(n // 4, np.float32) / n
+    m = n / 4  # a rail's part: 4 ranks a node
+    k = common.pieces_of(BITPLANE8, n // 4 // 8, np.dtype(np.float32))
+    wire = 2 * k * cal.exchange.time(rho * m / (2 * k))
+    codec = (e * m + d * m * 3 / 2 + cal.add_s_per_byte * m / 2 + k * 6 * cal.call_s)
+    rings = max(wire, codec) + (wire + codec) / k  # (overlap 1 in synthetic)
+    node = 2 * fast.time(n)
+    want = cal.agree_s + node + rings - min(node, rings) * (1 - 1 / 4)  # 4 segments of 4 MiB
+    assert pred.candidates["hierarchical"] == pytest.approx(want)
+    by_leaders = model.predict(leaders, "Allreduce", n, BITPLANE8, np.float32, (e, d))
+    assert pred.candidates["hierarchical"] < by_leaders.candidates["hierarchical"]
+    uneven = dataclasses.replace(rails, layout=Layout((0, 0, 0, 1, 1, 1, 1, 1)))
+    assert model.predict(uneven, "Allreduce", n, BITPLANE8, np.float32, (e, d)
+                         ).candidates["hierarchical"] != pytest.approx(want)
+
+
 def test_calibration_round_trips_through_json():
     cal, _ = synthetic(3, 2, gbs=1.0)
     cal.codecs["x|float32|host"] = (1e-9, 2e-9)
@@ -157,12 +187,15 @@ def test_calibration_round_trips_through_json():
 @pytest.mark.mpi
 def test_calibration_measures_node_fits_on_pretend_nodes(comm):
     """Nodes of two ranks (a pretend layout; the probes are real MPI): the calibration
-    measures the node Reduce, node Bcast and leader exchange; one node: none."""
+    measures the node Reduce, node Bcast and leader exchange, and on an even rank count
+    (every node of two ranks) the node Reduce_scatter, node Allgather and rail exchange;
+    one node: none."""
     p = comm.Get_size()
     cal = calibration.measure(comm, Layout(tuple(r // 2 for r in range(p))))
     one = calibration.measure(comm, Layout((0,) * p))
     if p > 2:
-        assert set(cal.node) == {"Reduce", "Bcast", "leader_exchange"}
+        rails = {"Reduce_scatter", "Allgather", "rail_exchange"} if p % 2 == 0 else set()
+        assert set(cal.node) == {"Reduce", "Bcast", "leader_exchange"} | rails
         assert all(f.beta > 0 for f in cal.node.values())
         back = Calibration.from_dict(json.loads(json.dumps(cal.as_dict())), "test")
         assert back.node == cal.node
