@@ -268,14 +268,14 @@ def test_ring_pieces_do_not_change_the_bits(comm, monkeypatch, config):
 @pytest.mark.parametrize("config", [{"id": "bitplane", "rate": 8.25},
                                     {"id": "cast", "dtype": "bfloat16"}], ids=["bitplane", "cast"])
 @pytest.mark.parametrize("nodes_of", ["pairs", "uneven"])
-@pytest.mark.parametrize("segment_bytes", [None, 8 << 10], ids=["whole", "segments"])
+@pytest.mark.parametrize("segment_bytes", [None, 4 << 10], ids=["whole", "segments"])
 def test_hierarchical_within_bound_and_identical(comm, monkeypatch, config, nodes_of,
                                                  segment_bytes):
     """The node-aware allreduce on pretend nodes (the layout is replaced; the node
     collectives and the rings are real MPI): by rails where every node holds the same
     number of ranks (pairs on an even rank count), else by node leaders (rank 0 alone on
     a node, the others on another); the same bits on every rank, within the ring's bound
-    over the node count, in place too; the rails in one segment, or in several (8 KiB
+    over the node count, in place too; the rails in one segment, or in several (4 KiB
     segments: their node collectives overlap the rings)."""
     from mpicomp import topology
     from mpicomp.algorithms import hierarchical
