@@ -210,6 +210,7 @@ typedef struct {
     int sized;             /* the argument whose bytes are the call's size (1: the first
                               buffer; Scatter: 2, its receive buffer) */
     int other;             /* the call's other buffer (0: none): an array too, or None */
+    int direct;            /* a collective MPI takes directly (DIRECT_...), or NO_DIRECT */
     PyTypeObject *array;   /* numpy.ndarray, matched exactly */
     PyTypeObject *owner;   /* the class whose slot holds the state */
     Py_ssize_t offset;     /* where that slot lies in an instance */
@@ -240,31 +241,57 @@ plain_keywords(Method *self, PyObject *kwnames)
 
 static PyObject *nbytes_name, *status_name, *get_count_name;
 
-/* -- Direct MPI: the receiving kinds without mpi4py's argument parsing ------------
+/* -- Direct MPI: calls without mpi4py's argument parsing -------------------------
  *
  * A receive must learn the message's length (to tell a frame from plain data), so
  * through mpi4py it costs a buffer spec, a Status and a Get_count call: about 0.25 us
- * over mpi4py's own Recv. With `bind` (mpicomp/shortcut.py gives it the addresses of
- * MPI_Recv, MPI_Sendrecv and MPI_Get_count in the libmpi that mpi4py loaded, and
- * mpi4py's C API for the handles), a positional call on contiguous NumPy arrays calls
- * MPI itself, with the GIL released as mpi4py does. Only for an MPI whose handles are
- * C ints (MPICH's ABI; the Python side checks); an error code raises MPI.Exception. */
+ * over mpi4py's own Recv; and the descriptor's own test and count cost a tiny
+ * collective about 0.1 us over mpi4py's. With `bind` (mpicomp/shortcut.py gives it the
+ * addresses of MPI's functions in the libmpi that mpi4py loaded, and mpi4py's C API for
+ * the handles), a receive on contiguous NumPy arrays (positional), and an Allreduce,
+ * Bcast, Reduce, Allgather, Alltoall, Gather or Scatter on contiguous NumPy arrays of one
+ * dtype (with a predefined op), call MPI themselves, with the GIL released as mpi4py does. Only for an MPI whose handles
+ * are C ints (MPICH's ABI; the Python side checks); an error code raises MPI.Exception,
+ * and a call that does not fit goes to mpi4py's method. */
 
 typedef int (*mpi_recv_t)(void *, int, int, int, int, int, void *);
 typedef int (*mpi_sendrecv_t)(const void *, int, int, int, int, void *, int, int, int, int,
                               int, void *);
 typedef int (*mpi_get_count_t)(const void *, int, int *);
+typedef int (*mpi_allreduce_t)(const void *, void *, int, int, int, int);
+typedef int (*mpi_bcast_t)(void *, int, int, int, int);
+typedef int (*mpi_reduce_t)(const void *, void *, int, int, int, int, int);
+typedef int (*mpi_comm_rank_t)(int, int *);
+typedef int (*mpi_gather_t)(const void *, int, int, void *, int, int, int, int);
+typedef int (*mpi_allgather_t)(const void *, int, int, void *, int, int, int);
 typedef int *(*comm_handle_t)(PyObject *);
 typedef void *(*status_handle_t)(PyObject *);
+typedef int *(*op_handle_t)(PyObject *);
+
+#define PREDEFINED_OPS 16
+
+static unsigned long long direct_calls;  /* calls that called MPI themselves (for the tests) */
 
 static struct {
     mpi_recv_t recv;
     mpi_sendrecv_t sendrecv;
     mpi_get_count_t get_count;
+    mpi_allreduce_t allreduce;
+    mpi_bcast_t bcast;
+    mpi_reduce_t reduce;
+    mpi_comm_rank_t comm_rank;
+    mpi_comm_rank_t comm_size;  /* (the same signature) */
+    mpi_allgather_t allgather;
+    mpi_allgather_t alltoall;   /* (the same signature) */
+    mpi_gather_t gather;
+    mpi_gather_t scatter;       /* (the same signature) */
     comm_handle_t comm;       /* mpi4py's PyMPIComm_Get */
     status_handle_t status;   /* mpi4py's PyMPIStatus_Get */
+    op_handle_t op;           /* mpi4py's PyMPIOp_Get */
     int byte;                 /* MPI_BYTE's handle */
     int types[256];           /* a one-letter buffer format -> its datatype's handle (0: none) */
+    int ops[PREDEFINED_OPS];  /* the predefined reduction ops' handles (0: unused) */
+    PyTypeObject *op_type;    /* MPI.Op */
     PyObject *exception;      /* MPI.Exception */
 } mpi;
 
@@ -294,6 +321,26 @@ raise_mpi(int ierr)
     }
 }
 
+/* a C-contiguous buffer of a one-letter format that has a datatype (writable if asked):
+ * 1 with *view, *type and *count set (the caller releases the view), 0 when not */
+static int
+typed_view(PyObject *obj, int writable, Py_buffer *view, int *type, int *count)
+{
+    int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    const char *f = view->format;
+    if (f == NULL || f[0] == 0 || f[1] != 0 || (*type = mpi.types[(unsigned char)f[0]]) == 0
+            || view->itemsize <= 0 || view->len / view->itemsize > INT_MAX) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    *count = (int)(view->len / view->itemsize);
+    return 1;
+}
+
 /* MPI's call for a receiving kind, if the call fits: args[first] the receive buffer (a
  * C-contiguous writable array), then source and tag, all positional (Sendrecv: a
  * contiguous send buffer of a one-letter format, its dest and sendtag before), ints.
@@ -316,17 +363,8 @@ direct(Method *self, Py_ssize_t first, PyObject *const *args, Py_ssize_t nargs,
     if (self->kind == SENDRECV) {
         if (!int_arg(args[2], &dest) || !int_arg(args[3], &sendtag))
             return 0;
-        if (PyObject_GetBuffer(args[1], &sent, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
-            PyErr_Clear();
+        if (!typed_view(args[1], 0, &sent, &sendtype, &sendcount))
             return 0;
-        }
-        const char *f = sent.format;
-        if (f == NULL || f[0] == 0 || f[1] != 0 || (sendtype = mpi.types[(unsigned char)f[0]]) == 0
-                || sent.itemsize <= 0 || sent.len / sent.itemsize > INT_MAX) {
-            PyBuffer_Release(&sent);
-            return 0;
-        }
-        sendcount = (int)(sent.len / sent.itemsize);
     }
     if (PyObject_GetBuffer(args[first], &into, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
         PyErr_Clear();
@@ -356,6 +394,7 @@ direct(Method *self, Py_ssize_t first, PyObject *const *args, Py_ssize_t nargs,
             } else {
                 *received = got;
                 *nbytes = into.len;
+                direct_calls++;
                 rc = 1;
             }
         }
@@ -484,6 +523,174 @@ fail:
     return -1;
 }
 
+enum { NO_DIRECT = 0, DIRECT_ALLREDUCE = 1, DIRECT_BCAST = 2, DIRECT_REDUCE = 3,
+       DIRECT_ALLGATHER = 4, DIRECT_ALLTOALL = 5, DIRECT_GATHER = 6, DIRECT_SCATTER = 7 };
+
+/* a call's argument at position `pos` or by keyword `name`: 1 with *out set (NULL when
+ * absent), 0 when given both ways (mpi4py raises that) */
+static int
+argument(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, Py_ssize_t pos,
+         const char *name, PyObject **out)
+{
+    *out = pos < nargs ? args[pos] : NULL;
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, i), name) == 0) {
+            if (*out != NULL)
+                return 0;
+            *out = args[nargs + i];
+        }
+    }
+    return 1;
+}
+
+/* a reduction op: a predefined one (NULL: SUM, mpi4py's default): 1 with *out set, 0 when
+ * not (a user-defined op, or not an MPI.Op) */
+static int
+op_arg(PyObject *obj, int *out)
+{
+    if (obj == NULL) {
+        *out = mpi.ops[0];
+        return 1;
+    }
+    if (!PyObject_TypeCheck(obj, mpi.op_type))
+        return 0;
+    int *handle = mpi.op(obj);
+    if (handle == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    for (int i = 0; i < PREDEFINED_OPS; i++) {
+        if (mpi.ops[i] != 0 && mpi.ops[i] == *handle) {
+            *out = *handle;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Where each direct collective's op and root are (-1: none) and how many arguments it
+ * takes at most (the communicator first): Allreduce(sendbuf, recvbuf, op),
+ * Bcast(buf, root), Reduce(sendbuf, recvbuf, op, root), Allgather(sendbuf, recvbuf),
+ * Alltoall(sendbuf, recvbuf), Gather(sendbuf, recvbuf, root), Scatter(sendbuf, recvbuf,
+ * root). */
+static const Py_ssize_t OP_AT[] = {-1, 3, -1, 3, -1, -1, -1, -1};
+static const Py_ssize_t ROOT_AT[] = {-1, -1, 2, 4, -1, -1, 3, 3};
+static const Py_ssize_t MOST[] = {0, 4, 3, 5, 3, 3, 4, 4};
+
+/* MPI's collective for a call that fits: contiguous arrays of the same one-letter format
+ * whose counts match as MPI needs (the receive buffer writable; a buffer only significant
+ * at the root taken only there; Bcast's buffer writable on every rank), a predefined op,
+ * an int root. Returns 1 with *result set, 0 when the call does not fit (mpi4py takes
+ * it), -1 on an error. */
+static int
+direct_collective(Method *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                  PyObject **result)
+{
+    int which = self->direct;
+    if (mpi.allreduce == NULL || which == NO_DIRECT)
+        return 0;
+    PyObject *op_obj = NULL, *root_obj = NULL;
+    int op = 0, root = 0, rank = 0, size = 1;
+    if (nargs > MOST[which]
+            || (OP_AT[which] > 0 && !argument(args, nargs, kwnames, OP_AT[which], "op", &op_obj))
+            || (ROOT_AT[which] > 0
+                && !argument(args, nargs, kwnames, ROOT_AT[which], "root", &root_obj))
+            || (OP_AT[which] > 0 && !op_arg(op_obj, &op))
+            || (root_obj != NULL && !int_arg(root_obj, &root)))
+        return 0;
+    int *comm = mpi.comm(args[0]);
+    if (comm == NULL)
+        return -1;
+    if ((ROOT_AT[which] > 0 && which != DIRECT_BCAST && mpi.comm_rank(*comm, &rank) != 0)
+            || (which >= DIRECT_ALLGATHER && mpi.comm_size(*comm, &size) != 0))
+        return 0;  /* (mpi4py's call reports it) */
+    /* which buffers count here: the send buffer (args[1]) and the receive buffer (args[2]) */
+    int at_root = rank == root;
+    int sends = which != DIRECT_SCATTER || at_root;
+    int receives = which == DIRECT_ALLREDUCE || which == DIRECT_ALLGATHER
+                   || which == DIRECT_ALLTOALL || which == DIRECT_SCATTER
+                   || ((which == DIRECT_REDUCE || which == DIRECT_GATHER) && at_root);
+    Py_buffer send = {0}, recv = {0};
+    int type = 0, count = 0, rtype = 0, rcount = 0, fits = 1;
+    if (sends && !typed_view(args[1], which == DIRECT_BCAST, &send, &type, &count))
+        return 0;
+    if (receives && (nargs < 3 || !typed_view(args[2], 1, &recv, &rtype, &rcount))) {
+        if (sends)
+            PyBuffer_Release(&send);
+        return 0;
+    }
+    /* the counts MPI is called with: each rank's part (Allgather, Gather, Scatter: the send
+     * or receive buffer holds size parts at the root's end; Alltoall: size blocks each) */
+    int part = count;
+    switch (which) {
+    case DIRECT_ALLREDUCE:
+        fits = rtype == type && rcount == count;
+        break;
+    case DIRECT_REDUCE:
+    case DIRECT_GATHER:
+        fits = !receives || (rtype == type && rcount == (which == DIRECT_REDUCE ? 1 : size)
+                                                       * (long long)count);
+        break;
+    case DIRECT_ALLGATHER:
+        fits = rtype == type && rcount == size * (long long)count;
+        break;
+    case DIRECT_ALLTOALL:
+        fits = rtype == type && rcount == count && count % size == 0;
+        part = count / size;
+        break;
+    case DIRECT_SCATTER:
+        part = rcount;
+        fits = !sends || (rtype == type && count == size * (long long)rcount);
+        break;
+    }
+    int ierr = 0;
+    if (fits) {
+        int stype = sends ? type : rtype;
+        Py_BEGIN_ALLOW_THREADS
+        switch (which) {
+        case DIRECT_ALLREDUCE:
+            ierr = mpi.allreduce(send.buf, recv.buf, count, type, op, *comm);
+            break;
+        case DIRECT_BCAST:
+            ierr = mpi.bcast(send.buf, count, type, root, *comm);
+            break;
+        case DIRECT_REDUCE:
+            ierr = mpi.reduce(send.buf, receives ? recv.buf : NULL, count, type, op, root,
+                              *comm);
+            break;
+        case DIRECT_ALLGATHER:
+            ierr = mpi.allgather(send.buf, count, type, recv.buf, count, type, *comm);
+            break;
+        case DIRECT_ALLTOALL:
+            ierr = mpi.alltoall(send.buf, part, type, recv.buf, part, type, *comm);
+            break;
+        case DIRECT_GATHER:
+            ierr = mpi.gather(send.buf, count, type, receives ? recv.buf : NULL, count, type,
+                              root, *comm);
+            break;
+        case DIRECT_SCATTER:
+            ierr = mpi.scatter(sends ? send.buf : NULL, part, stype, recv.buf, part, rtype, root,
+                               *comm);
+            break;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    if (sends)
+        PyBuffer_Release(&send);
+    if (receives)
+        PyBuffer_Release(&recv);
+    if (!fits)
+        return 0;
+    if (ierr != 0) {
+        raise_mpi(ierr);
+        return -1;
+    }
+    direct_calls++;
+    *result = Py_NewRef(Py_None);
+    return 1;
+}
+
 /* the size test of a call by its first buffer: 1 (counted at `index`) when it has fewer
  * bytes than `limit`, 0 when not, -1 on an error */
 static int
@@ -525,7 +732,8 @@ method_vectorcall(PyObject *self_obj, PyObject *const *args, size_t nargsf, PyOb
             if (nargs > 4 && Py_TYPE(args[4]) == self->array
                     && (rc = below(state, self->index, args[1], limit)) == 1)
                 rc = receive(self, state, 4, args, nargs, kwnames, &result);
-        } else if ((rc = below(state, self->index, args[self->sized], limit)) == 1) {
+        } else if ((rc = below(state, self->index, args[self->sized], limit)) == 1
+                   && (rc = direct_collective(self, args, nargs, kwnames, &result)) == 0) {
             result = PyObject_Vectorcall(self->plain, args, (size_t)nargs, kwnames);
             rc = result == NULL ? -1 : 1;
         }
@@ -540,16 +748,21 @@ method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"plain", "slow", "array", "slot", "index", "keywords", "kind",
                             "frame", "status_type", "byte", "defaults", "recv_index", "sized",
-                            "other", NULL};
+                            "other", "direct", NULL};
     PyObject *plain, *slow, *array, *slot, *keywords;
     PyObject *frame = Py_None, *status_type = Py_None, *byte = Py_None, *defaults = Py_None;
-    int index, kind = COLLECTIVE, recv_index = -1, sized = 1, other = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!iO!|$iOOOOiii:PlainMethod", names,
+    int index, kind = COLLECTIVE, recv_index = -1, sized = 1, other = 0, direct = NO_DIRECT;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!iO!|$iOOOOiiii:PlainMethod", names,
                                      &plain, &slow, &PyType_Type, &array, &PyMemberDescr_Type,
                                      &slot, &index, &PyTuple_Type, &keywords, &kind, &frame,
                                      &status_type, &byte, &defaults, &recv_index, &sized,
-                                     &other))
+                                     &other, &direct))
         return NULL;
+    if (direct < NO_DIRECT || direct > DIRECT_SCATTER || (direct != NO_DIRECT && kind != COLLECTIVE)) {
+        PyErr_Format(PyExc_ValueError, "PlainMethod: direct must be 0, or 1 to 7 for a "
+                     "collective, got %d", direct);
+        return NULL;
+    }
     if (other < 0 || other == sized) {
         PyErr_Format(PyExc_ValueError, "PlainMethod: other must be 0 or another argument, "
                      "got %d", other);
@@ -617,6 +830,7 @@ method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->recv_index = recv_index;
     self->sized = sized;
     self->other = other;
+    self->direct = direct;
     self->frame = Py_NewRef(frame);
     self->status_type = Py_NewRef(status_type);
     self->byte = Py_NewRef(byte);
@@ -706,7 +920,8 @@ static PyTypeObject MethodType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
                 | Py_TPFLAGS_METHOD_DESCRIPTOR,
     .tp_doc = "PlainMethod(plain, slow, array, slot, index, keywords, *, kind=0, frame=None, "
-              "status_type=None, byte=None, defaults=None, recv_index=-1, sized=1, other=0): "
+              "status_type=None, byte=None, defaults=None, recv_index=-1, sized=1, other=0, "
+              "direct=0): "
               "see the module's source.",
     .tp_new = method_new,
     .tp_dealloc = (destructor)method_dealloc,
@@ -726,31 +941,72 @@ module_bound(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(args))
     return PyBool_FromLong(mpi.recv != NULL);
 }
 
-/* bind(recv, sendrecv, get_count, comm_get, status_get, byte, types, exception), or
+static PyObject *
+module_direct_calls(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(args))
+{
+    return PyLong_FromUnsignedLongLong(direct_calls);
+}
+
+/* the address of MPI function `name` in the dict `addresses` (name -> int), NULL (with an
+ * error set) when missing or 0 */
+static void *
+address_of(PyObject *addresses, const char *name)
+{
+    PyObject *value = PyDict_GetItemString(addresses, name);  /* borrowed */
+    unsigned long long at = value != NULL && PyLong_Check(value)
+                            ? PyLong_AsUnsignedLongLong(value) : 0;
+    if (at == (unsigned long long)-1 && PyErr_Occurred())
+        PyErr_Clear();
+    if (at == 0 || at == (unsigned long long)-1) {
+        PyErr_Format(PyExc_ValueError, "bind: addresses needs a nonzero int for %s", name);
+        return NULL;
+    }
+    return (void *)(uintptr_t)at;
+}
+
+/* bind(addresses, comm_get, status_get, op_get, byte, types, ops, op_type, exception), or
  * bind(None) to go back to mpi4py's methods: see "Direct MPI" above */
 static PyObject *
 module_bind(PyObject *Py_UNUSED(module), PyObject *args)
 {
     if (PyTuple_GET_SIZE(args) == 1 && PyTuple_GET_ITEM(args, 0) == Py_None) {
         Py_CLEAR(mpi.exception);
+        Py_CLEAR(mpi.op_type);
         memset(&mpi, 0, sizeof mpi);
         Py_RETURN_FALSE;
     }
-    unsigned long long recv, sendrecv, get_count;
-    PyObject *comm_get, *status_get, *types, *exception;
+    PyObject *addresses, *comm_get, *status_get, *op_get, *types, *ops, *op_type, *exception;
     int byte;
-    if (!PyArg_ParseTuple(args, "KKKO!O!iO!O:bind", &recv, &sendrecv, &get_count,
-                          &PyCapsule_Type, &comm_get, &PyCapsule_Type, &status_get, &byte,
-                          &PyDict_Type, &types, &exception))
+    if (!PyArg_ParseTuple(args, "O!O!O!O!iO!O!O!O:bind", &PyDict_Type, &addresses,
+                          &PyCapsule_Type, &comm_get, &PyCapsule_Type, &status_get,
+                          &PyCapsule_Type, &op_get, &byte, &PyDict_Type, &types,
+                          &PyTuple_Type, &ops, &PyType_Type, &op_type, &exception))
         return NULL;
+    static const char *functions[] = {"MPI_Recv", "MPI_Sendrecv", "MPI_Get_count",
+                                      "MPI_Allreduce", "MPI_Bcast", "MPI_Reduce",
+                                      "MPI_Comm_rank", "MPI_Comm_size", "MPI_Allgather",
+                                      "MPI_Alltoall", "MPI_Gather", "MPI_Scatter"};
+    void *found[12];
+    for (int i = 0; i < 12; i++)
+        if ((found[i] = address_of(addresses, functions[i])) == NULL)
+            return NULL;
     void *comm = PyCapsule_GetPointer(comm_get, "MPI_Comm *(PyObject *)");
     void *status = comm == NULL ? NULL : PyCapsule_GetPointer(status_get, "MPI_Status *(PyObject *)");
-    if (status == NULL)
+    void *op = status == NULL ? NULL : PyCapsule_GetPointer(op_get, "MPI_Op *(PyObject *)");
+    if (op == NULL)
         return NULL;
-    if (recv == 0 || sendrecv == 0 || get_count == 0) {
-        PyErr_SetString(PyExc_ValueError, "bind: the addresses of MPI_Recv, MPI_Sendrecv and "
-                        "MPI_Get_count must not be 0");
+    Py_ssize_t nops = PyTuple_GET_SIZE(ops);
+    if (nops < 1 || nops > PREDEFINED_OPS) {
+        PyErr_Format(PyExc_ValueError, "bind: ops holds 1 to %d op handles (SUM first), got %zd",
+                     PREDEFINED_OPS, nops);
         return NULL;
+    }
+    int op_table[PREDEFINED_OPS] = {0};
+    for (Py_ssize_t i = 0; i < nops; i++) {
+        long handle = PyLong_AsLong(PyTuple_GET_ITEM(ops, i));
+        if (handle == -1 && PyErr_Occurred())
+            return NULL;
+        op_table[i] = (int)handle;
     }
     int table[256] = {0};
     PyObject *key, *value;
@@ -767,25 +1023,41 @@ module_bind(PyObject *Py_UNUSED(module), PyObject *args)
         table[(unsigned char)letter[0]] = (int)handle;
     }
     Py_CLEAR(mpi.exception);
-    mpi.recv = (mpi_recv_t)(uintptr_t)recv;
-    mpi.sendrecv = (mpi_sendrecv_t)(uintptr_t)sendrecv;
-    mpi.get_count = (mpi_get_count_t)(uintptr_t)get_count;
+    Py_CLEAR(mpi.op_type);
+    mpi.recv = (mpi_recv_t)found[0];
+    mpi.sendrecv = (mpi_sendrecv_t)found[1];
+    mpi.get_count = (mpi_get_count_t)found[2];
+    mpi.allreduce = (mpi_allreduce_t)found[3];
+    mpi.bcast = (mpi_bcast_t)found[4];
+    mpi.reduce = (mpi_reduce_t)found[5];
+    mpi.comm_rank = (mpi_comm_rank_t)found[6];
+    mpi.comm_size = (mpi_comm_rank_t)found[7];
+    mpi.allgather = (mpi_allgather_t)found[8];
+    mpi.alltoall = (mpi_allgather_t)found[9];
+    mpi.gather = (mpi_gather_t)found[10];
+    mpi.scatter = (mpi_gather_t)found[11];
     mpi.comm = (comm_handle_t)comm;
     mpi.status = (status_handle_t)status;
+    mpi.op = (op_handle_t)op;
     mpi.byte = byte;
     memcpy(mpi.types, table, sizeof table);
+    memcpy(mpi.ops, op_table, sizeof op_table);
+    mpi.op_type = (PyTypeObject *)Py_NewRef(op_type);
     mpi.exception = Py_NewRef(exception);
     Py_RETURN_TRUE;
 }
 
 static PyMethodDef module_methods[] = {
     {"bind", module_bind, METH_VARARGS,
-     "bind(recv, sendrecv, get_count, comm_get, status_get, byte, types, exception): receive "
-     "by calling MPI itself (addresses of MPI_Recv, MPI_Sendrecv, MPI_Get_count; mpi4py's "
-     "PyMPIComm_Get and PyMPIStatus_Get capsules; MPI_BYTE's handle; a dict one-letter "
-     "format -> datatype handle; MPI.Exception); bind(None): through mpi4py again."},
+     "bind(addresses, comm_get, status_get, op_get, byte, types, ops, op_type, exception): "
+     "call MPI itself (addresses: MPI function name -> address in mpi4py's libmpi, for "
+     "each of mpicomp.shortcut.MPI_FUNCTIONS; mpi4py's PyMPIComm_Get, PyMPIStatus_Get and PyMPIOp_Get capsules; "
+     "MPI_BYTE's handle; a dict one-letter format -> datatype handle; the predefined ops' "
+     "handles, SUM first; MPI.Op; MPI.Exception); bind(None): through mpi4py again."},
     {"bound", (PyCFunction)(void (*)(void))module_bound, METH_NOARGS,
-     "Whether receives call MPI itself."},
+     "Whether the shortcut calls MPI itself."},
+    {"direct_calls", (PyCFunction)(void (*)(void))module_direct_calls, METH_NOARGS,
+     "How many calls so far called MPI themselves."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -23,7 +23,11 @@ decodes it in place.
 Where mpi4py runs on MPICH (MPI handles are C ints), :func:`bind_mpi` lets the
 receiving methods call ``MPI_Recv``/``MPI_Sendrecv`` and ``MPI_Get_count`` of the
 library mpi4py loaded themselves, on a positional call with contiguous arrays,
-so that learning the length costs nothing over mpi4py's own ``Recv``.
+so that learning the length costs nothing over mpi4py's own ``Recv``; and
+the blocking collectives of :data:`DIRECT` call MPI themselves on contiguous
+arrays of one dtype whose counts match (with a predefined op), so that the
+shortcut's own test and count are paid for by skipping mpi4py's argument
+parsing.
 ``comm.stats()`` folds the counts in (:meth:`mpicomp.stats.Stats.attach_shortcuts`).
 
 Without a C compiler at install time the extension is missing, ``COMPILED``
@@ -80,6 +84,19 @@ KEYWORDS = {"Allreduce": ("op",), "Iallreduce": ("op",), "Reduce_scatter_block":
             "Sendrecv": ("status",)}
 
 
+#: the MPI functions the shortcut calls itself once bound (bind_mpi)
+MPI_FUNCTIONS = ("MPI_Recv", "MPI_Sendrecv", "MPI_Get_count", "MPI_Allreduce", "MPI_Bcast",
+                 "MPI_Reduce", "MPI_Comm_rank", "MPI_Comm_size", "MPI_Allgather",
+                 "MPI_Alltoall", "MPI_Gather", "MPI_Scatter")
+#: the ops those collectives take to MPI directly (SUM first: mpi4py's default); any other
+#: op goes through mpi4py's method
+PREDEFINED_OPS = (MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN, MPI.LAND, MPI.LOR, MPI.LXOR, MPI.BAND,
+                  MPI.BOR, MPI.BXOR)
+#: the collectives that call MPI themselves once bound: their code in the extension
+DIRECT = {"Allreduce": 1, "Bcast": 2, "Reduce": 3, "Allgather": 4, "Alltoall": 5, "Gather": 6,
+          "Scatter": 7}
+
+
 def install(cls: type) -> None:
     """Make :data:`METHODS` of ``cls`` (which has a ``_shortcut`` slot) compiled shortcuts."""
     if not COMPILED:
@@ -98,6 +115,8 @@ def install(cls: type) -> None:
                      "status_type": MPI.Status, "byte": MPI.BYTE,
                      "defaults": (MPI.ANY_SOURCE, MPI.ANY_TAG),
                      "recv_index": METHODS.index("Recv")}
+        if name in DIRECT:
+            extra["direct"] = DIRECT[name]
         setattr(cls, name, PlainMethod(getattr(MPI.Intracomm, name), python, np.ndarray,
                                        cls.__dict__["_shortcut"], index, KEYWORDS.get(name, ()),
                                        **extra))
@@ -136,16 +155,17 @@ def bind_mpi(on: bool = True) -> bool:
         return False
     try:
         lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
-        address = {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
-                   for name in ("MPI_Recv", "MPI_Sendrecv", "MPI_Get_count")}
+        addresses = {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
+                     for name in MPI_FUNCTIONS}
     except (OSError, AttributeError):
         return False
     types = {letter: datatype.handle for letter, datatype in MPI._typedict.items()
              if len(letter) == 1 and datatype.handle}
+    ops = tuple(op.handle for op in PREDEFINED_OPS)
     capi = MPI.__pyx_capi__
-    return bool(_shortcut.bind(address["MPI_Recv"], address["MPI_Sendrecv"],
-                               address["MPI_Get_count"], capi["PyMPIComm_Get"],
-                               capi["PyMPIStatus_Get"], MPI.BYTE.handle, types, MPI.Exception))
+    return bool(_shortcut.bind(addresses, capi["PyMPIComm_Get"], capi["PyMPIStatus_Get"],
+                               capi["PyMPIOp_Get"], MPI.BYTE.handle, types, ops, MPI.Op,
+                               MPI.Exception))
 
 
 def update(comm: Any, limit: float, p2p_limit: float) -> Any:

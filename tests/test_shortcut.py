@@ -169,19 +169,25 @@ def receive_path(request):
 
 
 def test_receives_call_mpi_itself_on_mpich():
-    """The project's MPI is MPICH: the receiving shortcuts are bound to its library."""
+    """The project's MPI is MPICH: the shortcut is bound to its library (receives,
+    Allreduce, Bcast, Reduce call MPI themselves)."""
     assert MPI.Get_library_version().startswith("MPICH")
     assert shortcut.bind_mpi() and shortcut._shortcut.bound()
     assert not shortcut.bind_mpi(False) and not shortcut._shortcut.bound()
     assert shortcut.bind_mpi() and shortcut._shortcut.bound()
+    capi = MPI.__pyx_capi__
+    addresses = {name: 1 for name in shortcut.MPI_FUNCTIONS}
+    good = (capi["PyMPIComm_Get"], capi["PyMPIStatus_Get"], capi["PyMPIOp_Get"],
+            MPI.BYTE.handle)
+    ops = (MPI.SUM.handle,)
     with pytest.raises(ValueError, match="one-letter buffer formats"):
-        shortcut._shortcut.bind(1, 1, 1, MPI.__pyx_capi__["PyMPIComm_Get"],
-                                MPI.__pyx_capi__["PyMPIStatus_Get"], MPI.BYTE.handle,
-                                {"Zf": MPI.C_FLOAT_COMPLEX.handle}, MPI.Exception)
-    with pytest.raises(ValueError, match="must not be 0"):
-        shortcut._shortcut.bind(0, 1, 1, MPI.__pyx_capi__["PyMPIComm_Get"],
-                                MPI.__pyx_capi__["PyMPIStatus_Get"], MPI.BYTE.handle, {},
+        shortcut._shortcut.bind(addresses, *good, {"Zf": MPI.C_FLOAT_COMPLEX.handle}, ops,
+                                MPI.Op, MPI.Exception)
+    with pytest.raises(ValueError, match="nonzero int for MPI_Bcast"):
+        shortcut._shortcut.bind({**addresses, "MPI_Bcast": 0}, *good, {}, ops, MPI.Op,
                                 MPI.Exception)
+    with pytest.raises(ValueError, match="SUM first"):
+        shortcut._shortcut.bind(addresses, *good, {}, (), MPI.Op, MPI.Exception)
     assert shortcut._shortcut.bound()  # a refused bind leaves the binding as it was
 
 
@@ -544,6 +550,7 @@ def test_receives_keep_mpi4pys_types_errors_and_status(comm, receive_path):
         return
     mc.resolved_policy()
     peer = 1 - r
+    before = shortcut._shortcut.direct_calls()
     for dtype in (np.float32, np.float64, np.int32, np.int64, np.uint8, np.bool_,
                   np.complex64, np.float16):
         x = (np.arange(37) % 3 + r).astype(dtype)
@@ -552,6 +559,8 @@ def test_receives_keep_mpi4pys_types_errors_and_status(comm, receive_path):
         mc.Sendrecv(x, peer, 5, y, peer, 5, st)
         np.testing.assert_array_equal(y, (np.arange(37) % 3 + peer).astype(dtype))
         assert (st.Get_source(), st.Get_tag(), st.Get_count(MPI.BYTE)) == (peer, 5, x.nbytes)
+    # bound, every Sendrecv but complex64's (no one-letter format) called MPI itself
+    assert shortcut._shortcut.direct_calls() - before == (7 if receive_path == "direct" else 0)
     x = np.arange(64, dtype=np.float64)
     if r == 0:
         mc.Send(x, 1, 6)
@@ -575,3 +584,101 @@ def test_receives_keep_mpi4pys_types_errors_and_status(comm, receive_path):
     y = np.zeros(4)
     mc.Sendrecv(np.full(4, r, np.float64), peer, 10, y, peer, 10)  # still in step
     np.testing.assert_array_equal(y, peer)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_blocking_collectives_give_what_mpi4py_gives(comm, receive_path):
+    """Both ways (MPI called directly, bound; mpi4py's methods, unbound): Allreduce, Reduce,
+    Bcast, Gather, Scatter, Allgather and Alltoall on every dtype, predefined ops, every
+    root, keywords; a user-defined op and mismatched buffers (which go to mpi4py): the
+    plain communicator's results and errors, every call counted."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    mc = mpicomp.Comm(comm)
+    mc.resolved_policy()
+    assert _shortcut_on(mc)
+    before = shortcut._shortcut.direct_calls()
+    cases = [(np.float32, MPI.SUM), (np.float64, MPI.MAX), (np.int32, MPI.PROD),
+             (np.int64, MPI.BAND), (np.uint8, MPI.BOR), (np.bool_, MPI.LOR),
+             (np.float16, MPI.MIN), (np.complex64, MPI.SUM)]  # complex: no one-letter format
+    for dtype, op in cases:
+        x = (np.arange(23) % 5 + r + 1).astype(dtype)
+        got, want = np.empty_like(x), np.empty_like(x)
+        mc.Allreduce(x, got, op)
+        comm.Allreduce(x, want, op)
+        np.testing.assert_array_equal(got, want)
+        mc.Allreduce(x, got, op=op)  # keyword
+        np.testing.assert_array_equal(got, want)
+        for root in range(p):
+            got[:] = 0
+            want[:] = 0
+            mc.Reduce(x, got if r == root else None, op, root)
+            comm.Reduce(x, want if r == root else None, op, root)
+            np.testing.assert_array_equal(got, want)
+            b = x.copy() if r == root else np.zeros_like(x)
+            mc.Bcast(b, root=root)
+            np.testing.assert_array_equal(b, (np.arange(23) % 5 + root + 1).astype(dtype))
+            every = np.concatenate([x + k for k in range(p)]).astype(dtype)  # p parts
+            got_p, want_p = np.zeros_like(every), np.zeros_like(every)
+            mc.Gather(x, got_p if r == root else None, root)
+            comm.Gather(x, want_p if r == root else None, root)
+            np.testing.assert_array_equal(got_p, want_p)
+            part, want_part = np.zeros_like(x), np.zeros_like(x)
+            mc.Scatter(every if r == root else None, part, root=root)
+            comm.Scatter(every if r == root else None, want_part, root=root)
+            np.testing.assert_array_equal(part, want_part)
+        got_p, want_p = np.zeros_like(every), np.zeros_like(every)
+        mc.Allgather(x, got_p)
+        comm.Allgather(x, want_p)
+        np.testing.assert_array_equal(got_p, want_p)
+        mc.Alltoall(every, got_p)
+        comm.Alltoall(every, want_p)
+        np.testing.assert_array_equal(got_p, want_p)
+    st = mc.stats()
+    n = len(cases)
+    assert (st["Allreduce"]["calls"], st["Reduce"]["calls"], st["Bcast"]["calls"],
+            st["Gather"]["calls"], st["Scatter"]["calls"], st["Allgather"]["calls"],
+            st["Alltoall"]["calls"]) == (2 * n, p * n, p * n, p * n, p * n, n, n)
+    # bound, every call but complex64's (no one-letter format) called MPI itself
+    direct = (n - 1) * (4 + 4 * p) if receive_path == "direct" else 0
+    assert shortcut._shortcut.direct_calls() - before == direct
+    # a user-defined op: mpi4py's own (the op's Python function runs)
+    def add(a, b, datatype):
+        out = np.frombuffer(b, np.float64)
+        out += 2 * np.frombuffer(a, np.float64)
+
+    doubled = MPI.Op.Create(add, commute=True)
+    x = np.full(4, r + 1.0)
+    y, want = np.zeros(4), np.zeros(4)
+    try:
+        mc.Allreduce(x, y, doubled)
+        comm.Allreduce(x, want, doubled)
+    finally:
+        doubled.Free()
+    np.testing.assert_array_equal(y, want)
+    # a receive buffer of another dtype, and one of another size: what mpi4py does
+    for other in (np.zeros(4, np.float32), np.zeros(5)):
+        try:
+            comm.Allreduce(x, other.copy())
+            plain = None
+        except Exception as e:  # noqa: BLE001 - compared below
+            plain = type(e)
+        if plain is None:
+            mc.Allreduce(x, other)
+        else:
+            with pytest.raises(plain):
+                mc.Allreduce(x, other)
+    # an Allgather receive buffer larger than the parts: mpi4py's counts (from the buffer)
+    x = np.arange(3.0) + r
+    got_p, want_p = np.zeros(3 * p + p), np.zeros(3 * p + p)
+    mc.Allgather(x, got_p)
+    comm.Allgather(x, want_p)
+    np.testing.assert_array_equal(got_p, want_p)
+    # a root out of range: MPI's own error, as mpi4py raises it
+    with pytest.raises(MPI.Exception) as caught:
+        mc.Bcast(np.zeros(3), root=p)
+    assert caught.value.Get_error_class() == MPI.ERR_ROOT
+    with pytest.raises(MPI.Exception):
+        mc.Reduce(np.zeros(3), np.zeros(3), root=p)
+    y = np.zeros(3)
+    mc.Allreduce(np.ones(3), y)  # still in step
+    np.testing.assert_array_equal(y, p)
