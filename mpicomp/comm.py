@@ -742,6 +742,11 @@ class Comm(MPI.Intracomm):
             # (counted by this rank's own bytes: the largest count would need the v-spec)
             self._stats.fast_plain("Allgatherv", sendbuf.nbytes, self._fast_reason)
             return MPI.Intracomm.Allgatherv(self, sendbuf, recvbuf)
+        if not settings and self._fast_below > 0 and type(sendbuf) is _NDARRAY:
+            largest = _largest_count(recvbuf)  # the same on every rank: the call's size
+            if largest is not None and largest < self._fast_below:
+                self._stats.fast_plain("Allgatherv", largest, self._fast_reason)
+                return MPI.Intracomm.Allgatherv(self, sendbuf, recvbuf)
         pol = self.resolved_policy(**settings)
         p, r = self.Get_size(), self.Get_rank()
         rbuf = parse_v(recvbuf, p, "recvbuf")
@@ -1105,6 +1110,22 @@ def _fast_size(comm: Comm, name: str, sendbuf: Any, recvbuf: Any, per_rank: bool
     else:
         return False
     return comm._fast_plain(name, nbytes)
+
+
+def _largest_count(spec: Any) -> int | None:
+    """The bytes of the largest count of a v-spec's host array, read without parsing it:
+    ``[array, counts]`` (counts a list of ints) or ``[array, (counts, displs)]``; None for
+    any other form (a datatype, whose unit the counts are in; device memory)."""
+    if type(spec) not in (list, tuple) or len(spec) != 2 or type(spec[0]) is not _NDARRAY:
+        return None
+    counts = spec[1]
+    if type(counts) is tuple and len(counts) == 2 and type(counts[0]) in (list, tuple):
+        counts = counts[0]  # (counts, displs)
+    elif type(counts) is not list:
+        return None  # (a tuple of two ints reads as (count, displacement) to mpi4py)
+    if not counts or not all(type(c) is int for c in counts):
+        return None
+    return max(counts) * spec[0].itemsize
 
 
 def _landing(memory: HostMemory | DeviceMemory, nbytes: int) -> Any:

@@ -508,12 +508,31 @@ def test_allgatherv_skips_parsing_where_every_size_goes_plain(comm, monkeypatch)
     np.testing.assert_array_equal(out, np.repeat(np.arange(p), counts))
     monkeypatch.undo()
     assert mc.stats()["Allgatherv"]["fallbacks"] == {ONE_NODE: 1}
-    # a threshold limit: the size is the largest count, so the Python method decides
+    # a threshold limit: the size is the largest count, read from the v-spec's counts
+    # without parsing it (every rank sees the same counts, so decides alike)
     mc2 = mpicomp.Comm(comm, codec="bitplane")
-    mc2.Allgatherv(np.full(r + 1, r, np.float32), [out, counts])
+    mc2.Allgatherv(np.full(r + 1, r, np.float32), [out, counts])  # settles the limit
+    assert 0 < mc2._fast_below < float("inf")
+    displs = [sum(counts[:q]) for q in range(p)]
+    monkeypatch.setattr(comm_module, "parse_v", no_parse)
+    for spec in ([out, counts], [out, (counts, displs)], (out, (tuple(counts), displs))):
+        out[:] = -1
+        mc2.Allgatherv(np.full(r + 1, r, np.float32), spec)
+        np.testing.assert_array_equal(out, np.repeat(np.arange(p), counts))
+    monkeypatch.undo()
+    st = mc2.stats()["Allgatherv"]
+    assert st["calls"] == 4 and sum(st["fallbacks"].values()) == 4
+    assert st["raw_bytes"] == 4 * p * 4  # the largest count's bytes, as the method counts
+    # forms the fast path does not read go to the Python method, which decides the same
+    out[:] = -1
+    mc2.Allgatherv(np.full(r + 1, r, np.float32), [out, counts, MPI.FLOAT])
     np.testing.assert_array_equal(out, np.repeat(np.arange(p), counts))
-    assert mc2.stats()["Allgatherv"]["fallbacks"] == {
-        f"below threshold ({p * 4} B < 65536 B)": 1}
+    # above the threshold: compressed, by the Python method
+    many = [16384 + q for q in range(p)]
+    big_out = np.zeros(sum(many), np.float32)
+    mc2.Allgatherv(np.full(16384 + r, r, np.float32), [big_out, many])
+    np.testing.assert_allclose(big_out, np.repeat(np.arange(p), many), atol=1e-2)
+    assert mc2.stats()["Allgatherv"]["compressed"] == 1
 
 
 @pytest.mark.mpi(min_size=2)
