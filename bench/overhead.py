@@ -91,6 +91,7 @@ CALLS: dict[str, Callable[[Any, np.ndarray, np.ndarray], None]] = {
     "Reduce": lambda c, x, y: c.Reduce(x, y, root=0),
     "Gather": lambda c, x, y: c.Gather(x, y, root=0),
     "Scatter": lambda c, x, y: c.Scatter(y, x, root=0),
+    "Allgatherv": lambda c, x, y: c.Allgatherv(x, [y, [x.size] * c.Get_size()]),
     "Reduce_scatter": lambda c, x, y: c.Reduce_scatter(y, x),
     "Ibcast": lambda c, x, y: c.Ibcast(x, root=0).Wait(),
     "Iallgather": lambda c, x, y: c.Iallgather(x, y).Wait(),
@@ -99,7 +100,7 @@ CALLS: dict[str, Callable[[Any, np.ndarray, np.ndarray], None]] = {
     "Isend/Irecv": _round_trip("Isend", "Irecv"),
     "Sendrecv": _sendrecv,
 }
-GATHERS = ("Allgather", "Gather", "Iallgather", "Scatter", "Reduce_scatter")
+GATHERS = ("Allgather", "Gather", "Iallgather", "Scatter", "Reduce_scatter", "Allgatherv")
 #: methods whose buffer is cut into one block per rank
 SPLITS = ("Alltoall", "Ialltoall")
 DEFAULT_METHODS = "Allreduce"
@@ -126,14 +127,18 @@ def _methods(spec: str) -> list[str]:
 
 
 def run(sizes: str, rounds: int, seconds: float, data: str, seed: int, threads: int | None,
-        argv: list[str] | None, methods: str = DEFAULT_METHODS) -> list[dict[str, Any]]:
+        argv: list[str] | None, methods: str = DEFAULT_METHODS,
+        codec: str | None = None) -> list[dict[str, Any]]:
     """Time both loops at each size of each method; rank 0 prints the table; returns its
-    rows (rank 0)."""
+    rows (rank 0). ``codec``: the mpicomp side names it (calls below its threshold go
+    plain), else it is ``mpicomp.COMM_WORLD`` with no settings."""
     from mpi4py import MPI
 
     import mpicomp
 
-    world, drop_in = MPI.COMM_WORLD, mpicomp.COMM_WORLD
+    world = MPI.COMM_WORLD
+    drop_in = mpicomp.COMM_WORLD if codec is None else mpicomp.Comm(world, codec=codec)
+    side = "no settings" if codec is None else f"codec={codec!r}"
     threads, local = setup_threads(world, threads)
     chosen, names = parse_sizes(sizes), _methods(methods)
     r, p = world.Get_rank(), world.Get_size()
@@ -165,7 +170,7 @@ def run(sizes: str, rounds: int, seconds: float, data: str, seed: int, threads: 
     if r == 0:
         header = machine_lines() + mpi_lines(world, threads, local) + [
             f"{', '.join(names)} of float32 data '{data}' (rank r: seed {seed} + r), "
-            "MPI.COMM_WORLD (plain) vs mpicomp.COMM_WORLD (no settings), tight loops of "
+            f"MPI.COMM_WORLD (plain) vs mpicomp ({side}), tight loops of "
             f"'calls' calls alternated over {rounds} rounds; us per call: rank 0's, median "
             "over the rounds; a point-to-point call is one round trip between ranks 0-1, 2-3 ...",
             f"how mpicomp's calls went: {paths}",
@@ -193,6 +198,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="about how long each loop runs (0.1)")
     parser.add_argument("--methods", default=DEFAULT_METHODS,
                         help=f"comma-separated, or all: {', '.join(CALLS)} ({DEFAULT_METHODS})")
+    parser.add_argument("--codec", default=None,
+                        help="the mpicomp side names this codec (calls below its threshold "
+                             "go plain; default: mpicomp.COMM_WORLD with no settings)")
     add_rank_options(parser, QUICK)
 
 
@@ -202,5 +210,5 @@ def main(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     run(sizes=args.sizes or quick.get("sizes", DEFAULT_SIZES),
         rounds=args.rounds or quick.get("rounds", 7),
         seconds=args.seconds or quick.get("seconds", 0.1), data=args.data, seed=args.seed,
-        threads=args.threads, argv=argv, methods=args.methods)
+        threads=args.threads, argv=argv, methods=args.methods, codec=args.codec)
     return 0

@@ -14,8 +14,9 @@
  *     is exactly a numpy.ndarray of fewer bytes than the state's `limit` (and whose
  *     other buffer, if it has one, is an ndarray too or None: host memory only),
  *
- * is counted by size in the state and handed to mpi4py's method. Every other
- * call goes to `slow`, the Python method, which decides as before.
+ * is counted by size in the state and handed to mpi4py's method (or, once bound, to MPI
+ * itself: "Direct MPI" below). Every other call goes to `slow`, the Python method, which
+ * decides as before.
  *
  * Three kinds of method:
  *   - COLLECTIVE (Allreduce, Bcast ...): below the state's `limit` (the bytes of the
@@ -250,9 +251,10 @@ static PyObject *nbytes_name, *status_name, *get_count_name;
  * addresses of MPI's functions in the libmpi that mpi4py loaded, and mpi4py's C API for
  * the handles), a receive on contiguous NumPy arrays (positional), and an Allreduce,
  * Bcast, Reduce, Allgather, Alltoall, Gather or Scatter on contiguous NumPy arrays of one
- * dtype (with a predefined op), call MPI themselves, with the GIL released as mpi4py does. Only for an MPI whose handles
- * are C ints (MPICH's ABI; the Python side checks); an error code raises MPI.Exception,
- * and a call that does not fit goes to mpi4py's method. */
+ * dtype (with a predefined op), call MPI themselves, with the GIL released as mpi4py
+ * does. Only for an MPI whose handles are C ints (MPICH's ABI; the Python side checks);
+ * an error code raises MPI.Exception, and a call that does not fit goes to mpi4py's
+ * method. */
 
 typedef int (*mpi_recv_t)(void *, int, int, int, int, int, void *);
 typedef int (*mpi_sendrecv_t)(const void *, int, int, int, int, void *, int, int, int, int,

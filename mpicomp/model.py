@@ -24,9 +24,10 @@ Allreduce, hierarchical     by rails (every node holds L ranks): g + N + R - min
                              (1 - 1/S), N = RS(n) + AG(n): node Reduce_scatter and Allgather
                              fits, R = pipelined(W', C'): the ring above over the P nodes on
                              n / L bytes (the rails' exchange fit, all L rails at once), in S
-                             segments whose node collectives run behind the rings; by leaders (nodes of different sizes): g + R(n)
-                             + pipelined(W', C') + B(n): node Reduce and Bcast fits, the ring
-                             over the P node leaders on n bytes (their exchange fit)
+                             segments whose node collectives run behind the rings;
+                             by leaders (nodes of different sizes): g + R(n) + pipelined(W',
+                             C') + B(n): node Reduce and Bcast fits, the ring over the P node
+                             leaders on n bytes (their exchange fit)
 Allreduce, rec. doubling     g + L X(rho n) + L (E + 2D + A) n (+ 2 X(rho n) + 2(E+D) n
                              when p is not a power of two), L = floor(log2 p)
 Allgather(v), Gather         g + E n + F_Allgather(rho n) + D n p
@@ -168,6 +169,11 @@ def _agree(cal: Calibration, n: float) -> float:
 _RAIL_FITS = ("Reduce_scatter", "Allgather", "rail_exchange")
 
 
+def _by_rails_priced(cal: Calibration) -> bool:
+    """Whether the node-aware allreduce is priced by rails (else by leaders)."""
+    return cal.node is not None and cal.layout.uniform and all(f in cal.node for f in _RAIL_FITS)
+
+
 def _by_rails(cal: Calibration, n: float, rho: float, e: float, d: float, k: int) -> float:
     """The node-aware allreduce on ``P`` nodes of ``L`` ranks: node Reduce_scatter, the
     ``L`` rails' rings at once, each over the ``P`` nodes on ``n / L`` bytes, node
@@ -190,7 +196,7 @@ def _hierarchical(cal: Calibration, n: float, rho: float, e: float, d: float, k:
     """The node-aware allreduce: by rails on uniform nodes, else node Reduce, the ring over
     the ``P`` node leaders, node Bcast."""
     assert cal.node is not None
-    if cal.layout.uniform and all(f in cal.node for f in _RAIL_FITS):
+    if _by_rails_priced(cal):
         return _by_rails(cal, n, rho, e, d, k)
     big = cal.layout.nodes
     codec = (e * n + d * n * (2 * big - 1) / big + cal.add_s_per_byte * n * (big - 1) / big
@@ -232,8 +238,7 @@ def compressed_times(cal: Calibration, method: str, n: float, rho: float, e: flo
         if cal.node is not None:
             # the leaders' chunks are p / P times larger than the flat ring's, the rails'
             # (n / L over P ranks) the same size
-            rails = cal.layout.uniform and all(f in cal.node for f in _RAIL_FITS)
-            k_nodes = k if rails else max(1, round(k * p / cal.layout.nodes))
+            k_nodes = k if _by_rails_priced(cal) else max(1, round(k * p / cal.layout.nodes))
             times["hierarchical"] = _hierarchical(cal, n, rho, e, d,
                                                   min(k_nodes, MAX_PIECES))
         return times

@@ -128,22 +128,23 @@ def _loaded_libmpi() -> str | None:
     try:
         with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
             for line in maps:
-                path = line.split()[-1] if len(line.split()) >= 6 else ""
-                if os.path.basename(path).startswith("libmpi.so"):
-                    return path
+                fields = line.split()
+                if len(fields) >= 6 and os.path.basename(fields[-1]).startswith("libmpi.so"):
+                    return fields[-1]
     except OSError:
         pass
     return None
 
 
 def bind_mpi(on: bool = True) -> bool:
-    """Let the compiled receives call MPI itself (``on``), or go through mpi4py again.
+    """Let the compiled receives and :data:`DIRECT` collectives call MPI themselves
+    (``on``), or go through mpi4py's methods again.
 
     Binds only where that is safe to do from C without MPI's headers: the
     extension is there, the MPI is MPICH (its handles are C ints, checked by
     mpi4py's own handle sizes) and its library is already loaded by mpi4py
     (found in the process's memory map and opened without loading anything).
-    Returns whether receives now call MPI themselves.
+    Returns whether those calls now call MPI themselves.
     """
     if not COMPILED:
         return False

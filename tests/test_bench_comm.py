@@ -85,6 +85,17 @@ def test_overhead_benchmark_of_every_method_quick():
     assert any("'Recv': {'sender sent plain data'" in line for line in lines), lines
 
 
+def test_overhead_benchmark_under_a_named_codec_quick():
+    """``--codec``: the mpicomp side names a codec; Allgatherv's small calls go plain below
+    its threshold (from Python, reading the v-spec's counts)."""
+    lines = _run_bench("overhead", "--methods", "Allgatherv", "--codec", "bitplane")
+    rows = _rows(lines, "method ")
+    assert [" ".join(r[:3]) for r in rows] == ["Allgatherv 4 B", "Allgatherv 64 KiB"], lines
+    assert all(float(r[-1]) > 0 for r in rows), rows
+    assert any("mpicomp (codec='bitplane')" in line for line in lines), lines
+    assert any("'Allgatherv': {'below threshold" in line for line in lines), lines
+
+
 def test_overlap_benchmark_quick():
     lines = _run_bench("overlap")
     rows = _rows(lines, "path ")

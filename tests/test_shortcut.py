@@ -198,18 +198,20 @@ def test_a_blocked_receive_lets_other_threads_run():
 
     mc = mpicomp.Comm(MPI.COMM_SELF)
     mc.resolved_policy()
-    for on in (True, False):
-        shortcut.bind_mpi(on)
-        x = np.arange(100, dtype=np.float32) + on
-        y = np.zeros_like(x)
-        thread = threading.Thread(target=mc.Recv, args=(y, 0, 11))
-        thread.start()
-        thread.join(0.2)  # the receive is waiting (a held GIL would hang the send below)
-        mc.Send(x, 0, 11)
-        thread.join(10)
-        assert not thread.is_alive()
-        np.testing.assert_array_equal(y, x)
-    assert shortcut.bind_mpi(True)
+    try:
+        for on in (True, False):
+            assert shortcut.bind_mpi(on) == on
+            x = np.arange(100, dtype=np.float32) + on
+            y = np.zeros_like(x)
+            thread = threading.Thread(target=mc.Recv, args=(y, 0, 11))
+            thread.start()
+            thread.join(0.2)  # the receive is waiting (a held GIL would hang the send below)
+            mc.Send(x, 0, 11)
+            thread.join(10)
+            assert not thread.is_alive()
+            np.testing.assert_array_equal(y, x)
+    finally:
+        assert shortcut.bind_mpi(True)
 
 
 @pytest.mark.mpi(min_size=2)

@@ -43,6 +43,7 @@ rail communicators come from :mod:`mpicomp.topology`, built once per engine.
 """
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import Any
 
 from mpi4py import MPI
@@ -81,9 +82,7 @@ def _by_rails(ctx: Ctx, x: Any, out: Any, node: MPI.Intracomm, rail: MPI.Intraco
     seg_counts, seg_displs = split(x.size, segments(x.nbytes))
     cuts = [split(c, size) for c in seg_counts]  # each segment's parts: (counts, displs)
     parts = ctx.values("node-part", sum(counts[me] for counts, _ in cuts), x.dtype)
-    starts = [0]
-    for counts, _ in cuts[:-1]:
-        starts.append(starts[-1] + counts[me])
+    starts = [0, *accumulate(counts[me] for counts, _ in cuts[:-1])]  # in `parts`
 
     def reduce_scatter(i: int) -> MPI.Request:
         counts, _ = cuts[i]
