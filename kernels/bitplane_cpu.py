@@ -64,7 +64,7 @@ def _layout(proto):
 
 
 @njit(inline="always")
-def _encode(src, bs, nplanes, stream, path):
+def _encode(src, bs, nplanes, stream, limit, path):
     n = src.size
     nblocks = (n + bs - 1) // bs
     nfull = n // bs
@@ -96,7 +96,7 @@ def _encode(src, bs, nplanes, stream, path):
                     v, start, bs, nplanes, mant_bits, ebits, stream, pos, code, code8, words
                 )
             write_exponent(stream, exp_off + b * ebytes, ebytes, e)
-            if e == (1 << ebits) - 1:  # NaN or Inf
+            if e > limit:  # NaN or Inf (all-ones), or a magnitude the caller bounds
                 bad += 1
     return bad
 
@@ -134,23 +134,23 @@ def _decode(stream, bs, nplanes, pow2, dst, path):
 
 # One kernel per (dtype, path); the constant paths fold away at compile time.
 @njit(parallel=True, cache=True, nogil=True)
-def _encode_f32_vector(src, bs, nplanes, stream):
-    return _encode(src, bs, nplanes, stream, _VECTOR)
+def _encode_f32_vector(src, bs, nplanes, stream, limit):
+    return _encode(src, bs, nplanes, stream, limit, _VECTOR)
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _encode_f32_general(src, bs, nplanes, stream):
-    return _encode(src, bs, nplanes, stream, _GENERAL)
+def _encode_f32_general(src, bs, nplanes, stream, limit):
+    return _encode(src, bs, nplanes, stream, limit, _GENERAL)
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _encode_f64_vector(src, bs, nplanes, stream):
-    return _encode(src, bs, nplanes, stream, _VECTOR)
+def _encode_f64_vector(src, bs, nplanes, stream, limit):
+    return _encode(src, bs, nplanes, stream, limit, _VECTOR)
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _encode_f64_general(src, bs, nplanes, stream):
-    return _encode(src, bs, nplanes, stream, _GENERAL)
+def _encode_f64_general(src, bs, nplanes, stream, limit):
+    return _encode(src, bs, nplanes, stream, limit, _GENERAL)
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -192,15 +192,22 @@ def _path(block_size: int) -> int:
     return _VECTOR if block_size == LANES and sys.byteorder == "little" else _GENERAL
 
 
-def encode(bits: np.ndarray, block_size: int, nplanes: int, stream: np.ndarray) -> int:
+def encode(bits: np.ndarray, block_size: int, nplanes: int, stream: np.ndarray,
+           limit: int | None = None) -> int:
     """Encode float data given as its raw bits (uint32 or uint64, 1-D) into ``stream``.
 
     ``stream`` is a uint8 array of exactly the codec's size. Returns the
-    number of blocks holding NaN or Inf (0 when the buffer was encodable).
+    number of blocks whose exponent ``Emax`` exceeds ``limit``; by default
+    ``limit`` is one below the all-ones exponent, so the count is that of
+    the blocks holding NaN or Inf (0 when the buffer was encodable). Every
+    value of a block that passes decodes to less than ``2**(limit - BIAS + 1)``
+    in magnitude.
     """
     kernel = _ENCODERS[(bits.dtype.itemsize, _path(block_size))]
+    if limit is None:
+        limit = (1 << (8 if bits.dtype.itemsize == 4 else 11)) - 2
     serial = bits.size <= GROUP * block_size  # one work item
-    return int(call(kernel, readonly(bits), block_size, nplanes, stream, serial=serial))
+    return int(call(kernel, readonly(bits), block_size, nplanes, stream, limit, serial=serial))
 
 
 def decode(stream: np.ndarray, block_size: int, nplanes: int, out: np.ndarray) -> None:

@@ -15,6 +15,10 @@ the ranks make one MAX allreduce of four float64 numbers:
 
 Every rank gets the same four numbers back and therefore takes the same
 decision or raises the same error.
+
+A speculative algorithm (the ring allreduce with a guarded codec, see
+``Ctx.guarded``) passes no input here (``local_max_abs`` 0): only the
+settings are agreed on, and the encoders find unsafe data while it runs.
 """
 from __future__ import annotations
 

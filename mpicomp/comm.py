@@ -57,6 +57,12 @@ _CAST_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
 ONE_NODE = "codec auto: one node (plain MPI through shared memory is faster)"
 #: the plain-MPI reason of point-to-point calls under the codec auto
 P2P_AUTO = "codec auto: point to point stays plain (name a codec to compress it)"
+#: allreduce algorithms that screen their data speculatively (host buffers, a codec
+#: with guarded encodes): their encoders replace the agreement step's scan
+SPECULATIVE = frozenset({"ring"})
+#: the plain-MPI reason when a speculative encoder flagged a partial sum near the
+#: dtype's range although every input passed the agreement's overflow rule
+GUARD_TRIPPED = "overflow risk (a partial sum came within the codec's headroom of the range)"
 
 
 #: looked up once, for the fast plain path of Allreduce
@@ -506,12 +512,17 @@ class Comm(MPI.Intracomm):
             algorithm = "ring"
         settings = f"Allreduce n={x.size} {x.dtype} op={opname} alg={algorithm}"
         memory = engine.memory(on_device)
-        reason = self._agree(engine, "Allreduce", pol, x, x.dtype, settings, p, memory)
+        # Speculative screening: the ring's encoders find unsafe data while it runs, so the
+        # agreement checks only the settings (no scan of the input first)
+        guarded = algorithm in SPECULATIVE and not on_device and pol.codec.guards
+        reason = self._agree(engine, "Allreduce", pol, None if guarded else x, x.dtype,
+                             settings, p, memory)
         if reason is not None:
             _plain_on(engine.comm, rec, reason, MPI.Intracomm.Allreduce, (sendbuf, recvbuf, op))
             rec.sent(rec.raw_bytes)
             return
         ctx = engine.ctx(pol.codec, rec, memory)
+        ctx.guarded = guarded
         detail = ""
         if algorithm == "cast_order":
             _cast_order_allreduce(ctx, x, out, op)
@@ -523,6 +534,15 @@ class Comm(MPI.Intracomm):
                                               engine.rail_comm())
         else:
             getattr(algorithms, algorithm).allreduce(ctx, x, out)
+        if ctx.unsafe():
+            # some rank's data could not be carried: the input is intact (the ring only
+            # reads it, and writes it in place only after a safe verdict), so send it plain;
+            # the full agreement names the reason the same way on every rank
+            reason = self._agree(engine, "Allreduce", pol, x, x.dtype, settings, p, memory)
+            _plain_on(engine.comm, rec, reason or GUARD_TRIPPED, MPI.Intracomm.Allreduce,
+                      (sendbuf, recvbuf, op))
+            rec.sent(rec.raw_bytes)
+            return
         rec.compressed(algorithm, detail or pol.codec.codec_id)
 
     def _allreduce_call(

@@ -52,6 +52,10 @@ class HostMemory:
     def encode(self, codec: Codec, x: np.ndarray, out: np.ndarray) -> np.ndarray:
         return codec.encode(x, out=out)
 
+    def encode_guarded(self, codec: Codec, x: np.ndarray, out: np.ndarray) -> int:
+        """Encode; the number of unsafe blocks (:meth:`Codec.encode_guarded`)."""
+        return codec.encode_guarded(x, out)
+
     def decode(self, codec: Codec, stream: np.ndarray, out: np.ndarray) -> np.ndarray:
         return codec.decode(stream, out=out)
 

@@ -42,6 +42,16 @@ def comm():
     return MPI.COMM_WORLD
 
 
+@pytest.fixture
+def plain(comm):
+    """A plain mpi4py duplicate of the world, the reference (a job of 2+ ranks only)."""
+    if comm.Get_size() == 1:
+        pytest.skip("a collective of one rank does not compress")
+    dup = comm.Dup()
+    yield dup
+    dup.Free()
+
+
 # -- GPU marker ---------------------------------------------------------------
 _gpu_state: tuple[bool, str] | None = None
 

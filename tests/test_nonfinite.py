@@ -65,16 +65,6 @@ def _reason_counted(mc, method: str, special: str):
         assert mc.stats()[method]["compressed"] == 0
 
 
-@pytest.fixture
-def plain(comm):
-    """A plain mpi4py duplicate of the world, the reference (a job of 2+ ranks only)."""
-    if comm.Get_size() == 1:
-        pytest.skip("a collective of one rank does not compress")
-    dup = comm.Dup()
-    yield dup
-    dup.Free()
-
-
 @pytest.mark.mpi
 @pytest.mark.parametrize("special", list(SPECIALS))
 @pytest.mark.parametrize("codec", list(CODECS))

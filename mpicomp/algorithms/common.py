@@ -43,9 +43,15 @@ class Ctx:
     codec: Codec
     rec: Recorder
     memory: HostMemory | DeviceMemory
+    #: speculative screening: encodes count unsafe blocks (NaN/Inf, values near the
+    #: dtype's range) instead of refusing them, and :meth:`unsafe` tells every rank
+    #: whether any rank found one (host memory and a codec with ``guards`` only)
+    guarded: bool = False
 
     def __post_init__(self) -> None:
         self.comm = self.memory.mpi_comm(self.comm)
+        self.unsafe_blocks = 0  # this rank's, from guarded encodes
+        self._verdict: Any = None  # (request, send, receive) once posted, then the bool
 
     @property
     def rank(self) -> int:
@@ -76,7 +82,38 @@ class Ctx:
 
     def encode_into(self, x: Any, out: Any) -> Any:
         with self.rec.codec():
+            if self.guarded:
+                self.unsafe_blocks += self.memory.encode_guarded(self.codec, x, out)
+                return out
             return self.memory.encode(self.codec, x, out)
+
+    def post_verdict(self) -> None:
+        """Start the MAX allreduce of "this rank encoded an unsafe block" (guarded only).
+
+        Every rank calls it once, after its last encode of the call; the
+        algorithm may go on sending and receiving while it completes.
+        """
+        if not self.guarded or self._verdict is not None:
+            return
+        mine = np.array([1 if self.unsafe_blocks else 0], np.int32)
+        anyone = np.zeros(1, np.int32)
+        with self.rec.mpi():
+            req = self.comm.Iallreduce(mine, anyone, op=MPI.MAX)
+        self._verdict = (req, mine, anyone)
+
+    def unsafe(self) -> bool:
+        """Whether any rank's guarded encodes found an unsafe block: the same on every rank.
+
+        Waits for the verdict (posting it if this rank had not); False when not guarded.
+        """
+        if not self.guarded:
+            return False
+        self.post_verdict()
+        if isinstance(self._verdict, tuple):
+            req, _, anyone = self._verdict
+            self.wait(req)
+            self._verdict = bool(anyone[0])
+        return bool(self._verdict)
 
     def decode(self, buf: Any, out: Any) -> Any:
         with self.rec.codec():

@@ -111,13 +111,20 @@ def reduce_scatter(
     return partial[: counts[r]]
 
 
-def allgather(ctx: Ctx, mine: Any, out: Any, counts: list[int], displs: list[int]) -> None:
+def allgather(ctx: Ctx, mine: Any, out: Any, counts: list[int], displs: list[int],
+              hold: bool = False) -> None:
     """Ring allgather of compressed blocks, pipelined: rank ``r``'s ``mine`` (``counts[r]``
     values) decoded into ``out[displs[c]:...]`` for every rank ``c`` on every rank.
 
     Each rank encodes its block piece by piece and sends each piece to the
     right as soon as it is encoded; a received piece is forwarded before it
     is decoded. Every rank, the owner included, decodes the same bytes.
+
+    A guarded ``ctx`` (speculative screening) posts its verdict after the
+    last encode. ``hold``: ``out`` is the call's input (in place), which
+    must stay intact until the verdict says the data were safe; decoding
+    then waits for the verdict, and an unsafe verdict skips it (the
+    transfers still complete).
     """
     p, r = ctx.size, ctx.rank
     right, left = (r + 1) % p, (r - 1) % p
@@ -129,6 +136,8 @@ def allgather(ctx: Ctx, mine: Any, out: Any, counts: list[int], displs: list[int
         return lay.piece(streams, bases[c], c, j)
 
     def decode(c: int, j: int) -> None:
+        if hold and ctx.unsafe():  # the first call waits for the verdict
+            return
         start, n = lay.values[c][j]
         ctx.decode(piece(c, j), out[start : start + n])
 
@@ -142,6 +151,7 @@ def allgather(ctx: Ctx, mine: Any, out: Any, counts: list[int], displs: list[int
         ctx.encode_into(mine[start - displs[r] : start - displs[r] + n], buf)
         if p > 1:
             sends.append(ctx.isend(buf, right, TAG_AG))
+    ctx.post_verdict()
     for j in range(len(lay.values[r])):  # own block, while its pieces travel
         decode(r, j)
     for step, c, j, req in arrivals:
@@ -153,9 +163,16 @@ def allgather(ctx: Ctx, mine: Any, out: Any, counts: list[int], displs: list[int
 
 
 def allreduce(ctx: Ctx, x: np.ndarray, out: np.ndarray) -> None:
-    """Ring reduce-scatter, then a ring allgather of the compressed complete chunks."""
+    """Ring reduce-scatter, then a ring allgather of the compressed complete chunks.
+
+    Every value of every rank's input reaches an encode on that rank (alone
+    or in a partial sum), so a guarded ``ctx`` sees any unsafe input; ``x``
+    is only read, and ``out`` is written only after the verdict when it is
+    ``x`` itself.
+    """
     counts, displs = split(x.size, ctx.size)
-    allgather(ctx, reduce_scatter(ctx, x, counts, displs), out, counts, displs)
+    allgather(ctx, reduce_scatter(ctx, x, counts, displs), out, counts, displs,
+              hold=bool(np.may_share_memory(x, out)))
 
 
 def _final_streams(

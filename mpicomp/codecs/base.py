@@ -15,7 +15,12 @@ import numpy as np
 from .. import device
 from ..errors import UncompressibleError
 
-__all__ = ["Codec"]
+__all__ = ["GUARD_HEADROOM", "Codec"]
+
+#: :meth:`Codec.encode_guarded` flags a block whose decoded values could come
+#: within this factor of the dtype's largest finite value (the communicator's
+#: overflow rule keeps the same factor of headroom)
+GUARD_HEADROOM = 8.0
 
 
 class Codec(abc.ABC):
@@ -30,6 +35,8 @@ class Codec(abc.ABC):
     dtypes: ClassVar[tuple[np.dtype, ...]] = (np.dtype(np.float32), np.dtype(np.float64))
     #: True when decode(encode(x)) may differ from x
     lossy: ClassVar[bool] = True
+    #: True when :meth:`encode_guarded` is implemented (host arrays)
+    guards: ClassVar[bool] = False
 
     # -- public API ---------------------------------------------------------
     def encoded_nbytes(self, count: int, dtype: Any) -> int:
@@ -66,6 +73,27 @@ class Codec(abc.ABC):
         stream = _check_stream_out(out, n)
         self._encode(flat, stream)
         return stream
+
+    def encode_guarded(self, x: np.ndarray, out: np.ndarray) -> int:
+        """Encode host values into ``out`` as :meth:`encode` does, but never refuse them.
+
+        Returns the number of blocks that hold NaN or Inf or whose decoded
+        values could reach ``finfo(dtype).max / GUARD_HEADROOM`` in magnitude;
+        the stream of such a block means nothing. 0 says that every value of
+        the stream decodes to less than that bound. The encoder reads every
+        value anyway, so this costs nothing over :meth:`encode`, and lets a
+        collective find unsafe data while it runs instead of scanning its
+        input first (the communicator's speculative ring allreduce).
+        Codecs with ``guards = False`` raise ``NotImplementedError``.
+        """
+        if not self.guards:
+            raise NotImplementedError(f"codec {self.codec_id!r} has no guarded encoder")
+        flat = self._check_input(x)
+        stream = _check_stream_out(out, self._nbytes(flat.size, flat.dtype))
+        return self._encode_guarded(flat, stream)
+
+    def _encode_guarded(self, x: np.ndarray, out: np.ndarray) -> int:
+        raise NotImplementedError
 
     def decode(
         self,

@@ -28,7 +28,7 @@ import numpy as np
 
 from .. import device
 from ..kernels import bitplane_cpu
-from .base import Codec, check_rate
+from .base import GUARD_HEADROOM, Codec, check_rate
 
 __all__ = ["BitplaneCodec"]
 
@@ -38,6 +38,20 @@ BLOCK_SIZES = (8, 16, 32, 64)
 # per itemsize: (exponent bits on the wire, largest P)
 _LAYOUT = {4: (8, 24), 8: (16, 53)}
 _INTS = (int, np.integer)
+
+
+def guard_exponent(dtype: np.dtype) -> int:
+    """The largest block exponent ``Emax`` whose values decode to at most
+    ``finfo(dtype).max / GUARD_HEADROOM`` (a block's values decode to less than
+    ``2**(Emax - BIAS + 1)``, docs/format.md).
+
+    >>> guard_exponent(np.dtype(np.float32)), guard_exponent(np.dtype(np.float64))
+    (250, 2042)
+    """
+    info = np.finfo(dtype)
+    bias = info.maxexp - 1
+    _, k = math.frexp(float(info.max) / GUARD_HEADROOM)  # the bound is below 2**k, at least 2**(k-1)
+    return (k - 1) + bias - 1
 
 
 class BitplaneCodec(Codec):
@@ -107,6 +121,13 @@ class BitplaneCodec(Codec):
         bad = bitplane_cpu.encode(bits, self.block_size, p, out)
         if bad:
             raise self._nonfinite(x, bad)
+
+    guards = True
+
+    def _encode_guarded(self, x: np.ndarray, out: np.ndarray) -> int:
+        bits = x.view(np.uint32 if x.dtype.itemsize == 4 else np.uint64)
+        return bitplane_cpu.encode(bits, self.block_size, self.nplanes(x.dtype), out,
+                                   limit=guard_exponent(x.dtype))
 
     def _decode(self, buf: np.ndarray, out: np.ndarray) -> None:
         bitplane_cpu.decode(buf, self.block_size, self.nplanes(out.dtype), out)
