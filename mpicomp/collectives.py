@@ -74,6 +74,7 @@ def alltoall(ctx: Ctx, x: np.ndarray, out: np.ndarray, count: int,
             continue
         ctx.encode_into(block(x, j), send[j * nb : (j + 1) * nb])
         sends.append(ctx.isend(send[j * nb : (j + 1) * nb], j, TAG_ALLTOALL))
+    ctx.post_verdict()
     ctx.copy(block(out, r), block(x, r))  # the own block: one copy anywhere, so exact
     for i, req in arrivals:
         ctx.wait(req)
@@ -110,6 +111,7 @@ def allgather_nodes(ctx: Ctx, x: np.ndarray, out: np.ndarray, node_of: tuple[int
     me = node_of[r]
     leader = node.Get_rank() == 0
     mine = ctx.encode(x, "send")
+    ctx.post_verdict()
     with ctx.rec.mpi():
         node.Allgather(mine, pack(me))
     if node.Get_size() > 1:
@@ -151,6 +153,7 @@ def bcast_nodes(ctx: Ctx, buf: np.ndarray, root: int, node_of: tuple[int, ...],
     home = node_of[root]
     me = node_of[ctx.rank]
     stream = ctx.encode(buf, "send") if ctx.rank == root else ctx.wire("send", nb)
+    ctx.post_verdict()
     several = node.Get_size() > 1
     leader = node.Get_rank() == 0
     with ctx.rec.mpi():
@@ -174,6 +177,7 @@ def bcast(ctx: Ctx, buf: np.ndarray, root: int) -> None:
         ctx.rec.sent(nb)
     else:
         stream = ctx.wire("send", nb)
+    ctx.post_verdict()
     with ctx.rec.mpi():
         ctx.comm.Bcast(stream, root=root)
     ctx.decode(stream, buf)
@@ -184,6 +188,7 @@ def gather(ctx: Ctx, x: np.ndarray, out: np.ndarray | None, root: int) -> None:
     p, n, dt = ctx.size, x.size, x.dtype
     nb = ctx.nbytes(n, dt)
     mine = ctx.encode(x, "send")
+    ctx.post_verdict()
     streams = ctx.wire("streams", p * nb) if ctx.rank == root else None
     with ctx.rec.mpi():
         ctx.comm.Gather(mine, streams, root=root)
@@ -206,6 +211,7 @@ def scatter(ctx: Ctx, x: np.ndarray | None, out: np.ndarray | None, n: int, root
         for i in range(p):
             ctx.encode_into(x[i * n : (i + 1) * n], streams[i * nb : (i + 1) * nb])
         ctx.rec.sent((p - 1) * nb)
+    ctx.post_verdict()
     mine = ctx.wire("recv", nb)
     with ctx.rec.mpi():
         ctx.comm.Scatter(streams, mine, root=root)

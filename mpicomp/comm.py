@@ -60,9 +60,9 @@ P2P_AUTO = "codec auto: point to point stays plain (name a codec to compress it)
 #: allreduce algorithms that screen their data speculatively (host buffers, a codec
 #: with guarded encodes): their encoders replace the agreement step's scan
 SPECULATIVE = frozenset({"ring"})
-#: the plain-MPI reason when a speculative encoder flagged a partial sum near the
-#: dtype's range although every input passed the agreement's overflow rule
-GUARD_TRIPPED = "overflow risk (a partial sum came within the codec's headroom of the range)"
+#: the plain-MPI reason when a speculative encoder flagged a value or partial sum near
+#: the dtype's range although every input passed the agreement's overflow rule
+GUARD_TRIPPED = "overflow risk (an encoder met a value within the codec's headroom of the range)"
 
 
 #: looked up once, for the fast plain path of Allreduce
@@ -522,7 +522,7 @@ class Comm(MPI.Intracomm):
             rec.sent(rec.raw_bytes)
             return
         ctx = engine.ctx(pol.codec, rec, memory)
-        ctx.guarded = guarded
+        ctx.guarded, ctx.protect = guarded, x
         detail = ""
         if algorithm == "cast_order":
             _cast_order_allreduce(ctx, x, out, op)
@@ -710,13 +710,23 @@ class Comm(MPI.Intracomm):
         engine = engine or self._main_engine()
         dtype = next(b.dtype for b in bufs if b.dtype is not None)
         memory = engine.memory(bufs[0].on_device)
-        reason = self._agree(engine, name, pol, local, dtype, f"{settings_s} {dtype}", 1, memory)
+        settings_s = f"{settings_s} {dtype}"
+        # speculative screening (see _allreduce_body): the encoders check what they send
+        guarded = pol.codec.guards and not bufs[0].on_device
+        reason = self._agree(engine, name, pol, None if guarded else local, dtype, settings_s,
+                             1, memory)
+        if reason is None:
+            ctx = engine.ctx(pol.codec, rec, memory)
+            ctx.guarded, ctx.protect = guarded, local
+            ran = body(ctx)
+            if ctx.unsafe():
+                reason = self._agree(engine, name, pol, local, dtype, settings_s, 1,
+                                     memory) or GUARD_TRIPPED
+            else:
+                rec.compressed(ran or name.lower(), pol.codec.codec_id)
         if reason is not None:
             _plain_on(engine.comm, rec, reason, plain, args)
             rec.sent(rec.raw_bytes)
-        else:
-            ran = body(engine.ctx(pol.codec, rec, memory))
-            rec.compressed(ran or name.lower(), pol.codec.codec_id)
         rec.commit()
         return rec
 

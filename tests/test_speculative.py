@@ -76,7 +76,7 @@ CASES = {
     "-inf": (-np.inf, "one", "nonfinite"),
     "max": (F32MAX, "one", "overflow risk (max"),
     # finite inputs that pass the agreement's rule but whose sum comes near the range
-    "sum near range": (None, "all", "overflow risk (a partial sum"),
+    "sum near range": (None, "all", "overflow risk (an encoder met"),
     "subnormal": (1e-40, "one", None),
 }
 
@@ -153,3 +153,95 @@ def test_a_safe_ring_skips_the_scan(comm, plain, monkeypatch):
     assert speculative_scans == [], f"rank {r} scanned {speculative_scans}"
     assert zfp_scans == [N], f"rank {r}: zfp's ring scans its input once, got {zfp_scans}"
     assert np.array_equal(y, z)
+
+
+# -- data movement: every rank's encodes are checked the same way ----------------------
+M = 1 << 16  # values per block
+
+
+#: the block of the holder's input that ``name`` sends compressed (Alltoall moves
+#: the own block uncoded, so the block for the next rank)
+SENT_BLOCK = {"Allgather": lambda h, p: h, "Gather": lambda h, p: 0,
+              "Alltoall": lambda h, p: (h + 1) % p, "Scatter": lambda h, p: (h + 1) % p,
+              "Bcast": lambda h, p: (h + 1) % p}
+
+
+def _movement(name: str, p: int, r: int, special: float | None, holder: int) -> np.ndarray:
+    """p blocks of M values; on the holder, the block ``name`` sends compressed holds
+    ``special`` twice."""
+    x = np.random.default_rng(700 + r).standard_normal(p * M).astype(np.float32)
+    if special is not None and r == holder:
+        b = SENT_BLOCK[name](holder, p)
+        x[b * M + np.random.default_rng(3).integers(0, M, 2)] = special
+    return x
+
+
+def _run(name: str, c, x: np.ndarray, in_place: bool, p: int, r: int) -> np.ndarray:
+    """One data-movement call on ``c``; returns what the rank ends with."""
+    x = x.copy()
+    mine = x[r * M : (r + 1) * M]
+    if name == "Allgather":
+        out = np.zeros(p * M, np.float32)
+        if in_place:
+            out[r * M : (r + 1) * M] = mine
+            c.Allgather(MPI.IN_PLACE, out)
+        else:
+            c.Allgather(mine, out)
+        return out
+    if name == "Alltoall":
+        if in_place:
+            c.Alltoall(MPI.IN_PLACE, x)
+            return x
+        out = np.zeros_like(x)
+        c.Alltoall(x, out)
+        return out
+    if name == "Gather":  # root 0; in place: the root's own block already in its out
+        out = np.zeros(p * M, np.float32) if r == 0 else None
+        if in_place and r == 0:
+            out[:M] = x[:M]
+            c.Gather(MPI.IN_PLACE, out, root=0)
+        else:
+            c.Gather(x[:M], out, root=0)
+        return out if r == 0 else np.zeros(0, np.float32)
+    if name == "Scatter":  # root 0 sends its p blocks
+        if in_place and r == 0:
+            c.Scatter(x, MPI.IN_PLACE, root=0)
+            return x[:M]
+        out = np.zeros(M, np.float32)
+        c.Scatter(x if r == 0 else None, out, root=0)
+        return out
+    assert name == "Bcast"  # root 0's whole buffer
+    c.Bcast(x, root=0)
+    return x
+
+
+MOVEMENT = ["Allgather", "Alltoall", "Gather", "Scatter", "Bcast"]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("in_place", [False, True], ids=["out", "in_place"])
+@pytest.mark.parametrize("name", MOVEMENT)
+def test_data_movement_with_unsafe_data_goes_plain(comm, plain, name, in_place):
+    p, r = comm.Get_size(), comm.Get_rank()
+    holder = 0  # the root of Gather's receiver, Scatter's and Bcast's sender
+    runs = []
+    for label, special in (("nan", np.nan), ("max", F32MAX), ("safe", None)):
+        if name == "Gather" and special is not None:
+            holder = p - 1  # a sender other than the root
+        x = _movement(name, p, r, special, holder)
+        keep = x.copy()
+        mc = mpicomp.Comm(comm, codec=CODEC, threshold=0)
+        y = _run(name, mc, x, in_place, p, r)
+        ref = _run(name, plain, x, in_place, p, r)
+        runs.append((label, x, keep, y, ref, mc.stats()[name]))
+    for label, x, keep, y, ref, st in runs:
+        what = f"{name} {label}, {p} ranks"
+        assert np.array_equal(x, keep, equal_nan=True), f"{what}: the input changed"
+        if label == "safe":
+            assert st["compressed"] == 1, (what, st["fallbacks"])
+            assert float(np.abs(y - ref).max(initial=0.0)) <= 2 ** -6 * 5, what
+        else:
+            want = "nonfinite" if label == "nan" else "overflow risk (max"
+            assert st["compressed"] == 0, (what, st)
+            assert any(k.startswith(want) for k in st["fallbacks"]), (what, st["fallbacks"])
+            assert np.array_equal(y, ref, equal_nan=True), what

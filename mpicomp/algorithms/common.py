@@ -47,6 +47,10 @@ class Ctx:
     #: dtype's range) instead of refusing them, and :meth:`unsafe` tells every rank
     #: whether any rank found one (host memory and a codec with ``guards`` only)
     guarded: bool = False
+    #: guarded: the call's input, which must stay intact until the verdict (a plain
+    #: retry reads it): a decode or copy into memory it shares waits for the verdict,
+    #: and is skipped when the verdict is unsafe
+    protect: Any = None
 
     def __post_init__(self) -> None:
         self.comm = self.memory.mpi_comm(self.comm)
@@ -83,15 +87,25 @@ class Ctx:
     def encode_into(self, x: Any, out: Any) -> Any:
         with self.rec.codec():
             if self.guarded:
+                if self._verdict is not None:
+                    raise AssertionError("an encode after this rank's verdict was posted")
                 self.unsafe_blocks += self.memory.encode_guarded(self.codec, x, out)
                 return out
             return self.memory.encode(self.codec, x, out)
 
+    def _held(self, out: Any) -> bool:
+        """Whether a write into ``out`` must not happen (it would overwrite the protected
+        input of a call whose verdict is unsafe); waits for the verdict if it must."""
+        return (self.guarded and self.protect is not None
+                and bool(np.may_share_memory(out, self.protect)) and self.unsafe())
+
     def post_verdict(self) -> None:
         """Start the MAX allreduce of "this rank encoded an unsafe block" (guarded only).
 
-        Every rank calls it once, after its last encode of the call; the
-        algorithm may go on sending and receiving while it completes.
+        Every rank calls it once, after its last encode of the call (an
+        encode after it raises ``AssertionError``); the algorithm may go on
+        sending and receiving while it completes. A rank that never calls it
+        posts it at its first :meth:`unsafe`.
         """
         if not self.guarded or self._verdict is not None:
             return
@@ -116,6 +130,8 @@ class Ctx:
         return bool(self._verdict)
 
     def decode(self, buf: Any, out: Any) -> Any:
+        if self._held(out):
+            return out
         with self.rec.codec():
             return self.memory.decode(self.codec, buf, out)
 
@@ -125,7 +141,8 @@ class Ctx:
 
     def copy(self, dst: Any, src: Any) -> None:
         """``dst[:] = src`` (values)."""
-        self.memory.copy(dst, src)
+        if not self._held(dst):
+            self.memory.copy(dst, src)
 
     def sendrecv(self, sendbuf: np.ndarray, dest: int, recvbuf: np.ndarray, source: int) -> None:
         with self.rec.mpi():

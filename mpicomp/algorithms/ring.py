@@ -111,8 +111,7 @@ def reduce_scatter(
     return partial[: counts[r]]
 
 
-def allgather(ctx: Ctx, mine: Any, out: Any, counts: list[int], displs: list[int],
-              hold: bool = False) -> None:
+def allgather(ctx: Ctx, mine: Any, out: Any, counts: list[int], displs: list[int]) -> None:
     """Ring allgather of compressed blocks, pipelined: rank ``r``'s ``mine`` (``counts[r]``
     values) decoded into ``out[displs[c]:...]`` for every rank ``c`` on every rank.
 
@@ -121,10 +120,8 @@ def allgather(ctx: Ctx, mine: Any, out: Any, counts: list[int], displs: list[int
     is decoded. Every rank, the owner included, decodes the same bytes.
 
     A guarded ``ctx`` (speculative screening) posts its verdict after the
-    last encode. ``hold``: ``out`` is the call's input (in place), which
-    must stay intact until the verdict says the data were safe; decoding
-    then waits for the verdict, and an unsafe verdict skips it (the
-    transfers still complete).
+    last encode; decodes into the protected input (in place) wait for it,
+    and an unsafe verdict skips them (the transfers still complete).
     """
     p, r = ctx.size, ctx.rank
     right, left = (r + 1) % p, (r - 1) % p
@@ -136,8 +133,6 @@ def allgather(ctx: Ctx, mine: Any, out: Any, counts: list[int], displs: list[int
         return lay.piece(streams, bases[c], c, j)
 
     def decode(c: int, j: int) -> None:
-        if hold and ctx.unsafe():  # the first call waits for the verdict
-            return
         start, n = lay.values[c][j]
         ctx.decode(piece(c, j), out[start : start + n])
 
@@ -168,11 +163,10 @@ def allreduce(ctx: Ctx, x: np.ndarray, out: np.ndarray) -> None:
     Every value of every rank's input reaches an encode on that rank (alone
     or in a partial sum), so a guarded ``ctx`` sees any unsafe input; ``x``
     is only read, and ``out`` is written only after the verdict when it is
-    ``x`` itself.
+    ``x`` itself (``ctx.protect``).
     """
     counts, displs = split(x.size, ctx.size)
-    allgather(ctx, reduce_scatter(ctx, x, counts, displs), out, counts, displs,
-              hold=bool(np.may_share_memory(x, out)))
+    allgather(ctx, reduce_scatter(ctx, x, counts, displs), out, counts, displs)
 
 
 def _final_streams(
