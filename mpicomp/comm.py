@@ -332,7 +332,7 @@ class Comm(MPI.Intracomm):
         speed = self._codec_speed(pol, np.dtype(dtype), on_device, engine)
         assert self._model.cal is not None
         return model.predict(self._model.cal, method, nbytes, codec or pol.codec, dtype, speed,
-                             algorithm or pol.algorithm)
+                             algorithm or pol.algorithm, on_device=on_device)
 
     def _codec_speed(self, pol: Resolved, dtype: np.dtype, on_device: bool,
                      engine: _Engine | None = None) -> tuple[float, float]:

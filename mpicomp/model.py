@@ -8,8 +8,10 @@ Every prediction is built from the numbers of a :class:`~mpicomp.calibration.Cal
   ``b`` from the left);
 * ``E``, ``D``: encode and decode seconds per raw byte; ``A``: ``acc += x``
   seconds per byte; ``g``: the agreement allreduce, the scan of the
-  input for its largest magnitude before it (``S n``) and the fixed cost
-  of a compressed call's Python work (measured on a tiny ring allreduce);
+  input for its largest magnitude before it (``S n``; none for the ring
+  allreduce and the data-movement collectives with a codec whose encoders
+  screen host data, bitplane) and the fixed cost of a compressed call's
+  Python work (measured on a tiny ring allreduce);
 * ``n``: the call's raw bytes as ``comm.stats()`` counts them, ``rho``
   the codec's wire bytes per raw byte, ``p`` ranks.
 
@@ -158,10 +160,11 @@ def _ring_steps(cal: Calibration, n: float, rho: float, steps: int, k: int,
     return steps * k * (link or cal.exchange).time(rho * n / (p * k))
 
 
-def _agree(cal: Calibration, n: float) -> float:
+def _agree(cal: Calibration, n: float, scan: bool = True) -> float:
     """``g``: the scan of the input for its largest magnitude, the agreement, and the
-    fixed cost of a compressed call's own work."""
-    return cal.agree_s + cal.scan_s_per_byte * n + cal.fixed_s
+    fixed cost of a compressed call's own work (``scan=False``: a speculative call,
+    whose encoders screen the data, has no scan)."""
+    return cal.agree_s + (cal.scan_s_per_byte * n if scan else 0.0) + cal.fixed_s
 
 
 #: the node fits of the allreduce by rails (uniform nodes; a calibration from before it
@@ -207,13 +210,14 @@ def _hierarchical(cal: Calibration, n: float, rho: float, e: float, d: float, k:
 
 
 def _allreduce_times(cal: Calibration, n: float, rho: float, e: float, d: float,
-                     p: int, k: int) -> dict[str, float]:
+                     p: int, k: int, speculative: bool = False) -> dict[str, float]:
     x, a, g = cal.exchange, cal.add_s_per_byte, _agree(cal, n)
+    g_ring = _agree(cal, n, scan=not speculative)
     levels = p.bit_length() - 1
     folded = p != 1 << levels
     ring_codec = e * n + d * n * (2 * p - 1) / p + a * n * (p - 1) / p + k * (4 * p - 2) * cal.call_s
     return {
-        "ring": g + _pipelined(_ring_steps(cal, n, rho, 2 * (p - 1), k), ring_codec, k,
+        "ring": g_ring + _pipelined(_ring_steps(cal, n, rho, 2 * (p - 1), k), ring_codec, k,
                                 cal.overlap),
         "allgather": g + e * n + cal.plain["Allgather"].time(rho * n) + d * n * p
                      + a * n * (p - 1),
@@ -225,16 +229,18 @@ def _allreduce_times(cal: Calibration, n: float, rho: float, e: float, d: float,
 
 
 def compressed_times(cal: Calibration, method: str, n: float, rho: float, e: float,
-                     d: float, k: int = 1) -> dict[str, float]:
+                     d: float, k: int = 1, speculative: bool = False) -> dict[str, float]:
     """Predicted seconds of each way to run ``method`` compressed (algorithm -> seconds);
-    ``k``: the pieces per ring chunk."""
+    ``k``: the pieces per ring chunk; ``speculative``: the codec screens the data in its
+    encoders (bitplane, host buffers), so the ring allreduce and the data-movement
+    collectives have no scan."""
     p = cal.layout.size
     x, a, g = cal.exchange, cal.add_s_per_byte, _agree(cal, n)
     rs = g + _pipelined(_ring_steps(cal, n, rho, p - 1, k),
                         (e + d + a) * n * (p - 1) / p + 3 * k * (p - 1) * cal.call_s, k,
                         cal.overlap)
     if method == "Allreduce":
-        times = _allreduce_times(cal, n, rho, e, d, p, k)
+        times = _allreduce_times(cal, n, rho, e, d, p, k, speculative)
         if cal.node is not None:
             # the leaders' chunks are p / P times larger than the flat ring's, the rails'
             # (n / L over P ranks) the same size
@@ -244,6 +250,7 @@ def compressed_times(cal: Calibration, method: str, n: float, rho: float, e: flo
         return times
     lay = cal.layout
     nodes_aware = lay.spans_nodes and lay.ppn > 1 and cal.node is not None
+    g = _agree(cal, n, scan=not speculative)  # the data-movement collectives below
     if method in ("Allgather", "Allgatherv", "Gather"):
         times = {method.lower(): g + e * n + cal.plain["Allgather"].time(rho * n) + d * n * p}
         if method == "Allgather" and nodes_aware:
@@ -283,11 +290,12 @@ def compressed_times(cal: Calibration, method: str, n: float, rho: float, e: flo
 
 def predict(cal: Calibration, method: str, nbytes: int, codec: Any, dtype: Any,
             speed: tuple[float, float], algorithm: str = "auto",
-            gain: float = GAIN) -> Prediction:
+            gain: float = GAIN, on_device: bool = False) -> Prediction:
     """The prediction for one call (``algorithm``: what the policy says, or ``"auto"``).
 
     ``speed`` is the codec's (encode, decode) seconds per raw byte
-    (:func:`mpicomp.calibration.codec_speed`).
+    (:func:`mpicomp.calibration.codec_speed`); a codec with guarded encodes screens
+    host buffers speculatively (no scan first).
     """
     dt = np.dtype(dtype)
     count = max(int(nbytes) // dt.itemsize, 1)
@@ -295,7 +303,8 @@ def predict(cal: Calibration, method: str, nbytes: int, codec: Any, dtype: Any,
     e, d = speed
     plain = plain_time(cal, method, nbytes)
     k = pieces_of(codec, count // cal.layout.size, dt)
-    times = compressed_times(cal, method, float(nbytes), rho, e, d, k)
+    speculative = bool(getattr(codec, "guards", False)) and not on_device
+    times = compressed_times(cal, method, float(nbytes), rho, e, d, k, speculative)
     if method == "Allreduce":
         choices = [a for a in (*ALLREDUCE_ALGORITHMS, "hierarchical") if a in times]
         if algorithm == "auto":

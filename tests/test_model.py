@@ -64,6 +64,30 @@ def test_fit_through_two_points():
     assert flat.time(3000) == pytest.approx(4e-3)  # through the larger size's measurement
 
 
+def test_speculative_screening_drops_the_scan_where_the_encoders_screen():
+    """bitplane on host buffers: no scan before the ring allreduce and the data-movement
+    collectives (their encoders screen); the other algorithms, other codecs and device
+    buffers still pay it."""
+    cal, speed = synthetic(4, 4, gbs=0.125)
+    cal = dataclasses.replace(cal, scan_s_per_byte=1e-9)  # 1 GB/s: 16 ms on 16 MiB
+    n = 16 << 20
+    zfp = get_codec("zfp", rate=8)
+    for method, way in (("Allreduce", "ring"), ("Alltoall", "alltoall"),
+                        ("Allgather", "allgather"), ("Bcast", "bcast")):
+        host = model.predict(cal, method, n, BITPLANE8, np.float32, speed, way)
+        dev = model.predict(cal, method, n, BITPLANE8, np.float32, speed, way, on_device=True)
+        assert dev.candidates[way] - host.candidates[way] == pytest.approx(n * 1e-9), method
+        unguarded = model.predict(cal, method, n, zfp, np.float32, speed, way)
+        no_scan = dataclasses.replace(cal, scan_s_per_byte=0.0)
+        base = model.predict(no_scan, method, n, zfp, np.float32, speed, way)
+        assert unguarded.candidates[way] - base.candidates[way] == pytest.approx(n * 1e-9)
+    rd = model.predict(cal, "Allreduce", n, BITPLANE8, np.float32, speed, "recursive_doubling")
+    rd0 = model.predict(dataclasses.replace(cal, scan_s_per_byte=0.0), "Allreduce", n,
+                        BITPLANE8, np.float32, speed, "recursive_doubling")
+    assert rd.candidates["recursive_doubling"] - rd0.candidates["recursive_doubling"] == \
+        pytest.approx(n * 1e-9)
+
+
 def test_slow_network_compresses_fast_network_does_not():
     slow, speed = synthetic(4, 4, gbs=0.125)  # 1 Gbit/s
     fast, _ = synthetic(4, 1, gbs=10.0)
@@ -96,12 +120,16 @@ def test_ring_prediction_is_its_formula():
     assert pred.algorithm == "ring" and pred.compressed_s == pytest.approx(want)
     assert pred.plain_s == pytest.approx(cal.plain["Allreduce"].time(n))
     assert "model: plain" in pred.describe()
-    # the scan of the input, the fixed cost of a call and one kernel call per piece and step
+    # the fixed cost of a call and one kernel call per piece and step (and the scan of the
+    # input, which bitplane's ring skips: its encoders screen the data)
     costs = dataclasses.replace(cal, scan_s_per_byte=1e-10, fixed_s=3e-4, call_s=2e-5)
     more = model.predict(costs, "Allreduce", n, BITPLANE8, np.float32, (e, d), algorithm="ring")
     codec += k * (4 * p - 2) * 2e-5
-    want = cal.agree_s + 1e-10 * n + 3e-4 + max(wire, codec) + (wire + codec) / k
+    want = cal.agree_s + 3e-4 + max(wire, codec) + (wire + codec) / k
     assert more.compressed_s == pytest.approx(want)
+    scanned = model.predict(costs, "Allreduce", n, BITPLANE8, np.float32, (e, d),
+                            algorithm="ring", on_device=True)
+    assert scanned.compressed_s == pytest.approx(want + 1e-10 * n)
 
 
 def test_ring_without_overlap_adds_codec_and_wire():
