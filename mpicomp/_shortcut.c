@@ -252,7 +252,9 @@ static PyObject *nbytes_name, *status_name, *get_count_name;
  * the handles), a receive on contiguous NumPy arrays (positional), and an Allreduce,
  * Bcast, Reduce, Allgather, Alltoall, Gather or Scatter on contiguous NumPy arrays of one
  * dtype (with a predefined op), call MPI themselves, with the GIL released as mpi4py
- * does. Only for an MPI whose handles are C ints (MPICH's ABI; the Python side checks);
+ * does; so do Send, and, once bind_requests has checked mpi4py's Request layout, Isend,
+ * Irecv, Iallreduce, Ibcast, Iallgather and Ialltoall, whose MPI.Request (made by mpi4py's
+ * PyMPIRequest_New) keeps their buffers until it completes, as mpi4py's own do. Only for an MPI whose handles are C ints (MPICH's ABI; the Python side checks);
  * an error code raises MPI.Exception, and a call that does not fit goes to mpi4py's
  * method. */
 
@@ -266,6 +268,12 @@ typedef int (*mpi_reduce_t)(const void *, void *, int, int, int, int, int);
 typedef int (*mpi_comm_rank_t)(int, int *);
 typedef int (*mpi_gather_t)(const void *, int, int, void *, int, int, int, int);
 typedef int (*mpi_allgather_t)(const void *, int, int, void *, int, int, int);
+typedef int (*mpi_send_t)(const void *, int, int, int, int, int);
+typedef int (*mpi_isend_t)(const void *, int, int, int, int, int, int *);
+typedef int (*mpi_iallreduce_t)(const void *, void *, int, int, int, int, int *);
+typedef int (*mpi_ibcast_t)(void *, int, int, int, int, int *);
+typedef int (*mpi_iallgather_t)(const void *, int, int, void *, int, int, int, int *);
+typedef PyObject *(*request_new_t)(int);
 typedef int *(*comm_handle_t)(PyObject *);
 typedef void *(*status_handle_t)(PyObject *);
 typedef int *(*op_handle_t)(PyObject *);
@@ -287,6 +295,17 @@ static struct {
     mpi_allgather_t alltoall;   /* (the same signature) */
     mpi_gather_t gather;
     mpi_gather_t scatter;       /* (the same signature) */
+    mpi_send_t send;
+    mpi_isend_t isend;
+    mpi_isend_t irecv;          /* (the same signature, the buffer written) */
+    mpi_iallreduce_t iallreduce;
+    mpi_ibcast_t ibcast;
+    mpi_iallgather_t iallgather;
+    mpi_iallgather_t ialltoall; /* (the same signature) */
+    request_new_t request_new;  /* mpi4py's PyMPIRequest_New, once bind_requests checked
+                                   mpi4py's Request layout (NULL: nonblocking calls go
+                                   through mpi4py) */
+    int request_null;           /* MPI_REQUEST_NULL's handle */
     comm_handle_t comm;       /* mpi4py's PyMPIComm_Get */
     status_handle_t status;   /* mpi4py's PyMPIStatus_Get */
     op_handle_t op;           /* mpi4py's PyMPIOp_Get */
@@ -526,7 +545,10 @@ fail:
 }
 
 enum { NO_DIRECT = 0, DIRECT_ALLREDUCE = 1, DIRECT_BCAST = 2, DIRECT_REDUCE = 3,
-       DIRECT_ALLGATHER = 4, DIRECT_ALLTOALL = 5, DIRECT_GATHER = 6, DIRECT_SCATTER = 7 };
+       DIRECT_ALLGATHER = 4, DIRECT_ALLTOALL = 5, DIRECT_GATHER = 6, DIRECT_SCATTER = 7,
+       DIRECT_SEND = 8, DIRECT_ISEND = 9, DIRECT_IRECV = 10, DIRECT_IALLREDUCE = 11,
+       DIRECT_IBCAST = 12, DIRECT_IALLGATHER = 13, DIRECT_IALLTOALL = 14 };
+
 
 /* a call's argument at position `pos` or by keyword `name`: 1 with *out set (NULL when
  * absent), 0 when given both ways (mpi4py raises that) */
@@ -571,6 +593,89 @@ op_arg(PyObject *obj, int *out)
     return 0;
 }
 
+/* the blocking collective of each nonblocking one (from DIRECT_IALLREDUCE on): the same
+ * arguments */
+static const int BLOCKING_OF[] = {DIRECT_ALLREDUCE, DIRECT_BCAST, DIRECT_ALLGATHER,
+                                  DIRECT_ALLTOALL};
+
+/* mpi4py's Request as its public header lays it out (mpi4py/MPI.h: an "api class" of
+ * mpi4py 4), MPI_Request a C int (MPICH); bind_requests checks the running mpi4py's
+ * type against it before anything uses it */
+typedef struct {
+    PyObject_HEAD
+    int ob_mpi;
+    unsigned int flags;
+    PyObject *weakrefs;
+    PyObject *ob_buf;  /* what the request keeps alive until it completes */
+} RequestObject;
+
+/* a new Request (MPI_REQUEST_NULL) for a nonblocking call to fill in, NULL on an error */
+static PyObject *
+new_request(void)
+{
+    return mpi.request_new(mpi.request_null);
+}
+
+/* the request's buffers kept alive (a new reference taken), as mpi4py's own calls keep
+ * their messages' buffers until the request completes */
+static void
+keep(PyObject *req, PyObject *buffers)
+{
+    Py_SETREF(((RequestObject *)req)->ob_buf, buffers);
+}
+
+/* Send(buf, dest, tag=0), Isend(buf, dest, tag=0), Irecv(buf, source, tag) on a
+ * C-contiguous array of a one-letter format (Irecv: writable; its source and tag given,
+ * mpi4py's ANY defaults go through mpi4py): MPI's call, the buffer kept by the request.
+ * Returns as direct_collective. */
+static int
+direct_p2p(Method *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+           PyObject **result)
+{
+    int which = self->direct;
+    int receives = which == DIRECT_IRECV;
+    if (which != DIRECT_SEND && mpi.request_new == NULL)
+        return 0;
+    PyObject *peer_obj = NULL, *tag_obj = NULL;
+    int peer = 0, tag = 0, type = 0, count = 0;
+    if (nargs > 4
+            || !argument(args, nargs, kwnames, 2, receives ? "source" : "dest", &peer_obj)
+            || !argument(args, nargs, kwnames, 3, "tag", &tag_obj)
+            || peer_obj == NULL || !int_arg(peer_obj, &peer)
+            || (tag_obj == NULL ? receives : !int_arg(tag_obj, &tag)))
+        return 0;
+    Py_buffer view = {0};
+    if (!typed_view(args[1], receives, &view, &type, &count))
+        return 0;
+    int *comm = mpi.comm(args[0]);
+    PyObject *req = comm == NULL || which == DIRECT_SEND ? NULL : new_request();
+    if (comm == NULL || (which != DIRECT_SEND && req == NULL)) {
+        PyBuffer_Release(&view);
+        return -1;
+    }
+    int *handle = req == NULL ? NULL : &((RequestObject *)req)->ob_mpi;
+    int ierr;
+    Py_BEGIN_ALLOW_THREADS
+    if (which == DIRECT_SEND)
+        ierr = mpi.send(view.buf, count, type, peer, tag, *comm);
+    else if (which == DIRECT_ISEND)
+        ierr = mpi.isend(view.buf, count, type, peer, tag, *comm, handle);
+    else
+        ierr = mpi.irecv(view.buf, count, type, peer, tag, *comm, handle);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (ierr != 0) {
+        Py_XDECREF(req);
+        raise_mpi(ierr);
+        return -1;
+    }
+    if (req != NULL)
+        keep(req, Py_NewRef(args[1]));
+    direct_calls++;
+    *result = req != NULL ? req : Py_NewRef(Py_None);
+    return 1;
+}
+
 /* Where each direct collective's op and root are (-1: none) and how many arguments it
  * takes at most (the communicator first): Allreduce(sendbuf, recvbuf, op),
  * Bcast(buf, root), Reduce(sendbuf, recvbuf, op, root), Allgather(sendbuf, recvbuf),
@@ -592,6 +697,14 @@ direct_collective(Method *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
     int which = self->direct;
     if (mpi.allreduce == NULL || which == NO_DIRECT)
         return 0;
+    if (which >= DIRECT_SEND && which <= DIRECT_IRECV)
+        return direct_p2p(self, args, nargs, kwnames, result);
+    int nonblocking = which >= DIRECT_IALLREDUCE;
+    if (nonblocking) {
+        if (mpi.request_new == NULL)
+            return 0;
+        which = BLOCKING_OF[which - DIRECT_IALLREDUCE];
+    }
     PyObject *op_obj = NULL, *root_obj = NULL;
     int op = 0, root = 0, rank = 0, size = 1;
     if (nargs > MOST[which]
@@ -647,7 +760,36 @@ direct_collective(Method *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
         break;
     }
     int ierr = 0;
-    if (fits) {
+    PyObject *req = NULL, *kept = NULL;  /* nonblocking: the request, the buffers it keeps */
+    if (fits && nonblocking) {
+        kept = which == DIRECT_BCAST ? Py_NewRef(args[1]) : PyTuple_Pack(2, args[1], args[2]);
+        req = kept == NULL ? NULL : new_request();
+        if (req == NULL) {
+            Py_XDECREF(kept);
+            PyBuffer_Release(&send);  /* (a no-op on a view never taken) */
+            PyBuffer_Release(&recv);
+            return -1;
+        }
+    }
+    int *handle = req == NULL ? NULL : &((RequestObject *)req)->ob_mpi;
+    if (fits && nonblocking) {
+        Py_BEGIN_ALLOW_THREADS
+        switch (which) {
+        case DIRECT_ALLREDUCE:
+            ierr = mpi.iallreduce(send.buf, recv.buf, count, type, op, *comm, handle);
+            break;
+        case DIRECT_BCAST:
+            ierr = mpi.ibcast(send.buf, count, type, root, *comm, handle);
+            break;
+        case DIRECT_ALLGATHER:
+            ierr = mpi.iallgather(send.buf, count, type, recv.buf, count, type, *comm, handle);
+            break;
+        case DIRECT_ALLTOALL:
+            ierr = mpi.ialltoall(send.buf, part, type, recv.buf, part, type, *comm, handle);
+            break;
+        }
+        Py_END_ALLOW_THREADS
+    } else if (fits) {
         int stype = sends ? type : rtype;
         Py_BEGIN_ALLOW_THREADS
         switch (which) {
@@ -685,11 +827,15 @@ direct_collective(Method *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
     if (!fits)
         return 0;
     if (ierr != 0) {
+        Py_XDECREF(kept);
+        Py_XDECREF(req);
         raise_mpi(ierr);
         return -1;
     }
+    if (req != NULL)
+        keep(req, kept);
     direct_calls++;
-    *result = Py_NewRef(Py_None);
+    *result = req != NULL ? req : Py_NewRef(Py_None);
     return 1;
 }
 
@@ -760,9 +906,12 @@ method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                                      &status_type, &byte, &defaults, &recv_index, &sized,
                                      &other, &direct))
         return NULL;
-    if (direct < NO_DIRECT || direct > DIRECT_SCATTER || (direct != NO_DIRECT && kind != COLLECTIVE)) {
-        PyErr_Format(PyExc_ValueError, "PlainMethod: direct must be 0, or 1 to 7 for a "
-                     "collective, got %d", direct);
+    int p2p = direct >= DIRECT_SEND && direct <= DIRECT_IRECV;
+    if (direct < NO_DIRECT || direct > DIRECT_IALLTOALL
+            || (direct != NO_DIRECT && kind != (p2p ? SEND : COLLECTIVE))) {
+        PyErr_Format(PyExc_ValueError, "PlainMethod: direct must be 0, 8 to 10 for a send "
+                     "kind (Send, Isend, Irecv), or 1 to 7 and 11 to 14 for a collective, "
+                     "got %d", direct);
         return NULL;
     }
     if (other < 0 || other == sized) {
@@ -987,9 +1136,12 @@ module_bind(PyObject *Py_UNUSED(module), PyObject *args)
     static const char *functions[] = {"MPI_Recv", "MPI_Sendrecv", "MPI_Get_count",
                                       "MPI_Allreduce", "MPI_Bcast", "MPI_Reduce",
                                       "MPI_Comm_rank", "MPI_Comm_size", "MPI_Allgather",
-                                      "MPI_Alltoall", "MPI_Gather", "MPI_Scatter"};
-    void *found[12];
-    for (int i = 0; i < 12; i++)
+                                      "MPI_Alltoall", "MPI_Gather", "MPI_Scatter",
+                                      "MPI_Send", "MPI_Isend", "MPI_Irecv", "MPI_Iallreduce",
+                                      "MPI_Ibcast", "MPI_Iallgather", "MPI_Ialltoall"};
+    enum { NFUNCTIONS = sizeof functions / sizeof functions[0] };
+    void *found[NFUNCTIONS];
+    for (int i = 0; i < NFUNCTIONS; i++)
         if ((found[i] = address_of(addresses, functions[i])) == NULL)
             return NULL;
     void *comm = PyCapsule_GetPointer(comm_get, "MPI_Comm *(PyObject *)");
@@ -1038,6 +1190,14 @@ module_bind(PyObject *Py_UNUSED(module), PyObject *args)
     mpi.alltoall = (mpi_allgather_t)found[9];
     mpi.gather = (mpi_gather_t)found[10];
     mpi.scatter = (mpi_gather_t)found[11];
+    mpi.send = (mpi_send_t)found[12];
+    mpi.isend = (mpi_isend_t)found[13];
+    mpi.irecv = (mpi_isend_t)found[14];
+    mpi.iallreduce = (mpi_iallreduce_t)found[15];
+    mpi.ibcast = (mpi_ibcast_t)found[16];
+    mpi.iallgather = (mpi_iallgather_t)found[17];
+    mpi.ialltoall = (mpi_iallgather_t)found[18];
+    mpi.request_new = NULL;  /* until bind_requests has checked the layout */
     mpi.comm = (comm_handle_t)comm;
     mpi.status = (status_handle_t)status;
     mpi.op = (op_handle_t)op;
@@ -1049,6 +1209,54 @@ module_bind(PyObject *Py_UNUSED(module), PyObject *args)
     Py_RETURN_TRUE;
 }
 
+/* bind_requests(request_new, request_get, request_null, request_type, probe): let the
+ * nonblocking calls (Isend, Irecv, Iallreduce, Ibcast, Iallgather, Ialltoall) call MPI
+ * themselves, once mpi4py's Request is checked to be laid out as RequestObject: its type's
+ * size and weak-reference slot, mpi4py's PyMPIRequest_Get pointing at ob_mpi, and on
+ * `probe` (a pending request mpi4py made, whose buffer it keeps) ob_buf holding something
+ * before its Wait and None after, with the handle MPI_REQUEST_NULL. Returns whether they
+ * now do (bind first; bind(None) undoes both). */
+static PyObject *
+module_bind_requests(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *new_cap, *get_cap, *type_obj, *probe;
+    int null_handle;
+    if (!PyArg_ParseTuple(args, "O!O!iO!O:bind_requests", &PyCapsule_Type, &new_cap,
+                          &PyCapsule_Type, &get_cap, &null_handle, &PyType_Type, &type_obj,
+                          &probe))
+        return NULL;
+    mpi.request_new = NULL;
+    if (mpi.allreduce == NULL)
+        Py_RETURN_FALSE;
+    void *new_fn = PyCapsule_GetPointer(new_cap, "PyObject *(MPI_Request)");
+    int *(*get_fn)(PyObject *) = (int *(*)(PyObject *))PyCapsule_GetPointer(
+        get_cap, "MPI_Request *(PyObject *)");
+    if (new_fn == NULL || get_fn == NULL)
+        return NULL;
+    PyTypeObject *type = (PyTypeObject *)type_obj;
+    RequestObject *req = (RequestObject *)probe;
+    if (type->tp_basicsize != (Py_ssize_t)sizeof(RequestObject)
+            || type->tp_weaklistoffset != (Py_ssize_t)offsetof(RequestObject, weakrefs)
+            || Py_TYPE(probe) != type || get_fn(probe) != &req->ob_mpi
+            || req->ob_buf == NULL || req->ob_buf == Py_None)
+        Py_RETURN_FALSE;
+    PyObject *done = PyObject_CallMethod(probe, "Wait", NULL);
+    if (done == NULL)
+        return NULL;
+    Py_DECREF(done);
+    if (req->ob_buf != Py_None || req->ob_mpi != null_handle)
+        Py_RETURN_FALSE;
+    mpi.request_new = (request_new_t)new_fn;
+    mpi.request_null = null_handle;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+module_nonblocking_bound(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(args))
+{
+    return PyBool_FromLong(mpi.request_new != NULL);
+}
+
 static PyMethodDef module_methods[] = {
     {"bind", module_bind, METH_VARARGS,
      "bind(addresses, comm_get, status_get, op_get, byte, types, ops, op_type, exception): "
@@ -1056,6 +1264,13 @@ static PyMethodDef module_methods[] = {
      "each of mpicomp.shortcut.MPI_FUNCTIONS; mpi4py's PyMPIComm_Get, PyMPIStatus_Get and PyMPIOp_Get capsules; "
      "MPI_BYTE's handle; a dict one-letter format -> datatype handle; the predefined ops' "
      "handles, SUM first; MPI.Op; MPI.Exception); bind(None): through mpi4py again."},
+    {"bind_requests", module_bind_requests, METH_VARARGS,
+     "bind_requests(request_new, request_get, request_null, request_type, probe): the "
+     "nonblocking calls call MPI themselves too, once mpi4py's Request layout checks out "
+     "(mpi4py's PyMPIRequest_New and PyMPIRequest_Get capsules, MPI_REQUEST_NULL's handle, "
+     "MPI.Request, a pending request of mpi4py's own); returns whether they do."},
+    {"nonblocking_bound", (PyCFunction)(void (*)(void))module_nonblocking_bound, METH_NOARGS,
+     "Whether the nonblocking calls call MPI themselves."},
     {"bound", (PyCFunction)(void (*)(void))module_bound, METH_NOARGS,
      "Whether the shortcut calls MPI itself."},
     {"direct_calls", (PyCFunction)(void (*)(void))module_direct_calls, METH_NOARGS,

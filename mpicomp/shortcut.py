@@ -24,10 +24,14 @@ Where mpi4py runs on MPICH (MPI handles are C ints), :func:`bind_mpi` lets the
 receiving methods call ``MPI_Recv``/``MPI_Sendrecv`` and ``MPI_Get_count`` of the
 library mpi4py loaded themselves, on a positional call with contiguous arrays,
 so that learning the length costs nothing over mpi4py's own ``Recv``; and
-the blocking collectives of :data:`DIRECT` call MPI themselves on contiguous
-arrays of one dtype whose counts match (with a predefined op), so that the
-shortcut's own test and count are paid for by skipping mpi4py's argument
-parsing.
+the blocking collectives and sends of :data:`DIRECT` call MPI themselves on
+contiguous arrays of one dtype whose counts match (with a predefined op), so
+that the shortcut's own test and count are paid for by skipping mpi4py's
+argument parsing. The nonblocking ones (``Isend``, ``Irecv``, ``Iallreduce``,
+``Ibcast``, ``Iallgather``, ``Ialltoall``) do too where mpi4py's ``Request``
+has the layout of mpi4py 4's public header (checked at bind time on a request
+of mpi4py's own): they return an ``MPI.Request`` that keeps the buffers alive
+until it completes, as mpi4py's own calls do.
 ``comm.stats()`` folds the counts in (:meth:`mpicomp.stats.Stats.attach_shortcuts`).
 
 Without a C compiler at install time the extension is missing, ``COMPILED``
@@ -87,14 +91,17 @@ KEYWORDS = {"Allreduce": ("op",), "Iallreduce": ("op",), "Reduce_scatter_block":
 #: the MPI functions the shortcut calls itself once bound (bind_mpi)
 MPI_FUNCTIONS = ("MPI_Recv", "MPI_Sendrecv", "MPI_Get_count", "MPI_Allreduce", "MPI_Bcast",
                  "MPI_Reduce", "MPI_Comm_rank", "MPI_Comm_size", "MPI_Allgather",
-                 "MPI_Alltoall", "MPI_Gather", "MPI_Scatter")
+                 "MPI_Alltoall", "MPI_Gather", "MPI_Scatter", "MPI_Send", "MPI_Isend",
+                 "MPI_Irecv", "MPI_Iallreduce", "MPI_Ibcast", "MPI_Iallgather", "MPI_Ialltoall")
 #: the ops those collectives take to MPI directly (SUM first: mpi4py's default); any other
 #: op goes through mpi4py's method
 PREDEFINED_OPS = (MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN, MPI.LAND, MPI.LOR, MPI.LXOR, MPI.BAND,
                   MPI.BOR, MPI.BXOR)
-#: the collectives that call MPI themselves once bound: their code in the extension
+#: the methods that call MPI themselves once bound: their code in the extension (the
+#: nonblocking ones once bind_mpi has also checked mpi4py's Request layout)
 DIRECT = {"Allreduce": 1, "Bcast": 2, "Reduce": 3, "Allgather": 4, "Alltoall": 5, "Gather": 6,
-          "Scatter": 7}
+          "Scatter": 7, "Send": 8, "Isend": 9, "Irecv": 10, "Iallreduce": 11, "Ibcast": 12,
+          "Iallgather": 13, "Ialltoall": 14}
 
 
 def install(cls: type) -> None:
@@ -137,7 +144,7 @@ def _loaded_libmpi() -> str | None:
 
 
 def bind_mpi(on: bool = True) -> bool:
-    """Let the compiled receives and :data:`DIRECT` collectives call MPI themselves
+    """Let the compiled receives and the :data:`DIRECT` methods call MPI themselves
     (``on``), or go through mpi4py's methods again.
 
     Binds only where that is safe to do from C without MPI's headers: the
@@ -164,9 +171,17 @@ def bind_mpi(on: bool = True) -> bool:
              if len(letter) == 1 and datatype.handle}
     ops = tuple(op.handle for op in PREDEFINED_OPS)
     capi = MPI.__pyx_capi__
-    return bool(_shortcut.bind(addresses, capi["PyMPIComm_Get"], capi["PyMPIStatus_Get"],
-                               capi["PyMPIOp_Get"], MPI.BYTE.handle, types, ops, MPI.Op,
-                               MPI.Exception))
+    if not _shortcut.bind(addresses, capi["PyMPIComm_Get"], capi["PyMPIStatus_Get"],
+                          capi["PyMPIOp_Get"], MPI.BYTE.handle, types, ops, MPI.Op,
+                          MPI.Exception):
+        return False
+    # a nonblocking call's Request must keep its buffers alive, as mpi4py's own do: the
+    # extension fills in mpi4py's Request as mpi4py's public header lays it out, once a
+    # pending request of mpi4py's own (a receive from PROC_NULL) shows that layout
+    probe = MPI.COMM_SELF.Irecv(np.empty(1, np.uint8), MPI.PROC_NULL)
+    _shortcut.bind_requests(capi["PyMPIRequest_New"], capi["PyMPIRequest_Get"],
+                            MPI.REQUEST_NULL.handle, MPI.Request, probe)
+    return True
 
 
 def update(comm: Any, limit: float, p2p_limit: float) -> Any:

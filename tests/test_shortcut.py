@@ -607,6 +607,19 @@ def test_receives_keep_mpi4pys_types_errors_and_status(comm, receive_path):
     np.testing.assert_array_equal(y, peer)
 
 
+def _gather_and_exchange_match(mc, comm, x, every, gather: str, exchange: str) -> None:
+    """``mc``'s ``gather`` of ``x`` and ``exchange`` of ``every`` (Allgather and Alltoall,
+    or their nonblocking forms, waited for) give what the plain ``comm``'s blocking ones
+    give."""
+    for name, plain, sent in ((gather, "Allgather", x), (exchange, "Alltoall", every)):
+        got, want = np.zeros_like(every), np.zeros_like(every)
+        req = getattr(mc, name)(sent, got)
+        if req is not None:
+            req.Wait()
+        getattr(comm, plain)(sent, want)
+        np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.mpi(min_size=2)
 def test_blocking_collectives_give_what_mpi4py_gives(comm, receive_path):
     """Both ways (MPI called directly, bound; mpi4py's methods, unbound): Allreduce, Reduce,
@@ -647,13 +660,7 @@ def test_blocking_collectives_give_what_mpi4py_gives(comm, receive_path):
             mc.Scatter(every if r == root else None, part, root=root)
             comm.Scatter(every if r == root else None, want_part, root=root)
             np.testing.assert_array_equal(part, want_part)
-        got_p, want_p = np.zeros_like(every), np.zeros_like(every)
-        mc.Allgather(x, got_p)
-        comm.Allgather(x, want_p)
-        np.testing.assert_array_equal(got_p, want_p)
-        mc.Alltoall(every, got_p)
-        comm.Alltoall(every, want_p)
-        np.testing.assert_array_equal(got_p, want_p)
+        _gather_and_exchange_match(mc, comm, x, every, "Allgather", "Alltoall")
     st = mc.stats()
     n = len(cases)
     assert (st["Allreduce"]["calls"], st["Reduce"]["calls"], st["Bcast"]["calls"],
@@ -702,4 +709,83 @@ def test_blocking_collectives_give_what_mpi4py_gives(comm, receive_path):
         mc.Reduce(np.zeros(3), np.zeros(3), root=p)
     y = np.zeros(3)
     mc.Allreduce(np.ones(3), y)  # still in step
+    np.testing.assert_array_equal(y, p)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_nonblocking_calls_give_what_mpi4py_gives(comm, receive_path):
+    """Both ways (bound: Send, Isend, Irecv, Iallreduce, Ibcast, Iallgather and Ialltoall
+    call MPI themselves; unbound: mpi4py's methods): the plain communicator's results, an
+    MPI.Request that keeps its buffers alive until it completes (as mpi4py's do), MPI's
+    errors as mpi4py raises them, every call counted."""
+    import gc
+    import sys
+
+    p, r = comm.Get_size(), comm.Get_rank()
+    right, left = (r + 1) % p, (r - 1) % p
+    mc = mpicomp.Comm(comm)
+    mc.resolved_policy()
+    assert _shortcut_on(mc)
+    bound = receive_path == "direct"
+    assert shortcut._shortcut.nonblocking_bound() == bound
+    before = shortcut._shortcut.direct_calls()
+    dtypes = [np.float32, np.float64, np.int32, np.uint8, np.complex64]  # complex: no letter
+    for dtype in dtypes:
+        x = (np.arange(11) % 7 + 3 * r + 1).astype(dtype)
+        y, z = np.zeros_like(x), np.zeros_like(x)
+        reqs = [mc.Irecv(y, left, 5), mc.Irecv(z, source=left, tag=6),
+                mc.Isend(x, right, 5), mc.Isend(x, dest=right, tag=6)]
+        assert all(type(q) is MPI.Request for q in reqs)
+        MPI.Request.Waitall(reqs)
+        assert all(q == MPI.REQUEST_NULL for q in reqs)
+        want = (np.arange(11) % 7 + 3 * left + 1).astype(dtype)
+        np.testing.assert_array_equal(y, want)
+        np.testing.assert_array_equal(z, want)
+        if r == 0:
+            mc.Send(x, right, 7)
+            mc.Recv(y, left, 7)
+        else:
+            mc.Recv(y, left, 7)
+            mc.Send(x, right, 7)
+        np.testing.assert_array_equal(y, want)
+        got, ref = np.zeros_like(x), np.zeros_like(x)
+        op = MPI.MAX if dtype is not np.complex64 else MPI.SUM
+        MPI.Request.Waitall([mc.Iallreduce(x, got, op), comm.Iallreduce(x, ref, op)])
+        np.testing.assert_array_equal(got, ref)
+        for root in range(p):
+            b = x.copy() if r == root else np.zeros_like(x)
+            mc.Ibcast(b, root=root).Wait()
+            np.testing.assert_array_equal(b, (np.arange(11) % 7 + 3 * root + 1).astype(dtype))
+        every = np.concatenate([x + k for k in range(p)]).astype(dtype)
+        _gather_and_exchange_match(mc, comm, x, every, "Iallgather", "Ialltoall")
+    st = mc.stats()
+    n = len(dtypes)
+    assert (st["Isend"]["calls"], st["Irecv"]["calls"], st["Send"]["calls"],
+            st["Iallreduce"]["calls"], st["Ibcast"]["calls"], st["Iallgather"]["calls"],
+            st["Ialltoall"]["calls"]) == (2 * n, 2 * n, n, n, p * n, n, n)
+    # complex64 (no one-letter format) goes through mpi4py, but for its Recv (as bytes)
+    direct = (n - 1) * (9 + p) + 1 if bound else 0
+    assert shortcut._shortcut.direct_calls() - before == direct
+    # a pending request holds its buffers, and lets go of them when it completes
+    buf = np.zeros(1000)
+    held = sys.getrefcount(buf)
+    req = mc.Irecv(buf, left, 8)
+    assert sys.getrefcount(buf) > held
+    out = mc.Isend(np.full(1000, float(r)), right, 8)  # the request holds the only reference
+    gc.collect()
+    MPI.Request.Waitall([req, out])
+    np.testing.assert_array_equal(buf, float(left))
+    assert sys.getrefcount(buf) == held
+    # MPI's errors as mpi4py raises them; a read-only receive buffer as mpi4py refuses it
+    with pytest.raises(MPI.Exception) as caught:
+        mc.Isend(np.zeros(3), p, 9)
+    assert caught.value.Get_error_class() == MPI.ERR_RANK
+    with pytest.raises(MPI.Exception):
+        mc.Send(np.zeros(3), p, 9)
+    frozen = np.zeros(3)
+    frozen.flags.writeable = False
+    with pytest.raises((BufferError, ValueError)):
+        mc.Irecv(frozen, left, 9)
+    y = np.zeros(3)
+    mc.Iallreduce(np.ones(3), y).Wait()  # still in step
     np.testing.assert_array_equal(y, p)
