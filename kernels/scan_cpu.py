@@ -35,8 +35,9 @@ def max_abs_bits(u, mask):
         lo = c * CHUNK
         hi = min(lo + CHUNK, n)
         m = u.dtype.type(0)
-        for i in range(lo, hi):
-            m = max(m, u[i] & mask)
+        v = u[lo:hi]  # indices from 0: no negative-index check, so the loop vectorizes
+        for i in range(v.size):
+            m = max(m, v[i] & mask)
         part[c] = m
     return part.max()
 
@@ -67,5 +68,6 @@ def add_into_kernel(acc, x):
     for c in prange(nchunks):
         lo = c * CHUNK
         hi = min(lo + CHUNK, n)
-        for i in range(lo, hi):
-            acc[i] += x[i]
+        a, b = acc[lo:hi], x[lo:hi]  # indices from 0: the loop vectorizes (see max_abs_bits)
+        for i in range(a.size):
+            a[i] += b[i]
