@@ -20,7 +20,8 @@
  *
  * Three kinds of method:
  *   - COLLECTIVE (Allreduce, Bcast ...): below the state's `limit` (the bytes of the
- *     first buffer; Scatter's: of its receive buffer, the argument `sized`);
+ *     first buffer; Scatter's: of its receive buffer, the argument `sized`; Allgatherv's:
+ *     of the largest count of its receive v-spec, the argument `vspec`);
  *   - SEND (Send, Isend, Irecv): below the state's `p2p_limit` (the default policy
  *     never compresses point to point under the codec auto or none);
  *   - RECEIVE (Recv): any size, once the state has a `p2p_limit`. A receive cannot
@@ -212,6 +213,8 @@ typedef struct {
                               buffer; Scatter: 2, its receive buffer) */
     int other;             /* the call's other buffer (0: none): an array too, or None */
     int direct;            /* a collective MPI takes directly (DIRECT_...), or NO_DIRECT */
+    int vspec;             /* the argument whose v-spec's largest count is the call's size
+                              (Allgatherv's receive buffer), 0: the `sized` buffer's bytes */
     PyTypeObject *array;   /* numpy.ndarray, matched exactly */
     PyTypeObject *owner;   /* the class whose slot holds the state */
     Py_ssize_t offset;     /* where that slot lies in an instance */
@@ -841,6 +844,64 @@ direct_collective(Method *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
 
 /* the size test of a call by its first buffer: 1 (counted at `index`) when it has fewer
  * bytes than `limit`, 0 when not, -1 on an error */
+/* the bytes of a v-spec's largest count, read without parsing it: [array, counts] (counts
+ * a list of ints) or [array, (counts, displs)] (counts a list or tuple), the array exactly
+ * `array`, as mpicomp.comm._largest_count reads it; -1 for any other form (a datatype,
+ * whose unit the counts are in; another buffer kind), -2 on an error */
+static long long
+largest_count(PyObject *spec, PyTypeObject *array)
+{
+    if (!(PyList_CheckExact(spec) || PyTuple_CheckExact(spec)) || PySequence_Fast_GET_SIZE(spec) != 2)
+        return -1;
+    PyObject *buf = PySequence_Fast_GET_ITEM(spec, 0), *counts = PySequence_Fast_GET_ITEM(spec, 1);
+    if (Py_TYPE(buf) != array)
+        return -1;
+    if (PyTuple_CheckExact(counts) && PyTuple_GET_SIZE(counts) == 2
+            && (PyList_CheckExact(PyTuple_GET_ITEM(counts, 0))
+                || PyTuple_CheckExact(PyTuple_GET_ITEM(counts, 0))))
+        counts = PyTuple_GET_ITEM(counts, 0);  /* (counts, displs) */
+    else if (!PyList_CheckExact(counts))
+        return -1;  /* (a tuple of two ints reads as (count, displacement) to mpi4py) */
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(counts);
+    long long most = -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *c = PySequence_Fast_GET_ITEM(counts, i);
+        if (!PyLong_CheckExact(c))
+            return -1;
+        long long v = PyLong_AsLongLong(c);
+        if (v == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return -1;
+        }
+        if (v > most)
+            most = v;
+    }
+    if (most < 0)
+        return -1;
+    PyObject *size = PyObject_GetAttrString(buf, "itemsize");
+    long long itemsize = size == NULL ? -2 : PyLong_AsLongLong(size);
+    Py_XDECREF(size);
+    return itemsize < 0 ? -2 : most * itemsize;
+}
+
+/* the size test of a call by its v-spec (see largest_count): as below's, -1 on an error
+ * and 0 also for a form it does not read */
+static int
+vspec_below(State *state, int index, PyObject *spec, PyTypeObject *array, double limit)
+{
+    long long n = largest_count(spec, array);
+    if (n < 0)
+        return n == -2 ? -1 : 0;
+    if ((double)n >= limit)
+        return 0;
+    PyObject *nb = PyLong_FromLongLong(n);
+    if (nb == NULL)
+        return -1;
+    int rc = count(&state->counts[index], (Py_ssize_t)n, nb) < 0 ? -1 : 1;
+    Py_DECREF(nb);
+    return rc;
+}
+
 static int
 below(State *state, int index, PyObject *buf, double limit)
 {
@@ -880,6 +941,13 @@ method_vectorcall(PyObject *self_obj, PyObject *const *args, size_t nargsf, PyOb
             if (nargs > 4 && Py_TYPE(args[4]) == self->array
                     && (rc = below(state, self->index, args[1], limit)) == 1)
                 rc = receive(self, state, 4, args, nargs, kwnames, &result);
+        } else if (self->vspec) {
+            if (nargs > self->vspec
+                    && (rc = vspec_below(state, self->index, args[self->vspec], self->array,
+                                         limit)) == 1) {
+                result = PyObject_Vectorcall(self->plain, args, (size_t)nargs, kwnames);
+                rc = result == NULL ? -1 : 1;
+            }
         } else if ((rc = below(state, self->index, args[self->sized], limit)) == 1
                    && (rc = direct_collective(self, args, nargs, kwnames, &result)) == 0) {
             result = PyObject_Vectorcall(self->plain, args, (size_t)nargs, kwnames);
@@ -896,16 +964,22 @@ method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"plain", "slow", "array", "slot", "index", "keywords", "kind",
                             "frame", "status_type", "byte", "defaults", "recv_index", "sized",
-                            "other", "direct", NULL};
+                            "other", "direct", "vspec", NULL};
     PyObject *plain, *slow, *array, *slot, *keywords;
     PyObject *frame = Py_None, *status_type = Py_None, *byte = Py_None, *defaults = Py_None;
     int index, kind = COLLECTIVE, recv_index = -1, sized = 1, other = 0, direct = NO_DIRECT;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!iO!|$iOOOOiiii:PlainMethod", names,
+    int vspec = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!iO!|$iOOOOiiiii:PlainMethod", names,
                                      &plain, &slow, &PyType_Type, &array, &PyMemberDescr_Type,
                                      &slot, &index, &PyTuple_Type, &keywords, &kind, &frame,
                                      &status_type, &byte, &defaults, &recv_index, &sized,
-                                     &other, &direct))
+                                     &other, &direct, &vspec))
         return NULL;
+    if (vspec < 0 || vspec == sized || (vspec && (kind != COLLECTIVE || direct != NO_DIRECT))) {
+        PyErr_Format(PyExc_ValueError, "PlainMethod: vspec must be 0, or another argument "
+                     "than sized for a collective that is not direct, got %d", vspec);
+        return NULL;
+    }
     int p2p = direct >= DIRECT_SEND && direct <= DIRECT_IRECV;
     if (direct < NO_DIRECT || direct > DIRECT_IALLTOALL
             || (direct != NO_DIRECT && kind != (p2p ? SEND : COLLECTIVE))) {
@@ -982,6 +1056,7 @@ method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->sized = sized;
     self->other = other;
     self->direct = direct;
+    self->vspec = vspec;
     self->frame = Py_NewRef(frame);
     self->status_type = Py_NewRef(status_type);
     self->byte = Py_NewRef(byte);
@@ -1072,7 +1147,7 @@ static PyTypeObject MethodType = {
                 | Py_TPFLAGS_METHOD_DESCRIPTOR,
     .tp_doc = "PlainMethod(plain, slow, array, slot, index, keywords, *, kind=0, frame=None, "
               "status_type=None, byte=None, defaults=None, recv_index=-1, sized=1, other=0, "
-              "direct=0): "
+              "direct=0, vspec=0): "
               "see the module's source.",
     .tp_new = method_new,
     .tp_dealloc = (destructor)method_dealloc,

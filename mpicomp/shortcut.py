@@ -64,7 +64,10 @@ COMPILED = PlainMethod is not None
 #: plain below the state's ``limit``
 COLLECTIVES = ("Allreduce", "Iallreduce", "Reduce_scatter_block", "Allgather", "Alltoall",
                "Bcast", "Reduce", "Gather", "Ibcast", "Iallgather", "Ialltoall", "Scatter",
-               "Reduce_scatter")
+               "Reduce_scatter", "Allgatherv")
+#: collectives sized by the largest count of a v-spec (its argument), read as
+#: mpicomp.comm._largest_count reads it: the same size on every rank
+VSPEC = {"Allgatherv": 2}
 #: collectives of a single buffer
 ONE_BUFFER = ("Bcast", "Ibcast")
 #: point to point: plain below the state's ``p2p_limit`` (the default policy never
@@ -113,6 +116,8 @@ def install(cls: type) -> None:
         extra: dict[str, Any] = {}
         if name == "Scatter":  # sized by its receive buffer (the send buffer is the root's)
             extra = {"sized": 2, "other": 1}
+        elif name in VSPEC:
+            extra = {"vspec": VSPEC[name]}
         elif name in COLLECTIVES and name not in ONE_BUFFER:
             extra = {"other": 2}  # the receive buffer: host memory too (or None off the root)
         elif name in SENDS:

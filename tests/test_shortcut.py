@@ -789,3 +789,27 @@ def test_nonblocking_calls_give_what_mpi4py_gives(comm, receive_path):
     y = np.zeros(3)
     mc.Iallreduce(np.ones(3), y).Wait()  # still in step
     np.testing.assert_array_equal(y, p)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_allgatherv_takes_the_compiled_shortcut_by_its_largest_count(comm):
+    """Allgatherv's size is its v-spec's largest count (the same on every rank): the
+    compiled method reads it from ``[array, counts]`` and ``[array, (counts, displs)]``
+    and counts the call there; other forms go to the Python method."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    mc = mpicomp.Comm(comm)
+    mc.resolved_policy()
+    assert _shortcut_on(mc)
+    counts = [q + 2 for q in range(p)]
+    displs = [sum(counts[:q]) for q in range(p)]
+    out = np.zeros(sum(counts), np.float32)
+    x = np.full(r + 2, r, np.float32)
+    for spec in ([out, counts], [out, (counts, displs)], (out, (tuple(counts), displs))):
+        out[:] = -1
+        mc.Allgatherv(x, spec)
+        np.testing.assert_array_equal(out, np.repeat(np.arange(p), counts))
+    assert _take(mc, "Allgatherv") == {4 * max(counts): 3}
+    mc.Allgatherv(x, [out, counts, MPI.FLOAT])  # a datatype: the Python method reads it
+    mc.Allgatherv(x, [out, counts])
+    assert _take(mc, "Allgatherv") == {4 * max(counts): 1}
+    assert mc.stats()["Allgatherv"]["calls"] == 1  # the Python method's own count
