@@ -243,7 +243,7 @@ plain_keywords(Method *self, PyObject *kwnames)
     return 1;
 }
 
-static PyObject *nbytes_name, *status_name, *get_count_name;
+static PyObject *nbytes_name, *status_name, *get_count_name, *itemsize_name;
 
 /* -- Direct MPI: calls without mpi4py's argument parsing -------------------------
  *
@@ -276,6 +276,8 @@ typedef int (*mpi_isend_t)(const void *, int, int, int, int, int, int *);
 typedef int (*mpi_iallreduce_t)(const void *, void *, int, int, int, int, int *);
 typedef int (*mpi_ibcast_t)(void *, int, int, int, int, int *);
 typedef int (*mpi_iallgather_t)(const void *, int, int, void *, int, int, int, int *);
+typedef int (*mpi_allgatherv_t)(const void *, int, int, void *, const int *, const int *, int,
+                                int);
 typedef PyObject *(*request_new_t)(int);
 typedef int *(*comm_handle_t)(PyObject *);
 typedef void *(*status_handle_t)(PyObject *);
@@ -305,6 +307,7 @@ static struct {
     mpi_ibcast_t ibcast;
     mpi_iallgather_t iallgather;
     mpi_iallgather_t ialltoall; /* (the same signature) */
+    mpi_allgatherv_t allgatherv;
     request_new_t request_new;  /* mpi4py's PyMPIRequest_New, once bind_requests checked
                                    mpi4py's Request layout (NULL: nonblocking calls go
                                    through mpi4py) */
@@ -878,10 +881,91 @@ largest_count(PyObject *spec, PyTypeObject *array)
     }
     if (most < 0)
         return -1;
-    PyObject *size = PyObject_GetAttrString(buf, "itemsize");
+    PyObject *size = PyObject_GetAttr(buf, itemsize_name);
     long long itemsize = size == NULL ? -2 : PyLong_AsLongLong(size);
     Py_XDECREF(size);
     return itemsize < 0 ? -2 : most * itemsize;
+}
+
+/* an exact int from a list or tuple item: 1 with *out set, 0 when not an int in C int's range */
+static int
+item_int(PyObject *seq, Py_ssize_t i, int *out)
+{
+    return int_arg(PySequence_Fast_GET_ITEM(seq, i), out);
+}
+
+/* MPI_Allgatherv for a call that fits (once bound): Allgatherv(sendbuf, [recvbuf, counts])
+ * or [recvbuf, (counts, displs)] with one entry per rank, contiguous arrays of one
+ * one-letter format, every part inside the receive buffer (displacements from the
+ * counts when not given, as mpi4py makes them). Returns as direct_collective. */
+static int
+direct_allgatherv(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                  PyObject **result)
+{
+    if (mpi.allgatherv == NULL || nargs != 3 || kwnames != NULL)
+        return 0;
+    PyObject *spec = args[2];  /* read by largest_count already: [array, counts-or-pair] */
+    PyObject *recvbuf = PySequence_Fast_GET_ITEM(spec, 0);
+    PyObject *counts = PySequence_Fast_GET_ITEM(spec, 1), *displs = NULL;
+    if (PyTuple_CheckExact(counts)) {  /* (counts, displs) */
+        displs = PyTuple_GET_ITEM(counts, 1);
+        counts = PyTuple_GET_ITEM(counts, 0);
+        if (!(PyList_CheckExact(displs) || PyTuple_CheckExact(displs)))
+            return 0;
+    }
+    int *comm = mpi.comm(args[0]);
+    int size = 0;
+    if (comm == NULL)
+        return -1;
+    if (mpi.comm_size(*comm, &size) != 0 || size <= 0 || size > 4096
+            || PySequence_Fast_GET_SIZE(counts) != size
+            || (displs != NULL && PySequence_Fast_GET_SIZE(displs) != size))
+        return 0;
+    int stack[2 * 64];
+    int *cs = size <= 64 ? stack : PyMem_Malloc(2 * (size_t)size * sizeof(int));
+    if (cs == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int *ds = cs + size;
+    Py_buffer send = {0}, recv = {0};
+    int type = 0, count = 0, rtype = 0, rcount = 0, rc = 0, ierr = 0;
+    long long at = 0;
+    int fits = 1;
+    for (int i = 0; i < size && fits; i++) {
+        fits = item_int(counts, i, &cs[i]) && cs[i] >= 0;
+        if (fits && displs != NULL)
+            fits = item_int(displs, i, &ds[i]) && ds[i] >= 0;
+        else if (fits)
+            fits = (ds[i] = (int)at) == at;
+        at += cs[i];
+        fits = fits && at <= INT_MAX;
+    }
+    if (fits && typed_view(args[1], 0, &send, &type, &count)) {
+        if (typed_view(recvbuf, 1, &recv, &rtype, &rcount)) {
+            for (int i = 0; i < size && fits; i++)
+                fits = (long long)ds[i] + cs[i] <= rcount;
+            if (fits && rtype == type) {
+                Py_BEGIN_ALLOW_THREADS
+                ierr = mpi.allgatherv(send.buf, count, type, recv.buf, cs, ds, type, *comm);
+                Py_END_ALLOW_THREADS
+                rc = 1;
+            }
+            PyBuffer_Release(&recv);
+        }
+        PyBuffer_Release(&send);
+    }
+    if (cs != stack)
+        PyMem_Free(cs);
+    if (rc == 1 && ierr != 0) {
+        raise_mpi(ierr);
+        return -1;
+    }
+    if (rc == 1) {
+        direct_calls++;
+        *result = Py_NewRef(Py_None);
+    }
+    return rc;
 }
 
 /* the size test of a call by its v-spec (see largest_count): as below's, -1 on an error
@@ -944,7 +1028,8 @@ method_vectorcall(PyObject *self_obj, PyObject *const *args, size_t nargsf, PyOb
         } else if (self->vspec) {
             if (nargs > self->vspec
                     && (rc = vspec_below(state, self->index, args[self->vspec], self->array,
-                                         limit)) == 1) {
+                                         limit)) == 1
+                    && (rc = direct_allgatherv(args, nargs, kwnames, &result)) == 0) {
                 result = PyObject_Vectorcall(self->plain, args, (size_t)nargs, kwnames);
                 rc = result == NULL ? -1 : 1;
             }
@@ -1213,7 +1298,8 @@ module_bind(PyObject *Py_UNUSED(module), PyObject *args)
                                       "MPI_Comm_rank", "MPI_Comm_size", "MPI_Allgather",
                                       "MPI_Alltoall", "MPI_Gather", "MPI_Scatter",
                                       "MPI_Send", "MPI_Isend", "MPI_Irecv", "MPI_Iallreduce",
-                                      "MPI_Ibcast", "MPI_Iallgather", "MPI_Ialltoall"};
+                                      "MPI_Ibcast", "MPI_Iallgather", "MPI_Ialltoall",
+                                      "MPI_Allgatherv"};
     enum { NFUNCTIONS = sizeof functions / sizeof functions[0] };
     void *found[NFUNCTIONS];
     for (int i = 0; i < NFUNCTIONS; i++)
@@ -1272,6 +1358,7 @@ module_bind(PyObject *Py_UNUSED(module), PyObject *args)
     mpi.ibcast = (mpi_ibcast_t)found[16];
     mpi.iallgather = (mpi_iallgather_t)found[17];
     mpi.ialltoall = (mpi_iallgather_t)found[18];
+    mpi.allgatherv = (mpi_allgatherv_t)found[19];
     mpi.request_new = NULL;  /* until bind_requests has checked the layout */
     mpi.comm = (comm_handle_t)comm;
     mpi.status = (status_handle_t)status;
@@ -1365,7 +1452,9 @@ PyInit__shortcut(void)
     nbytes_name = PyUnicode_InternFromString("nbytes");
     status_name = PyUnicode_InternFromString("status");
     get_count_name = PyUnicode_InternFromString("Get_count");
+    itemsize_name = PyUnicode_InternFromString("itemsize");
     if (nbytes_name == NULL || status_name == NULL || get_count_name == NULL
+            || itemsize_name == NULL
             || PyType_Ready(&StateType) < 0 || PyType_Ready(&MethodType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);

@@ -95,7 +95,8 @@ KEYWORDS = {"Allreduce": ("op",), "Iallreduce": ("op",), "Reduce_scatter_block":
 MPI_FUNCTIONS = ("MPI_Recv", "MPI_Sendrecv", "MPI_Get_count", "MPI_Allreduce", "MPI_Bcast",
                  "MPI_Reduce", "MPI_Comm_rank", "MPI_Comm_size", "MPI_Allgather",
                  "MPI_Alltoall", "MPI_Gather", "MPI_Scatter", "MPI_Send", "MPI_Isend",
-                 "MPI_Irecv", "MPI_Iallreduce", "MPI_Ibcast", "MPI_Iallgather", "MPI_Ialltoall")
+                 "MPI_Irecv", "MPI_Iallreduce", "MPI_Ibcast", "MPI_Iallgather", "MPI_Ialltoall",
+                 "MPI_Allgatherv")
 #: the ops those collectives take to MPI directly (SUM first: mpi4py's default); any other
 #: op goes through mpi4py's method
 PREDEFINED_OPS = (MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN, MPI.LAND, MPI.LOR, MPI.LXOR, MPI.BAND,

@@ -792,10 +792,12 @@ def test_nonblocking_calls_give_what_mpi4py_gives(comm, receive_path):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_allgatherv_takes_the_compiled_shortcut_by_its_largest_count(comm):
+def test_allgatherv_takes_the_compiled_shortcut_by_its_largest_count(comm, receive_path):
     """Allgatherv's size is its v-spec's largest count (the same on every rank): the
     compiled method reads it from ``[array, counts]`` and ``[array, (counts, displs)]``
-    and counts the call there; other forms go to the Python method."""
+    and counts the call there (bound: calling MPI_Allgatherv itself, with mpicomp's
+    displacements where none are given, as mpi4py makes them); other forms go to the
+    Python method."""
     p, r = comm.Get_size(), comm.Get_rank()
     mc = mpicomp.Comm(comm)
     mc.resolved_policy()
@@ -804,11 +806,20 @@ def test_allgatherv_takes_the_compiled_shortcut_by_its_largest_count(comm):
     displs = [sum(counts[:q]) for q in range(p)]
     out = np.zeros(sum(counts), np.float32)
     x = np.full(r + 2, r, np.float32)
+    before = shortcut._shortcut.direct_calls()
     for spec in ([out, counts], [out, (counts, displs)], (out, (tuple(counts), displs))):
         out[:] = -1
         mc.Allgatherv(x, spec)
         np.testing.assert_array_equal(out, np.repeat(np.arange(p), counts))
-    assert _take(mc, "Allgatherv") == {4 * max(counts): 3}
+    # displacements in another order, with gaps: each part where they say
+    backwards = [sum(counts[q + 1:]) + 3 * (p - 1 - q) for q in range(p)]
+    wide, want = np.full(sum(counts) + 3 * p, -1, np.float32), None
+    mc.Allgatherv(x, [wide, (counts, backwards)])
+    want = np.full_like(wide, -1)
+    comm.Allgatherv(x, [want, (counts, backwards)])
+    np.testing.assert_array_equal(wide, want)
+    assert _take(mc, "Allgatherv") == {4 * max(counts): 4}
+    assert shortcut._shortcut.direct_calls() - before == (4 if receive_path == "direct" else 0)
     mc.Allgatherv(x, [out, counts, MPI.FLOAT])  # a datatype: the Python method reads it
     mc.Allgatherv(x, [out, counts])
     assert _take(mc, "Allgatherv") == {4 * max(counts): 1}
