@@ -63,8 +63,15 @@ def alltoall(ctx: Ctx, x: np.ndarray, out: np.ndarray, count: int,
     def block(a: np.ndarray, i: int) -> np.ndarray:
         return a[i * count : (i + 1) * count]
 
+    # In place, a plain block from a rank of the node would land in a block this rank may
+    # still be sending (MPI forbids it; it gave wrong results), and before a guarded call's
+    # verdict: send from a copy, land the plain blocks apart, copy them in after arrival.
+    landing = out
+    if local and np.may_share_memory(x, out):
+        x = ctx.copy_of(x, "alltoall-in")
+        landing = ctx.values("alltoall-landing", out.size, dt)
     order = [(r - s) % p for s in range(1, p)]  # senders, in the order they reach this rank
-    arrivals = [(i, ctx.irecv(block(out, i) if i in local else recv[i * nb : (i + 1) * nb],
+    arrivals = [(i, ctx.irecv(block(landing, i) if i in local else recv[i * nb : (i + 1) * nb],
                               i, TAG_ALLTOALL)) for i in order]
     sends = []
     for s in range(1, p):
@@ -80,6 +87,8 @@ def alltoall(ctx: Ctx, x: np.ndarray, out: np.ndarray, count: int,
         ctx.wait(req)
         if i not in local:
             ctx.decode(recv[i * nb : (i + 1) * nb], block(out, i))
+        elif landing is not out:
+            ctx.copy(block(out, i), block(landing, i))
     ctx.waitall(sends)
 
 

@@ -238,10 +238,14 @@ def test_node_aware_alltoall_sends_only_between_nodes_compressed(comm, monkeypat
     codec = get_codec("bitplane", rate=8.25)
     mc = mpicomp.Comm(comm, codec=codec, threshold=0, algorithm=algorithm)
     x = data(r, p * N, salt=7)
-    for nonblocking in (False, True):
+    # in place too: a node's plain blocks must not land in blocks still being sent
+    for nonblocking, in_place in ((False, False), (True, False), (False, True)):
         mc.reset_stats()
         y = np.full(p * N, np.nan, np.float32)
-        if nonblocking:
+        if in_place:
+            y[:] = x
+            mc.Alltoall(MPI.IN_PLACE, y)
+        elif nonblocking:
             mc.Ialltoall(x, y).Wait()
         else:
             mc.Alltoall(x, y)

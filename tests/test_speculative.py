@@ -245,3 +245,35 @@ def test_data_movement_with_unsafe_data_goes_plain(comm, plain, name, in_place):
             assert st["compressed"] == 0, (what, st)
             assert any(k.startswith(want) for k in st["fallbacks"]), (what, st["fallbacks"])
             assert np.array_equal(y, ref, equal_nan=True), what
+
+
+@pytest.mark.mpi(min_size=3)
+@pytest.mark.parametrize("in_place", [False, True], ids=["out", "in_place"])
+def test_node_aware_alltoall_with_unsafe_data_goes_plain(comm, plain, monkeypatch, in_place):
+    """Pretend nodes of two ranks (the layout replaced; the transfers real): the blocks
+    within a node travel plain and land apart until the verdict, so an in-place call whose
+    compressed blocks hold a NaN still sends its intact input plain."""
+    from mpicomp import topology
+
+    p, r = comm.Get_size(), comm.Get_rank()
+    monkeypatch.setattr(topology, "layout",
+                        lambda c: topology.Layout(tuple(i // 2 for i in range(c.Get_size()))))
+    runs = []
+    for special in (np.nan, None):
+        x = np.random.default_rng(900 + r).standard_normal(p * M).astype(np.float32)
+        if special is not None and r == 0:
+            x[2 * M + 5] = special  # rank 0's block for rank 2: another node, compressed
+        mc = mpicomp.Comm(comm, codec=CODEC, threshold=0, algorithm="hierarchical")
+        y = _run("Alltoall", mc, x, in_place, p, r)
+        ref = _run("Alltoall", plain, x, in_place, p, r)
+        runs.append((special, y, ref, mc.stats()["Alltoall"]))
+    for special, y, ref, st in runs:
+        if special is None:
+            assert st["algorithms"] == {"alltoall-hierarchical": 1}, st
+            mine = [i for i in range(p) if i // 2 == r // 2]  # exact: plain or own
+            for i in mine:
+                assert np.array_equal(y[i * M:(i + 1) * M], ref[i * M:(i + 1) * M]), i
+            assert float(np.abs(y - ref).max()) <= 2 ** -6 * 5
+        else:
+            assert st["compressed"] == 0 and "nonfinite" in " ".join(st["fallbacks"]), st
+            assert np.array_equal(y, ref, equal_nan=True)

@@ -139,6 +139,12 @@ class Ctx:
         """``acc += x`` (values)."""
         self.memory.add_into(acc, x)
 
+    def copy_of(self, x: Any, name: str) -> Any:
+        """A copy of ``x`` in the values scratch ``name``."""
+        dup = self.values(name, x.size, x.dtype)
+        self.memory.copy(dup, x)
+        return dup
+
     def copy(self, dst: Any, src: Any) -> None:
         """``dst[:] = src`` (values)."""
         if not self._held(dst):
