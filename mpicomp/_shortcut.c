@@ -497,14 +497,25 @@ through_mpi4py(Method *self, Py_ssize_t first, PyObject *const *args, Py_ssize_t
  * byte count, else the receive counted (at `recv_index`). Returns 1 with *result set when
  * it handled the call, 0 when the call's arguments are not the plain ones (the Python
  * method takes it), -1 on an error. */
+/* whether a receiving kind's call has the shape `receive` takes: the receive buffer
+ * args[first] an array, then at most source, tag and status (positional or keywords) */
+static int
+receive_shape(Method *self, Py_ssize_t first, PyObject *const *args, Py_ssize_t nargs,
+              PyObject *kwnames)
+{
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    Py_ssize_t status_pos = first + 3;
+    return nargs > first && nargs <= status_pos + 1 && nargs + nkw <= status_pos + 3
+           && Py_TYPE(args[first]) == self->array;
+}
+
 static int
 receive(Method *self, State *state, Py_ssize_t first, PyObject *const *args, Py_ssize_t nargs,
         PyObject *kwnames, PyObject **result)
 {
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     Py_ssize_t status_pos = first + 3;
-    if (nargs <= first || nargs > status_pos + 1 || nargs + nkw > status_pos + 3
-            || Py_TYPE(args[first]) != self->array)
+    if (!receive_shape(self, first, args, nargs, kwnames))
         return 0;
     /* where the status is: positional, a keyword, or nowhere */
     Py_ssize_t at = nargs > status_pos ? status_pos : -1;
@@ -1021,8 +1032,9 @@ method_vectorcall(PyObject *self_obj, PyObject *const *args, size_t nargsf, PyOb
         } else if (self->kind == RECEIVE) {
             rc = receive(self, state, 1, args, nargs, kwnames, &result);
         } else if (self->kind == SENDRECV) {
-            /* the receive buffer must be positional and an array too, before anything is counted */
-            if (nargs > 4 && Py_TYPE(args[4]) == self->array
+            /* the call must have the shape the receive takes (its buffer positional, an
+             * array) before anything is counted */
+            if (receive_shape(self, 4, args, nargs, kwnames)
                     && (rc = below(state, self->index, args[1], limit)) == 1)
                 rc = receive(self, state, 4, args, nargs, kwnames, &result);
         } else if (self->vspec) {

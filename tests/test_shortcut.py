@@ -369,6 +369,8 @@ def test_sendrecv_positional_takes_the_shortcut_and_counts_its_receive(comm, rec
     mc.Sendrecv(x, 1 - r, 0, recvbuf=y, status=st)  # recvbuf by keyword: the Python path
     np.testing.assert_array_equal(y, 1 - r)
     assert st.Get_count(MPI.DOUBLE) == x.size and st.Get_source() == 1 - r
+    with pytest.raises(TypeError):  # a call of the wrong shape: refused, and not counted
+        mc.Sendrecv(x, 1 - r, 0, y, 1 - r, 0, st, "one too many")
     assert _take(mc, "Sendrecv") == {x.nbytes: 2}
     assert _take(mc, "Recv") == {x.nbytes: 2}
     st = mc.stats()
