@@ -945,10 +945,12 @@ direct_allgatherv(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
     int fits = 1;
     for (int i = 0; i < size && fits; i++) {
         fits = item_int(counts, i, &cs[i]) && cs[i] >= 0;
-        if (fits && displs != NULL)
+        if (!fits)
+            break;
+        if (displs != NULL)
             fits = item_int(displs, i, &ds[i]) && ds[i] >= 0;
-        else if (fits)
-            fits = (ds[i] = (int)at) == at;
+        else
+            ds[i] = (int)at;  /* (at <= INT_MAX here) */
         at += cs[i];
         fits = fits && at <= INT_MAX;
     }
