@@ -257,9 +257,9 @@ static PyObject *nbytes_name, *status_name, *get_count_name, *itemsize_name;
  * dtype (with a predefined op), call MPI themselves, with the GIL released as mpi4py
  * does; so do Send, and, once bind_requests has checked mpi4py's Request layout, Isend,
  * Irecv, Iallreduce, Ibcast, Iallgather and Ialltoall, whose MPI.Request (made by mpi4py's
- * PyMPIRequest_New) keeps their buffers until it completes, as mpi4py's own do. Only for an MPI whose handles are C ints (MPICH's ABI; the Python side checks);
- * an error code raises MPI.Exception, and a call that does not fit goes to mpi4py's
- * method. */
+ * PyMPIRequest_New) keeps their buffers until it completes, as mpi4py's own do. Only
+ * for an MPI whose handles are C ints (MPICH's ABI; the Python side checks); an error
+ * code raises MPI.Exception, and a call that does not fit goes to mpi4py's method. */
 
 typedef int (*mpi_recv_t)(void *, int, int, int, int, int, void *);
 typedef int (*mpi_sendrecv_t)(const void *, int, int, int, int, void *, int, int, int, int,
@@ -491,12 +491,6 @@ through_mpi4py(Method *self, Py_ssize_t first, PyObject *const *args, Py_ssize_t
     return *nbytes == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
-/* The receiving kinds: the receive buffer args[first] (Recv: 1, Sendrecv: 4) received as
- * bytes, its source and tag after it (`defaults` where a positional call leaves them out),
- * then the status (made when the call passes none); frame(comm, buf, status) for an odd
- * byte count, else the receive counted (at `recv_index`). Returns 1 with *result set when
- * it handled the call, 0 when the call's arguments are not the plain ones (the Python
- * method takes it), -1 on an error. */
 /* whether a receiving kind's call has the shape `receive` takes: the receive buffer
  * args[first] an array, then at most source, tag and status (positional or keywords) */
 static int
@@ -509,6 +503,12 @@ receive_shape(Method *self, Py_ssize_t first, PyObject *const *args, Py_ssize_t 
            && Py_TYPE(args[first]) == self->array;
 }
 
+/* The receiving kinds: the receive buffer args[first] (Recv: 1, Sendrecv: 4) received as
+ * bytes, its source and tag after it (`defaults` where a positional call leaves them out),
+ * then the status (made when the call passes none); frame(comm, buf, status) for an odd
+ * byte count, else the receive counted (at `recv_index`). Returns 1 with *result set when
+ * it handled the call, 0 when the call's arguments are not the plain ones (the Python
+ * method takes it), -1 on an error. */
 static int
 receive(Method *self, State *state, Py_ssize_t first, PyObject *const *args, Py_ssize_t nargs,
         PyObject *kwnames, PyObject **result)

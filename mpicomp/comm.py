@@ -488,6 +488,19 @@ class Comm(MPI.Intracomm):
             return "nonfinite (NaN or Inf on some rank)"
         return _overflow_risk(pol, dtype, ag.max_abs, summands)
 
+    def _verdict(self, engine: _Engine, ctx: Ctx, name: str, pol: Resolved, local: Any,
+                 dtype: np.dtype, settings: str, summands: int) -> str | None:
+        """After a compressed call: None when it stands, else the plain-MPI reason.
+
+        A guarded call (speculative screening) whose encoders found unsafe data on
+        some rank left its input intact, to be sent plain; the full agreement, with
+        the scan of the input, names the reason the same way on every rank.
+        """
+        if not ctx.unsafe():
+            return None
+        return self._agree(engine, name, pol, local, dtype, settings, summands,
+                           ctx.memory) or GUARD_TRIPPED
+
     def _plain(self, rec: Recorder, reason: str, fn: Callable[..., Any], *args: Any,
                sent: int | None = None, bufs: Sequence[Buf] = ()) -> Any:
         result = _plain_on(self, rec, reason, fn, args, bufs)
@@ -514,33 +527,27 @@ class Comm(MPI.Intracomm):
         memory = engine.memory(on_device)
         # Speculative screening: the ring's encoders find unsafe data while it runs, so the
         # agreement checks only the settings (no scan of the input first)
-        guarded = algorithm in SPECULATIVE and not on_device and pol.codec.guards
+        guarded = (algorithm in SPECULATIVE
+                   and model.screens_in_encoder(pol.codec, on_device))
         reason = self._agree(engine, "Allreduce", pol, None if guarded else x, x.dtype,
                              settings, p, memory)
+        detail = ""
+        if reason is None:
+            ctx = engine.ctx(pol.codec, rec, memory)
+            ctx.guarded, ctx.protect = guarded, x
+            if algorithm == "cast_order":
+                _cast_order_allreduce(ctx, x, out, op)
+            elif algorithm == "homomorphic":
+                fmt = algorithms.homomorphic.allreduce(ctx, x, out, pol.rate)
+                detail = f"k={fmt.k} bits, {fmt.bits_per_value:.3g} bits/value"
+            elif algorithm == "hierarchical":
+                algorithms.hierarchical.allreduce(ctx, x, out, *engine.node_comms(),
+                                                  engine.rail_comm())
+            else:
+                getattr(algorithms, algorithm).allreduce(ctx, x, out)
+            reason = self._verdict(engine, ctx, "Allreduce", pol, x, x.dtype, settings, p)
         if reason is not None:
             _plain_on(engine.comm, rec, reason, MPI.Intracomm.Allreduce, (sendbuf, recvbuf, op))
-            rec.sent(rec.raw_bytes)
-            return
-        ctx = engine.ctx(pol.codec, rec, memory)
-        ctx.guarded, ctx.protect = guarded, x
-        detail = ""
-        if algorithm == "cast_order":
-            _cast_order_allreduce(ctx, x, out, op)
-        elif algorithm == "homomorphic":
-            fmt = algorithms.homomorphic.allreduce(ctx, x, out, pol.rate)
-            detail = f"k={fmt.k} bits, {fmt.bits_per_value:.3g} bits/value"
-        elif algorithm == "hierarchical":
-            algorithms.hierarchical.allreduce(ctx, x, out, *engine.node_comms(),
-                                              engine.rail_comm())
-        else:
-            getattr(algorithms, algorithm).allreduce(ctx, x, out)
-        if ctx.unsafe():
-            # some rank's data could not be carried: the input is intact (the ring only
-            # reads it, and writes it in place only after a safe verdict), so send it plain;
-            # the full agreement names the reason the same way on every rank
-            reason = self._agree(engine, "Allreduce", pol, x, x.dtype, settings, p, memory)
-            _plain_on(engine.comm, rec, reason or GUARD_TRIPPED, MPI.Intracomm.Allreduce,
-                      (sendbuf, recvbuf, op))
             rec.sent(rec.raw_bytes)
             return
         rec.compressed(algorithm, detail or pol.codec.codec_id)
@@ -712,17 +719,15 @@ class Comm(MPI.Intracomm):
         memory = engine.memory(bufs[0].on_device)
         settings_s = f"{settings_s} {dtype}"
         # speculative screening (see _allreduce_body): the encoders check what they send
-        guarded = pol.codec.guards and not bufs[0].on_device
+        guarded = model.screens_in_encoder(pol.codec, bufs[0].on_device)
         reason = self._agree(engine, name, pol, None if guarded else local, dtype, settings_s,
                              1, memory)
         if reason is None:
             ctx = engine.ctx(pol.codec, rec, memory)
             ctx.guarded, ctx.protect = guarded, local
             ran = body(ctx)
-            if ctx.unsafe():
-                reason = self._agree(engine, name, pol, local, dtype, settings_s, 1,
-                                     memory) or GUARD_TRIPPED
-            else:
+            reason = self._verdict(engine, ctx, name, pol, local, dtype, settings_s, 1)
+            if reason is None:
                 rec.compressed(ran or name.lower(), pol.codec.codec_id)
         if reason is not None:
             _plain_on(engine.comm, rec, reason, plain, args)

@@ -288,6 +288,13 @@ def compressed_times(cal: Calibration, method: str, n: float, rho: float, e: flo
     raise ValueError(f"the model knows {list(METHODS)}, not {method!r}")
 
 
+def screens_in_encoder(codec: Any, on_device: bool) -> bool:
+    """Whether a call's encoders screen its data (bitplane on host buffers), so that the
+    ring allreduce and the data-movement collectives skip the scan of their input (the
+    communicator's speculative screening, which this model prices)."""
+    return bool(getattr(codec, "guards", False)) and not on_device
+
+
 def predict(cal: Calibration, method: str, nbytes: int, codec: Any, dtype: Any,
             speed: tuple[float, float], algorithm: str = "auto",
             gain: float = GAIN, on_device: bool = False) -> Prediction:
@@ -303,7 +310,7 @@ def predict(cal: Calibration, method: str, nbytes: int, codec: Any, dtype: Any,
     e, d = speed
     plain = plain_time(cal, method, nbytes)
     k = pieces_of(codec, count // cal.layout.size, dt)
-    speculative = bool(getattr(codec, "guards", False)) and not on_device
+    speculative = screens_in_encoder(codec, on_device)
     times = compressed_times(cal, method, float(nbytes), rho, e, d, k, speculative)
     if method == "Allreduce":
         choices = [a for a in (*ALLREDUCE_ALGORITHMS, "hierarchical") if a in times]
