@@ -10,7 +10,8 @@
 #   make bench-comm  the collective benchmarks under mpiexec: allreduce (BENCH_RANKS ranks,
 #                  options in ARGS, e.g. ARGS=--quick) and overlap (2 ranks, OVERLAP_ARGS)
 #   make bench-net (root) the benchmark in ARGS on a simulated cluster (bench/netcluster.sh):
-#                  HOSTS network namespaces (4) x PPN ranks (1), links shaped to RATE (1gbit)
+#                  HOSTS network namespaces (4) x PPN ranks (1), links shaped to RATE (1gbit),
+#                  each host on cores of its own (PIN=0: placement left to the kernel)
 #   make test-gpu  where a GPU is: the tests marked gpu (serial) and device (under mpiexec -n 2
 #                  and 4), then the GPU benchmarks (bench-gpu); they skip without a CUDA device
 #   make bench-gpu codecs --buffer cupy, and allreduce-gpu (256 MiB CuPy buffers, 4 ranks)
@@ -48,7 +49,7 @@ HEADLINE_PNG ?= bench-headline.png
 
 bench: venv
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" MPIEXEC="$(CURDIR)/$(VENV)/bin/mpiexec" OMP_WAIT_POLICY=PASSIVE \
-	  HOSTS=$(HOSTS) PPN=$(PPN) RATE=$(RATE) PYTHON=$(VPY) \
+	  HOSTS=$(HOSTS) PPN=$(PPN) RATE=$(RATE) PIN=$(PIN) PYTHON=$(VPY) \
 	  bench/headline.sh --plot $(HEADLINE_PNG) $(ARGS)
 
 bench-codecs: venv
@@ -64,11 +65,12 @@ bench-comm: venv
 HOSTS ?= 4
 PPN   ?= 1
 RATE  ?= 1gbit
+PIN   ?= 1
 NET_ARGS_DEFAULT := allreduce --sizes 4M,16M --cases bitplane:8.25,bitplane:4.25 --algorithms ring
 
 bench-net: venv
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" MPIEXEC="$(CURDIR)/$(VENV)/bin/mpiexec" OMP_WAIT_POLICY=PASSIVE \
-	  bench/netcluster.sh --hosts $(HOSTS) --ppn $(PPN) --rate $(RATE) -- \
+	  PIN=$(PIN) bench/netcluster.sh --hosts $(HOSTS) --ppn $(PPN) --rate $(RATE) -- \
 	  $(VPY) -m mpicomp.bench $(or $(strip $(ARGS)),$(NET_ARGS_DEFAULT))
 
 test-gpu: venv

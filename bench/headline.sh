@@ -20,7 +20,7 @@
 # and plot. Exits with the benchmark's exit status (netcluster.sh's 2 when
 # the cluster, once tried successfully, cannot be built for the run).
 #
-# Environment: HOSTS (4), PPN (1), RATE (1gbit) as for netcluster.sh;
+# Environment: HOSTS (4), PPN (1), RATE (1gbit), PIN (1) as for netcluster.sh;
 # NETCLUSTER=0 runs on local ranks without trying the cluster; MPIEXEC
 # (default: mpiexec on PATH) and PYTHON (default: python on PATH), which the
 # ranks run.
@@ -30,6 +30,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 HOSTS=${HOSTS:-4}
 PPN=${PPN:-1}
 RATE=${RATE:-1gbit}
+PIN=${PIN:-1}
 PYTHON=${PYTHON:-python}
 MPIEXEC=${MPIEXEC:-$(command -v mpiexec || true)}
 export MPIEXEC
@@ -50,9 +51,11 @@ why_no_cluster() {
 
 reason=$(why_no_cluster)
 if [ -z "$reason" ]; then
+    pin=$([ "$PIN" = 0 ] && echo --no-pin || echo --pin)
     where="simulated cluster: $HOSTS hosts x $PPN rank(s), links shaped to $RATE each way"
-    echo "# $where (bench/netcluster.sh --hosts $HOSTS --ppn $PPN --rate $RATE)"
-    exec "$HERE/netcluster.sh" --hosts "$HOSTS" --ppn "$PPN" --rate "$RATE" -- \
+    [ "$PIN" = 0 ] || where="$where, each host on cores of its own"
+    echo "# $where (bench/netcluster.sh --hosts $HOSTS --ppn $PPN --rate $RATE $pin)"
+    exec "$HERE/netcluster.sh" --hosts "$HOSTS" --ppn "$PPN" --rate "$RATE" "$pin" -- \
         "$PYTHON" -m mpicomp.bench headline --where "$where" "$@"
 fi
 ranks=$((HOSTS * PPN))

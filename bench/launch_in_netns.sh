@@ -10,6 +10,7 @@
 # from the environment it exports:
 #   NETCLUSTER_NS_PREFIX  namespace names: ${NETCLUSTER_NS_PREFIX}h0, h1, ...
 #   NETCLUSTER_HOSTS      the hosts' addresses, comma-separated, host 0 first
+#   NETCLUSTER_CPUS       with --pin: the cores the hosts share out (host_cpus.sh)
 #   NETCLUSTER_DEBUG=1    print each launch on stderr
 set -u
 
@@ -49,5 +50,10 @@ if [ -z "$ns" ]; then
 fi
 if [ "${NETCLUSTER_DEBUG:-0}" = 1 ]; then
     echo "launch_in_netns.sh: $host -> netns $ns: $*" >&2
+fi
+if [ -n "${NETCLUSTER_CPUS:-}" ]; then   # netcluster.sh --pin: the host's own cores
+    mine=$("$(dirname "${BASH_SOURCE[0]}")/host_cpus.sh" "$i" "${#addrs[@]}" "$NETCLUSTER_CPUS") \
+        || exit 255
+    exec taskset -c "$mine" ip netns exec "$ns" bash -c "$*"
 fi
 exec ip netns exec "$ns" bash -c "$*"

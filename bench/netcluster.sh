@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A simulated multi-host cluster on one machine, for the collective benchmarks.
 #
-#   bench/netcluster.sh [--hosts N] [--ppn K] [--rate RATE] [--burst B] [--] COMMAND...
+#   bench/netcluster.sh [--hosts N] [--ppn K] [--rate RATE] [--burst B] [--no-pin] [--] COMMAND...
 #
 # builds N "hosts" (network namespaces) on one "switch" (a bridge in a
 # namespace of its own), every host linked to it by a veth pair whose two
@@ -32,6 +32,14 @@
 #                1gbit a link here moved 1 MiB messages at 0.47 Gbit/s (6 ring
 #                steps of 1 MiB: 111 ms, against 50 ms at the nominal rate),
 #                with 256kb at 0.97 Gbit/s (52 ms)
+#   --pin        (PIN=1, the default) each host runs on cores of its own, as a real
+#                host does: the cores this script may use are shared out between the
+#                hosts in order (bench/host_cpus.sh; more hosts than cores: host i on
+#                core i mod n, so ring neighbours i and i + 1 never share one).
+#                Unpinned, the kernel places and moves the hosts' processes as it
+#                likes, and the time of the same compressed call moved by up to 1.8x
+#                from run to run here (docs/performance.md)
+#   --no-pin     (PIN=0) leave placement to the kernel
 # Environment:
 #   MPIEXEC          the mpiexec to run (default: the one on PATH); PATH and
 #                    every other variable reach the ranks unchanged, so a
@@ -51,8 +59,8 @@
 # leaves, the next run removes).
 #
 # Measured on a 2-core machine, plain MPI_Allreduce of 16 MiB float32 per rank,
-# 4 hosts x 1 rank: about 470 ms at 1gbit (the wire alone needs about 200 ms;
-# TCP in namespaces costs CPU), 60 to 80 ms with --rate none, 20 to 30 ms
+# 4 hosts x 1 rank: 220 to 260 ms at 1gbit (the wire alone needs about 200 ms;
+# TCP/IP framing and CPU make the rest), 60 to 80 ms with --rate none, 20 to 30 ms
 # with plain mpiexec (shared memory). With --ppn 2, an 8 MiB Sendrecv between
 # the two ranks of a host took 3.5 ms, between hosts at 100mbit 720 ms.
 #
@@ -68,10 +76,11 @@ LATENCY=100ms             # tbf: the longest a packet may wait in the queue
 
 usage() {
     cat >&2 <<EOF
-usage: $PROG [--hosts N] [--ppn K] [--rate RATE|none] [--burst B] [--] COMMAND...
+usage: $PROG [--hosts N] [--ppn K] [--rate RATE|none] [--burst B] [--no-pin] [--] COMMAND...
   runs 'mpiexec -n N*K COMMAND...' on N simulated hosts (network namespaces),
   K ranks each, every link shaped to RATE each way (defaults: \$HOSTS or 4,
-  \$PPN or 1, \$RATE or 1gbit, \$BURST or auto: 2 ms of RATE, at least 32kb); needs root, ip and tc.
+  \$PPN or 1, \$RATE or 1gbit, \$BURST or auto: 2 ms of RATE, at least 32kb), each
+  host on cores of its own unless --no-pin (\$PIN=0); needs root, ip and tc.
   The header of this script says more.
 EOF
 }
@@ -87,6 +96,7 @@ HOSTS=${HOSTS:-4}
 PPN=${PPN:-1}
 RATE=${RATE:-1gbit}
 BURST=${BURST:-auto}
+PIN=${PIN:-1}
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -98,6 +108,8 @@ while [ $# -gt 0 ]; do
         --rate=*) RATE=${1#*=}; shift ;;
         --burst) [ $# -ge 2 ] || die 2 "--burst needs a value"; BURST=$2; shift 2 ;;
         --burst=*) BURST=${1#*=}; shift ;;
+        --pin) PIN=1; shift ;;
+        --no-pin) PIN=0; shift ;;
         -h|--help) usage; exit 0 ;;
         --) shift; break ;;
         -*) usage; die 2 "unknown option '$1'" ;;
@@ -111,6 +123,7 @@ HOSTS=$((10#$HOSTS)); PPN=$((10#$PPN))
 [ "$HOSTS" -ge 1 ] && [ "$HOSTS" -le 200 ] \
     || die 2 "--hosts must be between 1 and 200, got $HOSTS"
 [ "$PPN" -ge 1 ] || die 2 "--ppn must be at least 1, got $PPN"
+case "$PIN" in 0|1) ;; *) die 2 "PIN must be 0 or 1, got '$PIN'" ;; esac
 case "$RATE" in ''|*[!0-9A-Za-z.]*) die 2 "--rate must look like 100mbit or 1gbit, got '$RATE'" ;; esac
 # auto: what RATE sends in 2 ms, at least 32kb (a rate in tc's units: bit, kbit, mbit,
 # gbit, tbit, or bps, kbps, mbps, gbps in bytes per second)
@@ -147,6 +160,9 @@ burst_bytes=$(awk -v s="$BURST" 'BEGIN {
 command -v ip >/dev/null 2>&1 || die 2 "needs 'ip' (iproute2), which is not on PATH"
 command -v setsid >/dev/null 2>&1 || die 2 "needs 'setsid' (util-linux), which is not on PATH"
 command -v tc >/dev/null 2>&1 || die 2 "needs 'tc' (iproute2), which is not on PATH"
+[ "$PIN" = 0 ] || command -v taskset >/dev/null 2>&1 \
+    || die 2 "needs 'taskset' (util-linux) to give each host its cores, which is not on" \
+             "PATH (or run with --no-pin)"
 MPIEXEC=${MPIEXEC:-$(command -v mpiexec || true)}
 [ -n "$MPIEXEC" ] && [ -x "$MPIEXEC" ] \
     || die 2 "no mpiexec: put MPICH's mpiexec on PATH or set MPIEXEC"
@@ -287,7 +303,13 @@ fi
 # group) reaches this script alone, whose trap ends the job; were mpiexec in the group
 # too, it could catch the signal and exit first, and bash, seeing its child exit
 # normally, would take the signal as handled and skip the trap
-ip netns exec "${PREFIX}h0" setsid "$MPIEXEC" -launcher ssh -launcher-exec "$LAUNCHER" \
+PINNED=()
+if [ "$PIN" = 1 ]; then
+    export NETCLUSTER_CPUS
+    NETCLUSTER_CPUS=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+    PINNED=(taskset -c "$("$HERE/host_cpus.sh" 0 "$HOSTS" "$NETCLUSTER_CPUS")")
+fi
+"${PINNED[@]}" ip netns exec "${PREFIX}h0" setsid "$MPIEXEC" -launcher ssh -launcher-exec "$LAUNCHER" \
     -iface "$IFACE" -hosts "$HOSTLIST" -ppn "$PPN" -n $((HOSTS * PPN)) "$@" &
 CHILD=$!
 wait "$CHILD"

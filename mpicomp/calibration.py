@@ -10,7 +10,8 @@ communicator:
   receiving from its left one (the step of the ring algorithms), measured at and
   interpolated between five sizes (64 KiB to 4 MiB, and on to 16 MiB while
   a measurement takes under 4 ms; :class:`Fit`), each the mean of as many
-  runs as fill about 20 ms (3 to 20);
+  runs as fill about 20 ms (3 to 20), measured twice where its cost per byte
+  jumps (:data:`JUMP`: a stalled run, or a real step);
 * ``plain[method]``: MPI's own ``Allreduce``, ``Allgather``, ``Alltoall``,
   ``Bcast`` and ``Reduce_scatter_block`` at the same sizes, fitted the
   same way: plain MPI is the baseline every decision compares against, and
@@ -81,6 +82,9 @@ FIT_REPEAT_MAX = 20
 #: times are the slowest rank's)
 EXTEND_TO = 16 << 20
 EXTEND_BELOW_S = 4e-3
+#: a size whose time per byte exceeds JUMP times the smaller size's is measured twice, and
+#: the lower mean counts (the same decision on every rank: the times are the slowest rank's)
+JUMP = 1.5
 #: values of the codec probe
 #: bytes of the add and scan probes: more than the caches of a core hold
 STREAM_PROBE_BYTES = 16 << 20
@@ -363,11 +367,23 @@ def _fit(comm: MPI.Intracomm, make: Callable[[int], Callable[[], None]],
     """The fit through the mean times (:func:`_slowest_mean`) at ``sizes``, then at twice
     the largest size and so on up to ``largest`` bytes while the last one took under
     :data:`EXTEND_BELOW_S`: where transfers are fast (shared memory, fast networks)
-    their time per byte changes as buffers outgrow the caches, and probing is cheap."""
-    points = [(n, _slowest_mean(comm, make(n))) for n in sizes]
+    their time per byte changes as buffers outgrow the caches, and probing is cheap.
+    A size that costs more than :data:`JUMP` times the previous one per byte is measured
+    again: one stalled run must not price every larger call."""
+    points: list[tuple[int, float]] = []
+
+    def measure_at(n: int) -> None:
+        t = _slowest_mean(comm, make(n))
+        if points and t / n > JUMP * points[-1][1] / points[-1][0]:
+            # a jump in the cost per byte: a protocol or cache step, or a stalled run (a
+            # TCP stall once read 2.3x at 10 Gbit/s); a second reading tells them apart
+            t = min(t, _slowest_mean(comm, make(n)))
+        points.append((n, t))
+
+    for n in sizes:
+        measure_at(n)
     while points[-1][1] < EXTEND_BELOW_S and 2 * points[-1][0] <= largest:
-        n = 2 * points[-1][0]
-        points.append((n, _slowest_mean(comm, make(n))))
+        measure_at(2 * points[-1][0])
     return Fit.through_all(points)
 
 

@@ -64,6 +64,37 @@ def test_fit_through_two_points():
     assert flat.time(3000) == pytest.approx(4e-3)  # through the larger size's measurement
 
 
+@pytest.mark.parametrize("second, kept", [(4.1, 4.1), (11.0, 11.0), (13.0, 12.0)])
+def test_fit_measures_a_jump_in_cost_per_byte_again(monkeypatch, second, kept):
+    # 1000 and 2000 bytes cost the same per byte; 4000 first reads 3x that: a stall
+    # (measured again: the second reading counts) or a real step (confirmed: it stays)
+    readings = {1000: [1.0], 2000: [2.0], 4000: [12.0, second]}
+    asked: list[int] = []
+
+    def scripted(comm, fn):
+        n = fn()
+        asked.append(n)
+        return readings[n].pop(0)
+
+    monkeypatch.setattr(calibration, "_slowest_mean", scripted)
+    fit = calibration._fit(None, lambda n: (lambda: n), (1000, 2000, 4000), 4000)
+    assert asked == [1000, 2000, 4000, 4000]
+    assert fit.knots == ((1000, 1.0), (2000, 2.0), (4000, kept))
+
+
+def test_fit_measures_a_steady_cost_per_byte_once(monkeypatch):
+    asked: list[int] = []
+
+    def steady(comm, fn):
+        n = fn()
+        asked.append(n)
+        return n * (1.4 if n == 4000 else 1.0) * 1e-3  # 1.4x per byte: under JUMP
+
+    monkeypatch.setattr(calibration, "_slowest_mean", steady)
+    calibration._fit(None, lambda n: (lambda: n), (1000, 2000, 4000), 4000)
+    assert asked == [1000, 2000, 4000]
+
+
 def test_speculative_screening_drops_the_scan_where_the_encoders_screen():
     """bitplane on host buffers: no scan before the ring allreduce and the data-movement
     collectives (their encoders screen); the other algorithms, other codecs and device

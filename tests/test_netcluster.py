@@ -183,3 +183,31 @@ def test_refuses_bad_options():
         p = subprocess.run(["bash", str(SCRIPT), *args], cwd=ROOT, env=_env(),
                            capture_output=True, text=True, timeout=30)
         assert p.returncode == 2 and p.stderr, (args, p)
+
+
+AFFINITY = r"""
+import json, os
+from mpi4py import MPI
+cores = MPI.COMM_WORLD.gather(sorted(os.sched_getaffinity(0)), root=0)
+if MPI.COMM_WORLD.rank == 0:
+    print(json.dumps(cores), flush=True)
+"""
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to share out")
+@pytest.mark.parametrize("pin", [True, False])
+def test_each_host_on_cores_of_its_own(tmp_path, pin):
+    prog = tmp_path / "affinity.py"
+    prog.write_text(AFFINITY)
+    mine = sorted(os.sched_getaffinity(0))
+    p, out, err = _run(["--hosts", "2", "--ppn", "2", "--rate", "1gbit",
+                        *([] if pin else ["--no-pin"]), "--", "python", str(prog)])
+    assert p.returncode == 0, f"{out}\n{err}"
+    cores = json.loads(out.strip().splitlines()[-1])   # ranks 0, 1 on host 0; 2, 3 on host 1
+    if pin:
+        assert cores[0] == cores[1] and cores[2] == cores[3], cores
+        assert cores[0] and cores[2] and not set(cores[0]) & set(cores[2]), cores
+        assert set(cores[0]) | set(cores[2]) <= set(mine), (cores, mine)
+    else:
+        assert all(c == mine for c in cores), (cores, mine)
+    assert _ours(p.pid) == []
