@@ -183,6 +183,9 @@ def test_refuses_bad_options():
         p = subprocess.run(["bash", str(SCRIPT), *args], cwd=ROOT, env=_env(),
                            capture_output=True, text=True, timeout=30)
         assert p.returncode == 2 and p.stderr, (args, p)
+    p = subprocess.run(["bash", str(SCRIPT), "--", "true"], cwd=ROOT, env={**_env(), "PIN": "2"},
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and "PIN must be 0 or 1, got '2'" in p.stderr, p
 
 
 AFFINITY = r"""
