@@ -856,8 +856,6 @@ direct_collective(Method *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
     return 1;
 }
 
-/* the size test of a call by its first buffer: 1 (counted at `index`) when it has fewer
- * bytes than `limit`, 0 when not, -1 on an error */
 /* the bytes of a v-spec's largest count, read without parsing it: [array, counts] (counts
  * a list of ints) or [array, (counts, displs)] (counts a list or tuple), the array exactly
  * `array`, as mpicomp.comm._largest_count reads it; -1 for any other form (a datatype,
@@ -999,6 +997,8 @@ vspec_below(State *state, int index, PyObject *spec, PyTypeObject *array, double
     return rc;
 }
 
+/* the size test of a call by its first buffer: 1 (counted at `index`) when it has fewer
+ * bytes than `limit`, 0 when not, -1 on an error */
 static int
 below(State *state, int index, PyObject *buf, double limit)
 {
