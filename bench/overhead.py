@@ -80,7 +80,7 @@ def _iallreduce(comm: Any, x: np.ndarray, y: np.ndarray) -> None:
 
 
 #: what one call of each method is (x: this rank's data, y: a receive buffer as long, or
-#: ``size`` times as long for the methods of GATHERS, where Scatter and Reduce_scatter
+#: ``size`` times as long for the methods of GATHERS, where Scatter and the Reduce_scatters
 #: send it)
 CALLS: dict[str, Callable[[Any, np.ndarray, np.ndarray], None]] = {
     "Allreduce": lambda c, x, y: c.Allreduce(x, y),
@@ -93,6 +93,7 @@ CALLS: dict[str, Callable[[Any, np.ndarray, np.ndarray], None]] = {
     "Scatter": lambda c, x, y: c.Scatter(y, x, root=0),
     "Allgatherv": lambda c, x, y: c.Allgatherv(x, [y, [x.size] * c.Get_size()]),
     "Reduce_scatter": lambda c, x, y: c.Reduce_scatter(y, x),
+    "Reduce_scatter_block": lambda c, x, y: c.Reduce_scatter_block(y, x),
     "Ibcast": lambda c, x, y: c.Ibcast(x, root=0).Wait(),
     "Iallgather": lambda c, x, y: c.Iallgather(x, y).Wait(),
     "Ialltoall": lambda c, x, y: c.Ialltoall(x, y).Wait(),
@@ -100,7 +101,8 @@ CALLS: dict[str, Callable[[Any, np.ndarray, np.ndarray], None]] = {
     "Isend/Irecv": _round_trip("Isend", "Irecv"),
     "Sendrecv": _sendrecv,
 }
-GATHERS = ("Allgather", "Gather", "Iallgather", "Scatter", "Reduce_scatter", "Allgatherv")
+GATHERS = ("Allgather", "Gather", "Iallgather", "Scatter", "Reduce_scatter",
+           "Reduce_scatter_block", "Allgatherv")
 #: methods whose buffer is cut into one block per rank
 SPLITS = ("Alltoall", "Ialltoall")
 DEFAULT_METHODS = "Allreduce"

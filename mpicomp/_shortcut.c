@@ -253,8 +253,9 @@ static PyObject *nbytes_name, *status_name, *get_count_name, *itemsize_name;
  * collective about 0.1 us over mpi4py's. With `bind` (mpicomp/shortcut.py gives it the
  * addresses of MPI's functions in the libmpi that mpi4py loaded, and mpi4py's C API for
  * the handles), a receive on contiguous NumPy arrays (positional), and an Allreduce,
- * Bcast, Reduce, Allgather, Alltoall, Gather or Scatter on contiguous NumPy arrays of one
- * dtype (with a predefined op), call MPI themselves, with the GIL released as mpi4py
+ * Bcast, Reduce, Allgather, Alltoall, Gather, Scatter, Reduce_scatter_block or
+ * Reduce_scatter on contiguous NumPy arrays of one dtype (with a predefined op), call MPI
+ * themselves, with the GIL released as mpi4py
  * does; so do Send, and, once bind_requests has checked mpi4py's Request layout, Isend,
  * Irecv, Iallreduce, Ibcast, Iallgather and Ialltoall, whose MPI.Request (made by mpi4py's
  * PyMPIRequest_New) keeps their buffers until it completes, as mpi4py's own do. Only
@@ -278,6 +279,8 @@ typedef int (*mpi_ibcast_t)(void *, int, int, int, int, int *);
 typedef int (*mpi_iallgather_t)(const void *, int, int, void *, int, int, int, int *);
 typedef int (*mpi_allgatherv_t)(const void *, int, int, void *, const int *, const int *, int,
                                 int);
+typedef int (*mpi_reduce_scatter_block_t)(const void *, void *, int, int, int, int);
+typedef int (*mpi_reduce_scatter_t)(const void *, void *, const int *, int, int, int);
 typedef PyObject *(*request_new_t)(int);
 typedef int *(*comm_handle_t)(PyObject *);
 typedef void *(*status_handle_t)(PyObject *);
@@ -308,6 +311,8 @@ static struct {
     mpi_iallgather_t iallgather;
     mpi_iallgather_t ialltoall; /* (the same signature) */
     mpi_allgatherv_t allgatherv;
+    mpi_reduce_scatter_block_t reduce_scatter_block;
+    mpi_reduce_scatter_t reduce_scatter;
     request_new_t request_new;  /* mpi4py's PyMPIRequest_New, once bind_requests checked
                                    mpi4py's Request layout (NULL: nonblocking calls go
                                    through mpi4py) */
@@ -564,7 +569,8 @@ fail:
 enum { NO_DIRECT = 0, DIRECT_ALLREDUCE = 1, DIRECT_BCAST = 2, DIRECT_REDUCE = 3,
        DIRECT_ALLGATHER = 4, DIRECT_ALLTOALL = 5, DIRECT_GATHER = 6, DIRECT_SCATTER = 7,
        DIRECT_SEND = 8, DIRECT_ISEND = 9, DIRECT_IRECV = 10, DIRECT_IALLREDUCE = 11,
-       DIRECT_IBCAST = 12, DIRECT_IALLGATHER = 13, DIRECT_IALLTOALL = 14 };
+       DIRECT_IBCAST = 12, DIRECT_IALLGATHER = 13, DIRECT_IALLTOALL = 14,
+       DIRECT_REDUCE_SCATTER_BLOCK = 15, DIRECT_REDUCE_SCATTER = 16 };
 
 
 /* a call's argument at position `pos` or by keyword `name`: 1 with *out set (NULL when
@@ -693,6 +699,108 @@ direct_p2p(Method *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwna
     return 1;
 }
 
+/* an exact int from a list or tuple item: 1 with *out set, 0 when not an int in C int's range */
+static int
+item_int(PyObject *seq, Py_ssize_t i, int *out)
+{
+    return int_arg(PySequence_Fast_GET_ITEM(seq, i), out);
+}
+
+/* Reduce_scatter_block(sendbuf, recvbuf, op) and Reduce_scatter(sendbuf, recvbuf,
+ * recvcounts=None, op) on contiguous arrays of one one-letter format with a predefined
+ * op: MPI_Reduce_scatter_block where the send buffer holds size receive buffers;
+ * MPI_Reduce_scatter where recvcounts (a list or tuple of ints, one per rank) gives this
+ * rank the receive buffer's count and sums to the send buffer's. Without recvcounts
+ * every rank's receive count is gathered first, as mpi4py does; from there the call is
+ * MPI's, or raises mpi4py's ValueError where the counts do not sum to the send buffer's,
+ * and never goes back to mpi4py, whose call would gather them again. Returns as
+ * direct_collective. */
+static int
+direct_reduce_scatter(Method *self, PyObject *const *args, Py_ssize_t nargs,
+                      PyObject *kwnames, PyObject **result)
+{
+    int block = self->direct == DIRECT_REDUCE_SCATTER_BLOCK;
+    PyObject *op_obj = NULL, *counts_obj = NULL;
+    int op = 0, size = 0, rank = 0;
+    if (nargs > (block ? 4 : 5) || nargs < 3
+            || !argument(args, nargs, kwnames, block ? 3 : 4, "op", &op_obj)
+            || (!block && !argument(args, nargs, kwnames, 3, "recvcounts", &counts_obj))
+            || !op_arg(op_obj, &op))
+        return 0;
+    if (counts_obj == Py_None)
+        counts_obj = NULL;
+    if (counts_obj != NULL && !PyList_CheckExact(counts_obj) && !PyTuple_CheckExact(counts_obj))
+        return 0;
+    int *comm = mpi.comm(args[0]);
+    if (comm == NULL)
+        return -1;
+    if (mpi.comm_size(*comm, &size) != 0 || mpi.comm_rank(*comm, &rank) != 0 || size <= 0
+            || size > 4096
+            || (counts_obj != NULL && PySequence_Fast_GET_SIZE(counts_obj) != size))
+        return 0;
+    int gathered = !block && counts_obj == NULL;
+    if (gathered && mpi.types['i'] == 0)
+        return 0;
+    Py_buffer send = {0}, recv = {0};
+    int type = 0, count = 0, rtype = 0, rcount = 0;
+    if (!typed_view(args[1], 0, &send, &type, &count))
+        return 0;
+    if (!typed_view(args[2], 1, &recv, &rtype, &rcount)) {
+        PyBuffer_Release(&send);
+        return 0;
+    }
+    int stack[64];
+    int *cs = block || size <= 64 ? stack : PyMem_Malloc((size_t)size * sizeof(int));
+    int rc = 0, ierr = 0, fits = rtype == type;
+    long long total = 0;
+    if (cs == NULL) {
+        PyErr_NoMemory();
+        rc = -1;
+        fits = 0;
+    }
+    if (fits && block) {
+        fits = count == size * (long long)rcount;
+    } else if (fits && !gathered) {
+        for (int i = 0; i < size && fits; i++) {
+            fits = item_int(counts_obj, i, &cs[i]) && cs[i] >= 0;
+            total += fits ? cs[i] : 0;
+        }
+        fits = fits && cs[rank] == rcount && total == count;
+    } else if (fits) {
+        int mine = rcount;
+        Py_BEGIN_ALLOW_THREADS
+        ierr = mpi.allgather(&mine, 1, mpi.types['i'], cs, 1, mpi.types['i'], *comm);
+        Py_END_ALLOW_THREADS
+        for (int i = 0; i < size && ierr == 0; i++)
+            total += cs[i];
+        if (ierr == 0 && total != count) {  /* mpi4py's check, on this rank as mpi4py's */
+            PyErr_Format(PyExc_ValueError, "mismatch in send count %d and sum(counts) %lld",
+                         count, total);
+            rc = -1;
+            fits = 0;
+        }
+    }
+    if (fits && ierr == 0) {
+        Py_BEGIN_ALLOW_THREADS
+        ierr = block ? mpi.reduce_scatter_block(send.buf, recv.buf, rcount, type, op, *comm)
+                     : mpi.reduce_scatter(send.buf, recv.buf, cs, type, op, *comm);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&send);
+    PyBuffer_Release(&recv);
+    if (cs != stack && cs != NULL)
+        PyMem_Free(cs);
+    if (ierr != 0) {
+        raise_mpi(ierr);
+        return -1;
+    }
+    if (rc < 0 || !fits)
+        return rc;
+    direct_calls++;
+    *result = Py_NewRef(Py_None);
+    return 1;
+}
+
 /* Where each direct collective's op and root are (-1: none) and how many arguments it
  * takes at most (the communicator first): Allreduce(sendbuf, recvbuf, op),
  * Bcast(buf, root), Reduce(sendbuf, recvbuf, op, root), Allgather(sendbuf, recvbuf),
@@ -716,6 +824,8 @@ direct_collective(Method *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
         return 0;
     if (which >= DIRECT_SEND && which <= DIRECT_IRECV)
         return direct_p2p(self, args, nargs, kwnames, result);
+    if (which >= DIRECT_REDUCE_SCATTER_BLOCK)
+        return direct_reduce_scatter(self, args, nargs, kwnames, result);
     int nonblocking = which >= DIRECT_IALLREDUCE;
     if (nonblocking) {
         if (mpi.request_new == NULL)
@@ -896,13 +1006,6 @@ largest_count(PyObject *spec, PyTypeObject *array)
     return itemsize < 0 ? -2 : most * itemsize;
 }
 
-/* an exact int from a list or tuple item: 1 with *out set, 0 when not an int in C int's range */
-static int
-item_int(PyObject *seq, Py_ssize_t i, int *out)
-{
-    return int_arg(PySequence_Fast_GET_ITEM(seq, i), out);
-}
-
 /* MPI_Allgatherv for a call that fits (once bound): Allgatherv(sendbuf, [recvbuf, counts])
  * or [recvbuf, (counts, displs)] with one entry per rank, contiguous arrays of one
  * one-letter format, every part inside the receive buffer (displacements from the
@@ -1080,10 +1183,10 @@ method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     }
     int p2p = direct >= DIRECT_SEND && direct <= DIRECT_IRECV;
-    if (direct < NO_DIRECT || direct > DIRECT_IALLTOALL
+    if (direct < NO_DIRECT || direct > DIRECT_REDUCE_SCATTER
             || (direct != NO_DIRECT && kind != (p2p ? SEND : COLLECTIVE))) {
         PyErr_Format(PyExc_ValueError, "PlainMethod: direct must be 0, 8 to 10 for a send "
-                     "kind (Send, Isend, Irecv), or 1 to 7 and 11 to 14 for a collective, "
+                     "kind (Send, Isend, Irecv), or 1 to 7 and 11 to 16 for a collective, "
                      "got %d", direct);
         return NULL;
     }
@@ -1313,7 +1416,8 @@ module_bind(PyObject *Py_UNUSED(module), PyObject *args)
                                       "MPI_Alltoall", "MPI_Gather", "MPI_Scatter",
                                       "MPI_Send", "MPI_Isend", "MPI_Irecv", "MPI_Iallreduce",
                                       "MPI_Ibcast", "MPI_Iallgather", "MPI_Ialltoall",
-                                      "MPI_Allgatherv"};
+                                      "MPI_Allgatherv", "MPI_Reduce_scatter_block",
+                                      "MPI_Reduce_scatter"};
     enum { NFUNCTIONS = sizeof functions / sizeof functions[0] };
     void *found[NFUNCTIONS];
     for (int i = 0; i < NFUNCTIONS; i++)
@@ -1373,6 +1477,8 @@ module_bind(PyObject *Py_UNUSED(module), PyObject *args)
     mpi.iallgather = (mpi_iallgather_t)found[17];
     mpi.ialltoall = (mpi_iallgather_t)found[18];
     mpi.allgatherv = (mpi_allgatherv_t)found[19];
+    mpi.reduce_scatter_block = (mpi_reduce_scatter_block_t)found[20];
+    mpi.reduce_scatter = (mpi_reduce_scatter_t)found[21];
     mpi.request_new = NULL;  /* until bind_requests has checked the layout */
     mpi.comm = (comm_handle_t)comm;
     mpi.status = (status_handle_t)status;

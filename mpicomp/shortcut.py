@@ -25,7 +25,8 @@ receiving methods call ``MPI_Recv``/``MPI_Sendrecv`` and ``MPI_Get_count`` of th
 library mpi4py loaded themselves, on a positional call with contiguous arrays,
 so that learning the length costs nothing over mpi4py's own ``Recv``; and
 the blocking collectives and sends of :data:`DIRECT` call MPI themselves on
-contiguous arrays of one dtype whose counts match (with a predefined op), so
+contiguous arrays of one dtype whose counts match (with a predefined op; a
+``Reduce_scatter`` without ``recvcounts`` gathers them first, as mpi4py does), so
 that the shortcut's own test and count are paid for by skipping mpi4py's
 argument parsing. The nonblocking ones (``Isend``, ``Irecv``, ``Iallreduce``,
 ``Ibcast``, ``Iallgather``, ``Ialltoall``) do too where mpi4py's ``Request``
@@ -96,7 +97,7 @@ MPI_FUNCTIONS = ("MPI_Recv", "MPI_Sendrecv", "MPI_Get_count", "MPI_Allreduce", "
                  "MPI_Reduce", "MPI_Comm_rank", "MPI_Comm_size", "MPI_Allgather",
                  "MPI_Alltoall", "MPI_Gather", "MPI_Scatter", "MPI_Send", "MPI_Isend",
                  "MPI_Irecv", "MPI_Iallreduce", "MPI_Ibcast", "MPI_Iallgather", "MPI_Ialltoall",
-                 "MPI_Allgatherv")
+                 "MPI_Allgatherv", "MPI_Reduce_scatter_block", "MPI_Reduce_scatter")
 #: the ops those collectives take to MPI directly (SUM first: mpi4py's default); any other
 #: op goes through mpi4py's method
 PREDEFINED_OPS = (MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN, MPI.LAND, MPI.LOR, MPI.LXOR, MPI.BAND,
@@ -105,7 +106,7 @@ PREDEFINED_OPS = (MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN, MPI.LAND, MPI.LOR, MPI.LX
 #: nonblocking ones once bind_mpi has also checked mpi4py's Request layout)
 DIRECT = {"Allreduce": 1, "Bcast": 2, "Reduce": 3, "Allgather": 4, "Alltoall": 5, "Gather": 6,
           "Scatter": 7, "Send": 8, "Isend": 9, "Irecv": 10, "Iallreduce": 11, "Ibcast": 12,
-          "Iallgather": 13, "Ialltoall": 14}
+          "Iallgather": 13, "Ialltoall": 14, "Reduce_scatter_block": 15, "Reduce_scatter": 16}
 
 
 def install(cls: type) -> None:

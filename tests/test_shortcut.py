@@ -609,6 +609,15 @@ def test_receives_keep_mpi4pys_types_errors_and_status(comm, receive_path):
     np.testing.assert_array_equal(y, peer)
 
 
+def _default_with_shortcut(comm):
+    """A communicator of the default policy on ``comm`` with its shortcut on, and how many
+    calls have called MPI themselves so far."""
+    mc = mpicomp.Comm(comm)
+    mc.resolved_policy()
+    assert _shortcut_on(mc)
+    return mc, shortcut._shortcut.direct_calls()
+
+
 def _gather_and_exchange_match(mc, comm, x, every, gather: str, exchange: str) -> None:
     """``mc``'s ``gather`` of ``x`` and ``exchange`` of ``every`` (Allgather and Alltoall,
     or their nonblocking forms, waited for) give what the plain ``comm``'s blocking ones
@@ -629,10 +638,7 @@ def test_blocking_collectives_give_what_mpi4py_gives(comm, receive_path):
     root, keywords; a user-defined op and mismatched buffers (which go to mpi4py): the
     plain communicator's results and errors, every call counted."""
     p, r = comm.Get_size(), comm.Get_rank()
-    mc = mpicomp.Comm(comm)
-    mc.resolved_policy()
-    assert _shortcut_on(mc)
-    before = shortcut._shortcut.direct_calls()
+    mc, before = _default_with_shortcut(comm)
     cases = [(np.float32, MPI.SUM), (np.float64, MPI.MAX), (np.int32, MPI.PROD),
              (np.int64, MPI.BAND), (np.uint8, MPI.BOR), (np.bool_, MPI.LOR),
              (np.float16, MPI.MIN), (np.complex64, MPI.SUM)]  # complex: no one-letter format
@@ -826,3 +832,68 @@ def test_allgatherv_takes_the_compiled_shortcut_by_its_largest_count(comm, recei
     mc.Allgatherv(x, [out, counts])
     assert _take(mc, "Allgatherv") == {4 * max(counts): 1}
     assert mc.stats()["Allgatherv"]["calls"] == 1  # the Python method's own count
+
+
+@pytest.mark.mpi(min_size=2)
+def test_reduce_scatter_gives_what_mpi4py_gives(comm, receive_path):
+    """Both ways (bound: MPI_Reduce_scatter_block and MPI_Reduce_scatter called directly,
+    the counts gathered first where the call gives none, as mpi4py does; unbound:
+    mpi4py's methods): the plain communicator's results on every dtype and predefined op,
+    with counts of every form and uneven ones; calls that do not fit (counts in an array,
+    counts that do not match the buffers) go to mpi4py and raise what it raises, on every
+    rank, so no rank is left waiting."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    mc, before = _default_with_shortcut(comm)
+    cases = [(np.float32, MPI.SUM), (np.float64, MPI.MAX), (np.int32, MPI.PROD),
+             (np.uint8, MPI.BOR), (np.complex64, MPI.SUM)]  # complex: no one-letter format
+    uneven = [q % 3 + 1 for q in range(p)]  # a rank-dependent receive count
+    for dtype, op in cases:
+        x = (np.arange(5 * p) % 4 + r + 1).astype(dtype)
+        got, want = np.zeros(5, dtype), np.zeros(5, dtype)
+        mc.Reduce_scatter_block(x, got, op)
+        comm.Reduce_scatter_block(x, want, op)
+        np.testing.assert_array_equal(got, want)
+        for counts in (None, [5] * p, tuple([5] * p)):
+            got[:] = 0
+            mc.Reduce_scatter(x, got, counts, op=op)
+            np.testing.assert_array_equal(got, want)
+        y = (np.arange(sum(uneven)) % 4 + r + 1).astype(dtype)
+        got, want = np.zeros(uneven[r], dtype), np.zeros(uneven[r], dtype)
+        mc.Reduce_scatter(y, got, uneven, op)
+        comm.Reduce_scatter(y, want, uneven, op)
+        np.testing.assert_array_equal(got, want)
+        got[:] = 0
+        mc.Reduce_scatter(y, got, op=op)  # the uneven counts gathered
+        np.testing.assert_array_equal(got, want)
+    n = len(cases)
+    st = mc.stats()
+    assert (st["Reduce_scatter_block"]["calls"], st["Reduce_scatter"]["calls"]) == (n, 5 * n)
+    direct = (n - 1) * 6 if receive_path == "direct" else 0
+    assert shortcut._shortcut.direct_calls() - before == direct
+    # counts in an array: mpi4py's own call, the same result
+    x = np.arange(4.0 * p) + r
+    got, want = np.zeros(4), np.zeros(4)
+    mc.Reduce_scatter(x, got, np.full(p, 4))
+    comm.Reduce_scatter(x, want, [4] * p)
+    np.testing.assert_array_equal(got, want)
+    # counts that do not match the buffers (on every rank): mpi4py's errors
+    for counts in ([4] * (p + 1), [5] * p, [-4, 8] + [4] * (p - 2)):
+        try:
+            comm.Reduce_scatter(x, want, counts)
+            plain = None
+        except ValueError as e:
+            plain = str(e)
+        assert plain is not None
+        with pytest.raises(ValueError) as caught:
+            mc.Reduce_scatter(x, got, counts)
+        assert str(caught.value) == plain
+    with pytest.raises(ValueError, match=f"mismatch in send count {5 * p} and sum"):
+        mc.Reduce_scatter(np.zeros(5 * p), got)  # gathered: 4 a rank, not 5
+    for wrong in (np.zeros(4 * p + 1), np.zeros(5 * p)):
+        with pytest.raises(ValueError) as plain:
+            comm.Reduce_scatter_block(wrong, want)
+        with pytest.raises(ValueError) as caught:
+            mc.Reduce_scatter_block(wrong, got)
+        assert str(caught.value) == str(plain.value)
+    mc.Reduce_scatter_block(np.ones(4 * p), got)  # still in step
+    np.testing.assert_array_equal(got, p)
