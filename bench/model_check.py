@@ -9,14 +9,26 @@ per size the predictions beside the measurements with the relative error
 ``predicted / measured - 1``; then the worst error from ``--from`` bytes up
 (1 MiB by default) against the target ``--target`` (25%). Exit status 1
 when the target is missed, so a script can tell.
+
+``--calibration FILE`` (a calibration the job saved with
+``MPICOMP_CALIBRATION=FILE``) adds, for an ``osu_allreduce`` file, the
+terms of the ring's prediction per size (:func:`mpicomp.model.ring_terms`):
+the agreement and fixed cost ``g``, the wire ``W``, the codec ``C`` and what
+the pipeline hides of them, to see which term a miss comes from.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
-__all__ = ["add_arguments", "main", "rows"]
+import numpy as np
+
+__all__ = ["add_arguments", "main", "ring_rows", "rows"]
+
+#: the OSU header's datatype -> the dtype the benchmark ran on
+DTYPES = {"MPI_FLOAT": np.float32, "MPI_DOUBLE": np.float64}
 
 
 def rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -38,12 +50,48 @@ def rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def ring_rows(doc: dict[str, Any], cal: Any) -> list[dict[str, Any]]:
+    """Per record of an ``osu_allreduce`` file: the ring's terms (microseconds) from ``cal``,
+    the calibration its job ran on."""
+    from mpicomp.algorithms.common import pieces_of
+    from mpicomp.calibration import speed_key
+    from mpicomp.codecs import get_codec
+    from mpicomp.model import ring_terms, screens_in_encoder
+
+    if doc["benchmark"] != "osu_allreduce":
+        raise ValueError(f"--calibration: the ring's terms are an Allreduce's; "
+                         f"this file holds {doc['benchmark']}")
+    if cal.layout.size != doc["ranks"]:
+        raise ValueError(f"--calibration: the calibration is of {cal.layout.size} ranks, "
+                         f"the benchmark ran on {doc['ranks']}")
+    codec, dtype = get_codec(doc["policy"]["codec"]), np.dtype(DTYPES[doc["datatype"]])
+    on_device = doc.get("buffer", "numpy") != "numpy"
+    key = speed_key(codec, dtype, on_device)
+    if key not in cal.codecs:
+        raise ValueError(f"--calibration: it holds no speed of {key!r} "
+                         f"(it has {sorted(cal.codecs)})")
+    e, d = cal.codecs[key]
+    out = []
+    for rec in doc["records"]:
+        n = rec["size"]
+        count = n // dtype.itemsize
+        rho = codec.encoded_nbytes(count, dtype) / n
+        k = pieces_of(codec, count // cal.layout.size, dtype)
+        terms = ring_terms(cal, n, rho, e, d, k, screens_in_encoder(codec, on_device))
+        out.append({"size": n, "k": k, **{t: v * 1e6 for t, v in terms.items()},
+                    "ring": (terms["g"] + terms["W"] + terms["C"] - terms["hidden"]) * 1e6})
+    return out
+
+
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("files", nargs="+", help="JSON files written by osu_* --json")
     ap.add_argument("--from", dest="start", type=int, default=1 << 20,
                     help="judge sizes of at least this many bytes (1048576)")
     ap.add_argument("--target", type=float, default=0.25,
                     help="largest |predicted / measured - 1| allowed (0.25)")
+    ap.add_argument("--calibration", metavar="FILE",
+                    help="a calibration saved by the job (MPICOMP_CALIBRATION=FILE): print "
+                         "the ring allreduce's terms per size too")
 
 
 def main(args: argparse.Namespace, argv: list[str] | None = None) -> int:
@@ -51,6 +99,11 @@ def main(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     for path in args.files:
         with open(path) as f:
             doc = json.load(f)
+        try:
+            terms = _terms(doc, args.calibration) if args.calibration else []
+        except (OSError, ValueError, KeyError) as e:
+            print(f"model_check: {path}: {e}", file=sys.stderr)
+            return 2
         print(f"# {doc['benchmark']}, {doc['ranks']} ranks, policy {json.dumps(doc['policy'])}")
         print(f"# command: {doc['command']}")
         print("| size | plain us | predicted | error | compressed us | predicted | error "
@@ -62,7 +115,24 @@ def main(args: argparse.Namespace, argv: list[str] | None = None) -> int:
                   f"| {r['comp_err']:+.0%} | {r['algorithm']} |")
             if r["size"] >= args.start:
                 worst = max(worst, abs(r["plain_err"]), abs(r["comp_err"]))
+        if terms:
+            print(f"# the ring's terms (us) from {args.calibration}: overlap "
+                  f"{terms[0]['overlap']:.2f}; ring = g + W + C - hidden")
+            print("| size | pieces | g | W | C | hidden | ring |")
+            print("|---|---|---|---|---|---|---|")
+            for r in terms:
+                print(f"| {r['size']} | {r['k']} | {r['g']:.0f} | {r['W']:.0f} | {r['C']:.0f} "
+                      f"| {r['hidden']:.0f} | {r['ring']:.0f} |")
     met = worst <= args.target
     print(f"# worst |error| from {args.start} B: {worst:.0%} (target {args.target:.0%}: "
           f"{'met' if met else 'NOT met'})")
     return 0 if met else 1
+
+
+def _terms(doc: dict[str, Any], path: str) -> list[dict[str, Any]]:
+    """:func:`ring_rows` from the calibration file at ``path``, each with its overlap."""
+    from mpicomp.calibration import Calibration
+
+    with open(path) as f:
+        cal = Calibration.from_dict(json.load(f), path)
+    return [{**r, "overlap": cal.overlap} for r in ring_rows(doc, cal)]

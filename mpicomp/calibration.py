@@ -513,6 +513,12 @@ def _probe_data(n: int, dtype: np.dtype) -> np.ndarray:
     return (rng.standard_normal(n) * np.exp(2.0 * rng.standard_normal(n))).astype(dtype)
 
 
+def speed_key(codec: Any, dtype: Any, on_device: bool) -> str:
+    """Where :attr:`Calibration.codecs` keeps ``codec``'s speed on ``dtype``."""
+    return (f"{json.dumps(codec.get_config(), sort_keys=True)}|{np.dtype(dtype).name}|"
+            f"{'device' if on_device else 'host'}")
+
+
 def codec_speed(comm: MPI.Intracomm, cal: Calibration, codec: Any, dtype: np.dtype,
                 memory: Any) -> tuple[float, float]:
     """(encode, decode) seconds per raw byte of ``codec`` on ``dtype`` (collective if new).
@@ -520,8 +526,7 @@ def codec_speed(comm: MPI.Intracomm, cal: Calibration, codec: Any, dtype: np.dty
     Whether the figure is known is agreed first (a MIN allreduce), so a rank
     that measured it on another communicator never skips a probe the others run.
     """
-    key = f"{json.dumps(codec.get_config(), sort_keys=True)}|{np.dtype(dtype).name}|" \
-          f"{'device' if memory.on_device else 'host'}"
+    key = speed_key(codec, dtype, memory.on_device)
     if comm.allreduce(int(key in cal.codecs), op=MPI.MIN):
         value = comm.bcast(cal.codecs[key] if comm.Get_rank() == 0 else None, root=0)
         cal.codecs[key] = value

@@ -82,7 +82,7 @@ from .algorithms.common import MAX_PIECES, pieces_of
 from .algorithms.hierarchical import segments
 from .calibration import Calibration
 
-__all__ = ["ALLREDUCE_ALGORITHMS", "GAIN", "Prediction", "plain_time", "predict"]
+__all__ = ["ALLREDUCE_ALGORITHMS", "GAIN", "Prediction", "plain_time", "predict", "ring_terms"]
 
 #: compress only when plain is predicted to take at least this many times longer
 GAIN = 1.2
@@ -209,16 +209,26 @@ def _hierarchical(cal: Calibration, n: float, rho: float, e: float, d: float, k:
             + cal.node["Bcast"].time(n))
 
 
+def ring_terms(cal: Calibration, n: float, rho: float, e: float, d: float, k: int,
+               speculative: bool = False) -> dict[str, float]:
+    """The terms of the flat ring allreduce's prediction (seconds): ``g``, the wire ``W``,
+    the codec ``C`` and the part of them the pipeline ``hidden``s; the prediction is
+    ``g + W + C - hidden`` (``model_check --calibration`` prints them)."""
+    p, a = cal.layout.size, cal.add_s_per_byte
+    wire = _ring_steps(cal, n, rho, 2 * (p - 1), k)
+    codec = e * n + d * n * (2 * p - 1) / p + a * n * (p - 1) / p + k * (4 * p - 2) * cal.call_s
+    return {"g": _agree(cal, n, scan=not speculative), "W": wire, "C": codec,
+            "hidden": wire + codec - _pipelined(wire, codec, k, cal.overlap)}
+
+
 def _allreduce_times(cal: Calibration, n: float, rho: float, e: float, d: float,
                      p: int, k: int, speculative: bool = False) -> dict[str, float]:
     x, a, g = cal.exchange, cal.add_s_per_byte, _agree(cal, n)
-    g_ring = _agree(cal, n, scan=not speculative)
     levels = p.bit_length() - 1
     folded = p != 1 << levels
-    ring_codec = e * n + d * n * (2 * p - 1) / p + a * n * (p - 1) / p + k * (4 * p - 2) * cal.call_s
+    ring = ring_terms(cal, n, rho, e, d, k, speculative)
     return {
-        "ring": g_ring + _pipelined(_ring_steps(cal, n, rho, 2 * (p - 1), k), ring_codec, k,
-                                cal.overlap),
+        "ring": ring["g"] + ring["W"] + ring["C"] - ring["hidden"],
         "allgather": g + e * n + cal.plain["Allgather"].time(rho * n) + d * n * p
                      + a * n * (p - 1),
         "recursive_doubling": g + levels * (x.time(rho * n) + (e + 2 * d + a) * n)

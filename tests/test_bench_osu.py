@@ -18,9 +18,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mpicomp.bench import osu
+from mpicomp.codecs import get_codec
 from mpicomp.bench.osu_cases import BENCHMARKS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -233,6 +235,45 @@ def test_model_check_judges_predictions_from_the_threshold_up(tmp_path, capsys):
     assert "+300%" in out and "worst |error| from 1048576 B: 20%" in out
     assert cli.main(["model_check", "--target", "0.1", str(path)]) == 1
     assert cli.main(["model_check", "--from", "0", str(path)]) == 1
+
+
+def test_model_check_prints_the_rings_terms_from_a_calibration(tmp_path, capsys):
+    """model_check --calibration: per size the ring's g, W, C and hidden part, as the model
+    computes them from the calibration file the job saved (checked by hand on a
+    calibration of round numbers); a calibration of another job is refused."""
+    from mpicomp.bench import __main__ as cli
+    from mpicomp.calibration import Calibration, Fit, speed_key
+    from mpicomp.topology import Layout
+
+    codec = get_codec("bitplane", rate=8.25)
+    beta, e, d, add = 1e-9, 1e-9, 1e-9, 0.25e-9
+    cal = Calibration(Layout((0, 1)), 1, 50e-6, Fit(0.0, beta),
+                      {m: Fit(0.0, beta) for m in ("Allreduce", "Allgather", "Alltoall",
+                                                  "Bcast", "Reduce_scatter_block")},
+                      add, 0.0, overlap=0.0, fixed_s=100e-6)
+    cal.codecs[speed_key(codec, np.float32, False)] = (e, d)
+    cal_path = tmp_path / "cal.json"
+    cal_path.write_text(json.dumps(cal.as_dict()))
+    n = 1 << 20
+    doc = {"benchmark": "osu_allreduce", "ranks": 2, "datatype": "MPI_FLOAT",
+           "buffer": "numpy", "policy": {"codec": codec.get_config()}, "command": "x",
+           "records": [{"size": n, "plain_avg_us": 1000.0, "predicted_plain_us": 1000.0,
+                        "avg_us": 3000.0, "predicted_compressed_us": 3000.0,
+                        "predicted_algorithm": "ring"}]}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    assert cli.main(["model_check", str(path), "--calibration", str(cal_path)]) == 0
+    rho = codec.encoded_nbytes(n // 4, np.dtype(np.float32)) / n
+    g, wire = 150.0, 2 * beta * rho * n / 2 * 1e6  # agreement + fixed; 2 steps of n/2
+    codec_us = (e + d * 3 / 2 + add / 2) * n * 1e6  # encode n, decode 3n/2, add n/2
+    out = capsys.readouterr().out
+    assert "overlap 0.00; ring = g + W + C - hidden" in out
+    assert (f"| {n} | 1 | {g:.0f} | {wire:.0f} | {codec_us:.0f} | 0 "
+            f"| {g + wire + codec_us:.0f} |") in out
+    doc["ranks"] = 4
+    path.write_text(json.dumps(doc))
+    assert cli.main(["model_check", str(path), "--calibration", str(cal_path)]) == 2
+    assert "the calibration is of 2 ranks, the benchmark ran on 4" in capsys.readouterr().err
 
 
 def test_osu_alltoall_node_aware_check(tmp_path):
