@@ -15,8 +15,13 @@
 #   make test-gpu  where a GPU is: the tests marked gpu (serial) and device (under mpiexec -n 2
 #                  and 4), then the GPU benchmarks (bench-gpu); they skip without a CUDA device
 #   make bench-gpu codecs --buffer cupy, and allreduce-gpu (256 MiB CuPy buffers, 4 ranks)
+#   make gpu-wheels  download into .whl the wheels the lent GPU machine lacks (it has no
+#                  internet; its python3 is 3.12 with CuPy, Numba, PyTorch and pytest); carry
+#                  .whl there and run  make test-gpu WHEELS=.whl  (docs/performance.md)
 #   make clean     remove caches and build outputs; make distclean also removes .venv
 # Pass options to the test runner with ARGS, e.g.  make test ARGS="--stages serial,2 -k codec"
+# WHEELS=DIR (a machine without internet): make venv installs DIR's wheels with no index and
+#                  takes every other package from $(PYTHON)'s own site-packages (a .pth file)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -25,8 +30,10 @@ STAMP  := $(VENV)/.installed
 PIP_INSTALL := $(VPY) -m pip install --disable-pip-version-check $(if $(filter true,$(CI)),--progress-bar off,)
 ARGS   ?=
 VENV_ARGS ?=
+WHEELS ?=
+OFFLINE_PTH := $(VENV)/base-site-packages.pth
 
-.PHONY: all venv test bench bench-codecs bench-comm bench-net test-gpu bench-gpu clean distclean
+.PHONY: all venv test bench bench-codecs bench-comm bench-net test-gpu bench-gpu gpu-wheels clean distclean
 
 all: test
 
@@ -38,9 +45,27 @@ $(STAMP): setup.py pyproject.toml
 	  echo "creating $(VENV) with $(PYTHON)"; \
 	  $(PYTHON) -m venv $(VENV_ARGS) $(VENV) || { echo "'$(PYTHON) -m venv' failed (on Debian/Ubuntu: apt-get install python3-venv)"; rm -rf $(VENV); exit 1; }; \
 	fi
+ifeq ($(strip $(WHEELS)),)
 	$(PIP_INSTALL) --upgrade pip setuptools wheel
 	$(PIP_INSTALL) -e '.[test,mpich,bench]'
+else
+	@ls $(WHEELS)/*.whl >/dev/null 2>&1 || { echo "WHEELS=$(WHEELS) holds no .whl files (make gpu-wheels fills .whl)"; exit 1; }
+	$(PYTHON) -c 'import site; print("\n".join(site.getsitepackages()))' > $(OFFLINE_PTH)
+	mv $(OFFLINE_PTH) $$($(VPY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/
+	$(PIP_INSTALL) --no-index --find-links $(WHEELS) $(WHEELS)/*.whl
+	$(PIP_INSTALL) --no-index --find-links $(WHEELS) --no-build-isolation -e '.[test,mpich,bench]'
+endif
 	@touch $@
+
+GPU_PYTHON ?= 3.12
+GPU_WHEELS := mpich==5.0.2 mpi4py==4.1.2 pytest-mpi==0.6 zfpy==1.0.1.post0
+GPU_PLATFORMS := manylinux_2_28_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64
+
+gpu-wheels:
+	mkdir -p .whl
+	$(PYTHON) -m pip download --disable-pip-version-check --no-deps --only-binary=:all: \
+	  --python-version $(GPU_PYTHON) --implementation cp $(addprefix --platform ,$(GPU_PLATFORMS)) \
+	  -d .whl $(GPU_WHEELS)
 
 test: venv
 	$(VPY) tests/run_tests.py $(ARGS)
@@ -74,7 +99,7 @@ bench-net: venv
 	  $(VPY) -m mpicomp.bench $(or $(strip $(ARGS)),$(NET_ARGS_DEFAULT))
 
 test-gpu: venv
-	@$(VPY) -c "import cupy" 2>/dev/null || { echo "test-gpu needs CuPy in $(VENV): pip install 'mpicomp[gpu]' (cupy-cuda12x; cupy-cuda13x for CUDA 13), or make the venv with VENV_ARGS=--system-site-packages where CuPy is installed system-wide"; exit 1; }
+	@$(VPY) -c "import cupy" 2>/dev/null || { echo "test-gpu needs CuPy in $(VENV): pip install 'mpicomp[gpu]' (cupy-cuda12x; cupy-cuda13x for CUDA 13), or, where $(PYTHON) has CuPy and no internet (the lent GPU machine), make gpu-wheels here and make test-gpu WHEELS=.whl there"; exit 1; }
 	$(VPY) tests/run_tests.py --stages serial,2,4 -m "gpu or device" $(ARGS)
 
 bench-gpu: venv
