@@ -15,6 +15,11 @@ when the target is missed, so a script can tell.
 terms of the ring's prediction per size (:func:`mpicomp.model.ring_terms`):
 the agreement and fixed cost ``g``, the wire ``W``, the codec ``C`` and what
 the pipeline hides of them, to see which term a miss comes from.
+
+``--spread`` (several files of the same command) adds, per size, the slowest
+file's measured mean over the fastest's, plain and compressed: one prediction
+can be within ``--target`` of two measurements only where this is at most
+``(1 + target) / (1 - target)`` (1.67 at 25%).
 """
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["add_arguments", "main", "ring_rows", "rows"]
+__all__ = ["add_arguments", "main", "ring_rows", "rows", "spread_rows"]
 
 #: the OSU header's datatype -> the dtype the benchmark ran on
 DTYPES = {"MPI_FLOAT": np.float32, "MPI_DOUBLE": np.float64}
@@ -78,8 +83,24 @@ def ring_rows(doc: dict[str, Any], cal: Any) -> list[dict[str, Any]]:
         rho = codec.encoded_nbytes(count, dtype) / n
         k = pieces_of(codec, count // cal.layout.size, dtype)
         terms = ring_terms(cal, n, rho, e, d, k, screens_in_encoder(codec, on_device))
-        out.append({"size": n, "k": k, **{t: v * 1e6 for t, v in terms.items()},
-                    "ring": (terms["g"] + terms["W"] + terms["C"] - terms["hidden"]) * 1e6})
+        out.append({"size": n, "k": k, **{t: v * 1e6 for t, v in terms.items()}})
+    return out
+
+
+def spread_rows(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per size that every file measured: the slowest mean over the fastest, plain and
+    compressed (``avg_us``, ``plain_avg_us``)."""
+    kinds = {(d["benchmark"], d["ranks"]) for d in docs}
+    if len(kinds) != 1:
+        raise ValueError(f"--spread: the files are of different runs {sorted(kinds)}")
+    by_size = [{r["size"]: r for r in d["records"]} for d in docs]
+    sizes = sorted(set.intersection(*(set(b) for b in by_size)))
+    out = []
+    for n in sizes:
+        plain = [b[n]["plain_avg_us"] for b in by_size]
+        comp = [b[n]["avg_us"] for b in by_size]
+        out.append({"size": n, "plain": max(plain) / min(plain),
+                    "compressed": max(comp) / min(comp)})
     return out
 
 
@@ -92,15 +113,19 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--calibration", metavar="FILE",
                     help="a calibration saved by the job (MPICOMP_CALIBRATION=FILE): print "
                          "the ring allreduce's terms per size too")
+    ap.add_argument("--spread", action="store_true",
+                    help="several files of one command: print per size the slowest file's "
+                         "measured mean over the fastest's")
 
 
 def main(args: argparse.Namespace, argv: list[str] | None = None) -> int:
-    worst = 0.0
+    worst, docs = 0.0, []
     for path in args.files:
         with open(path) as f:
             doc = json.load(f)
+        docs.append(doc)
         try:
-            terms = _terms(doc, args.calibration) if args.calibration else []
+            overlap, terms = _terms(doc, args.calibration) if args.calibration else (0.0, [])
         except (OSError, ValueError, KeyError) as e:
             print(f"model_check: {path}: {e}", file=sys.stderr)
             return 2
@@ -117,22 +142,35 @@ def main(args: argparse.Namespace, argv: list[str] | None = None) -> int:
                 worst = max(worst, abs(r["plain_err"]), abs(r["comp_err"]))
         if terms:
             print(f"# the ring's terms (us) from {args.calibration}: overlap "
-                  f"{terms[0]['overlap']:.2f}; ring = g + W + C - hidden")
+                  f"{overlap:.2f}; ring = g + W + C - hidden")
             print("| size | pieces | g | W | C | hidden | ring |")
             print("|---|---|---|---|---|---|---|")
             for r in terms:
                 print(f"| {r['size']} | {r['k']} | {r['g']:.0f} | {r['W']:.0f} | {r['C']:.0f} "
                       f"| {r['hidden']:.0f} | {r['ring']:.0f} |")
+    if args.spread:
+        try:
+            spread = spread_rows(docs)
+        except ValueError as e:
+            print(f"model_check: {e}", file=sys.stderr)
+            return 2
+        bound = (1 + args.target) / (1 - args.target)
+        print(f"# spread over {len(docs)} files: slowest mean / fastest; one prediction is "
+              f"within {args.target:.0%} of both only up to {bound:.2f}x")
+        print("| size | plain | compressed |")
+        print("|---|---|---|")
+        for r in spread:
+            print(f"| {r['size']} | {r['plain']:.2f}x | {r['compressed']:.2f}x |")
     met = worst <= args.target
     print(f"# worst |error| from {args.start} B: {worst:.0%} (target {args.target:.0%}: "
           f"{'met' if met else 'NOT met'})")
     return 0 if met else 1
 
 
-def _terms(doc: dict[str, Any], path: str) -> list[dict[str, Any]]:
-    """:func:`ring_rows` from the calibration file at ``path``, each with its overlap."""
+def _terms(doc: dict[str, Any], path: str) -> tuple[float, list[dict[str, Any]]]:
+    """The overlap of the calibration file at ``path``, and :func:`ring_rows` from it."""
     from mpicomp.calibration import Calibration
 
     with open(path) as f:
         cal = Calibration.from_dict(json.load(f), path)
-    return [{**r, "overlap": cal.overlap} for r in ring_rows(doc, cal)]
+    return cal.overlap, ring_rows(doc, cal)

@@ -212,13 +212,15 @@ def _hierarchical(cal: Calibration, n: float, rho: float, e: float, d: float, k:
 def ring_terms(cal: Calibration, n: float, rho: float, e: float, d: float, k: int,
                speculative: bool = False) -> dict[str, float]:
     """The terms of the flat ring allreduce's prediction (seconds): ``g``, the wire ``W``,
-    the codec ``C`` and the part of them the pipeline ``hidden``s; the prediction is
-    ``g + W + C - hidden`` (``model_check --calibration`` prints them)."""
+    the codec ``C``, the part of them the pipeline ``hidden``s, and the prediction
+    ``ring`` = ``g + W + C - hidden`` (``model_check --calibration`` prints them)."""
     p, a = cal.layout.size, cal.add_s_per_byte
+    g = _agree(cal, n, scan=not speculative)
     wire = _ring_steps(cal, n, rho, 2 * (p - 1), k)
     codec = e * n + d * n * (2 * p - 1) / p + a * n * (p - 1) / p + k * (4 * p - 2) * cal.call_s
-    return {"g": _agree(cal, n, scan=not speculative), "W": wire, "C": codec,
-            "hidden": wire + codec - _pipelined(wire, codec, k, cal.overlap)}
+    pipelined = _pipelined(wire, codec, k, cal.overlap)
+    return {"g": g, "W": wire, "C": codec, "hidden": wire + codec - pipelined,
+            "ring": g + pipelined}
 
 
 def _allreduce_times(cal: Calibration, n: float, rho: float, e: float, d: float,
@@ -226,9 +228,8 @@ def _allreduce_times(cal: Calibration, n: float, rho: float, e: float, d: float,
     x, a, g = cal.exchange, cal.add_s_per_byte, _agree(cal, n)
     levels = p.bit_length() - 1
     folded = p != 1 << levels
-    ring = ring_terms(cal, n, rho, e, d, k, speculative)
     return {
-        "ring": ring["g"] + ring["W"] + ring["C"] - ring["hidden"],
+        "ring": ring_terms(cal, n, rho, e, d, k, speculative)["ring"],
         "allgather": g + e * n + cal.plain["Allgather"].time(rho * n) + d * n * p
                      + a * n * (p - 1),
         "recursive_doubling": g + levels * (x.time(rho * n) + (e + 2 * d + a) * n)

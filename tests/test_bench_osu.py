@@ -276,6 +276,35 @@ def test_model_check_prints_the_rings_terms_from_a_calibration(tmp_path, capsys)
     assert "the calibration is of 2 ranks, the benchmark ran on 4" in capsys.readouterr().err
 
 
+def test_model_check_spread_is_the_slowest_files_mean_over_the_fastests(tmp_path, capsys):
+    """model_check --spread: per size measured in every file, the slowest mean over the
+    fastest (plain and compressed), with the bound one prediction can cover; files of
+    different runs are refused."""
+    from mpicomp.bench import __main__ as cli
+
+    def doc(plain, comp, benchmark="osu_allreduce"):
+        return {"benchmark": benchmark, "ranks": 2, "policy": {}, "command": "x",
+                "records": [{"size": n, "plain_avg_us": p, "predicted_plain_us": p,
+                             "avg_us": c, "predicted_compressed_us": c,
+                             "predicted_algorithm": "ring"}
+                            for n, p, c in zip((1 << 20, 1 << 21), plain, comp)]}
+
+    paths = []
+    for i, (plain, comp) in enumerate((((100.0, 200.0), (300.0, 400.0)),
+                                       ((150.0, 200.0), (330.0, 800.0)),
+                                       ((120.0, 250.0), (360.0, 500.0)))):
+        paths.append(tmp_path / f"r{i}.json")
+        paths[-1].write_text(json.dumps(doc(plain, comp)))
+    assert cli.main(["model_check", "--spread", *map(str, paths)]) == 0
+    out = capsys.readouterr().out
+    assert "one prediction is within 25% of both only up to 1.67x" in out
+    assert f"| {1 << 20} | 1.50x | 1.20x |" in out
+    assert f"| {1 << 21} | 1.25x | 2.00x |" in out
+    paths[1].write_text(json.dumps(doc((1.0, 1.0), (1.0, 1.0), "osu_bcast")))
+    assert cli.main(["model_check", "--spread", *map(str, paths)]) == 2
+    assert "--spread: the files are of different runs" in capsys.readouterr().err
+
+
 def test_osu_alltoall_node_aware_check(tmp_path):
     """``--algorithm hierarchical`` on one node: the node-aware Alltoall moves every block
     plain, and ``-c`` expects exactly that (not the codec's round trip)."""
