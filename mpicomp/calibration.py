@@ -72,8 +72,13 @@ PLAIN_METHODS = ("Allreduce", "Allgather", "Alltoall", "Bcast", "Reduce_scatter_
 #: and caches make what 1 MiB costs a poor guide to what 16 MiB costs
 PROBE_SIZES = (64 * 1024, 256 * 1024, 1 << 20, 2 << 20, 4 << 20)
 ALLGATHER_PROBE_TOTAL = 32 << 20
-#: repetitions per measurement (the best one counts)
+#: repetitions per measurement (the median counts)
 REPEAT = 3
+#: repetitions of the probes of tiny calls (a kernel call, a ring allreduce of one block
+#: per rank, its chain of exchanges): their difference is the fixed cost of every
+#: compressed call, and a few runs stalled by a rank that lost its core (more ranks than
+#: cores) must not decide it; each run takes well under a millisecond per rank
+TINY_REPEAT = 9
 #: the MPI fits' figures: runs filling about FIT_BUDGET_S, at most FIT_REPEAT_MAX
 FIT_BUDGET_S = 0.02
 FIT_REPEAT_MAX = 20
@@ -452,13 +457,14 @@ def _kernel_call(comm: MPI.Intracomm) -> float:
         codec.decode(stream, out=out, count=values.size, dtype=values.dtype)
         add_into(out, values)
 
-    return _slowest_median(comm, three) / 3
+    return _slowest_median(comm, three, TINY_REPEAT) / 3
 
 
 def _fixed_cost(comm: MPI.Intracomm, call_s: float) -> float:
     """Seconds of a compressed call's work that grows with neither size nor pieces: the
-    ring allreduce of one codec block per rank, less its ``4p - 2`` kernel calls and
-    ``2 (p - 1)`` exchanges of one block's stream (not below zero)."""
+    ring allreduce of one codec block per rank, less its ``4p - 2`` kernel calls and its
+    ``2 (p - 1)`` exchanges of one block's stream, timed as the ring makes them: back to
+    back, in one run (not below zero)."""
     from .algorithms import ring
     from .algorithms.common import Ctx
     from .memory import HostMemory
@@ -476,9 +482,15 @@ def _fixed_cost(comm: MPI.Intracomm, call_s: float) -> float:
     def tiny_ring() -> None:
         ring.allreduce(Ctx(comm, codec, Recorder(Stats(), "probe", 0, x.nbytes), memory), x, out)
 
-    whole = _slowest_median(comm, tiny_ring)
-    step = _slowest_median(comm, _exchange_probe(comm, codec.encoded_nbytes(32, x.dtype)))
-    return max(whole - (4 * p - 2) * call_s - 2 * (p - 1) * step, 0.0)
+    step = _exchange_probe(comm, codec.encoded_nbytes(32, x.dtype))
+
+    def steps() -> None:
+        for _ in range(2 * (p - 1)):
+            step()
+
+    whole = _slowest_median(comm, tiny_ring, TINY_REPEAT)
+    exchanges = _slowest_median(comm, steps, TINY_REPEAT)
+    return max(whole - (4 * p - 2) * call_s - exchanges, 0.0)
 
 
 def measure(comm: MPI.Intracomm, lay: Layout) -> Calibration:
