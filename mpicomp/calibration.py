@@ -78,7 +78,7 @@ REPEAT = 3
 #: repetitions of the probes of tiny calls (a kernel call, a ring allreduce of one block
 #: per rank, its chain of exchanges): their difference is the fixed cost of every
 #: compressed call, and a few runs stalled by a rank that lost its core (more ranks than
-#: cores) must not decide it; each run takes well under a millisecond per rank
+#: cores) must not decide it; each run takes a few milliseconds at most
 TINY_REPEAT = 9
 #: the MPI fits' figures: runs filling about FIT_BUDGET_S, at most FIT_REPEAT_MAX
 FIT_BUDGET_S = 0.02
@@ -504,7 +504,7 @@ def _fixed_cost(comm: MPI.Intracomm, call_s: float) -> float:
 
     whole = _slowest_median(comm, tiny_ring, TINY_REPEAT)
     exchanges = _slowest_median(comm, steps, TINY_REPEAT)
-    mine = np.array(python_s[1:])  # the first run was the warm-up
+    mine = np.array(python_s[-TINY_REPEAT:])  # the timed runs, not the warm-up
     slowest = np.empty_like(mine)
     comm.Allreduce(mine, slowest, op=MPI.MAX)
     own = float(np.median(slowest)) - (p - 1) * call_s
