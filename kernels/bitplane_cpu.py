@@ -34,10 +34,13 @@ from functools import cache
 import numpy as np
 from numba import njit, prange
 
+from ..threads import start_numba_workers
 from .bitplane_block import decode_block, encode_block, read_exponent, write_exponent
 from .bitplane_vector import LANES, decode_block_vec32, encode_block_vec32
 from .intbits import is_single
 from .launch import call, readonly
+
+start_numba_workers()  # before any kernel here runs: idle OpenMP workers sleep
 
 __all__ = ["GROUP", "decode", "encode", "quantum_table"]
 

@@ -20,7 +20,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from ..threads import start_numba_workers
 from .cast_block import bf16_bits, half_bits, half_value
+
+start_numba_workers()  # before any kernel here runs: idle OpenMP workers sleep
 
 __all__ = [
     "decode_bf16",

@@ -12,8 +12,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from ..threads import start_numba_workers
 from .fixedpoint_block import EXP_NONE as _EXP_NONE
 from .fixedpoint_block import block_exponent, pack_word, unpack_word
+
+start_numba_workers()  # before any kernel here runs: idle OpenMP workers sleep
 
 __all__ = ["EXP_NONE", "block_exponents", "quantize_pack", "swar_add", "unpack_dequantize"]
 

@@ -14,7 +14,7 @@ from numba.core import types
 from numba.cpython.unsafe.numbers import leading_zeros, trailing_zeros
 from numba.extending import overload
 
-from .jit import SIMULATOR, njit
+from .jit import SIMULATOR, njit, python_with_compiled
 
 __all__ = [
     "as_float", "clz64", "ctz64", "imax", "imin", "is_single", "reverse_nibbles64", "wrap_int",
@@ -78,7 +78,15 @@ def _as_float(v, proto):
     return lambda v, proto: np.float64(v)
 
 
-if SIMULATOR:  # plain Python for the CUDA simulator (see jit.py)
+def _ctz64_nopython(v):
+    return np.int64(trailing_zeros(np.uint64(v)))
+
+
+def _clz64_nopython(v):
+    return np.int64(leading_zeros(np.uint64(v)))
+
+
+if SIMULATOR:  # plain Python in simulated kernels, the intrinsics in compiled code (see jit.py)
 
     def ctz64(v):
         """Number of trailing zero bits of the uint64 ``v`` (64 for 0)."""
@@ -89,17 +97,14 @@ if SIMULATOR:  # plain Python for the CUDA simulator (see jit.py)
         """Number of leading zero bits of the uint64 ``v`` (64 for 0)."""
         return np.int64(64 - (int(v) & 0xFFFFFFFFFFFFFFFF).bit_length())
 
+    python_with_compiled(ctz64, _ctz64_nopython)
+    python_with_compiled(clz64, _clz64_nopython)
+
 else:
-
-    @njit(inline="always")
-    def ctz64(v):
-        """Number of trailing zero bits of the uint64 ``v`` (64 for 0)."""
-        return np.int64(trailing_zeros(np.uint64(v)))
-
-    @njit(inline="always")
-    def clz64(v):
-        """Number of leading zero bits of the uint64 ``v`` (64 for 0)."""
-        return np.int64(leading_zeros(np.uint64(v)))
+    ctz64 = njit(inline="always")(_ctz64_nopython)
+    ctz64.__doc__ = "Number of trailing zero bits of the uint64 ``v`` (64 for 0)."
+    clz64 = njit(inline="always")(_clz64_nopython)
+    clz64.__doc__ = "Number of leading zero bits of the uint64 ``v`` (64 for 0)."
 
 
 @njit(inline="always")

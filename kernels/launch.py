@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numba
 import numpy as np
 
 from ..threads import budget
@@ -36,6 +35,8 @@ def call(kernel: Callable[..., Any], *args: Any, serial: bool = False) -> Any:
 
     Numba's thread count is per calling thread; it is restored after the call.
     """
+    import numba  # loaded by the kernel's own module already; imported here to keep launch light
+
     nthreads = numba.get_num_threads()
     want = 1 if serial else min(nthreads, budget())
     if want == nthreads:

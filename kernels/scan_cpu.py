@@ -11,7 +11,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from ..threads import start_numba_workers
 from .launch import call
+
+start_numba_workers()  # before any kernel here runs: idle OpenMP workers sleep
 
 __all__ = ["CHUNK", "add_into", "add_into_kernel", "max_abs", "max_abs_bits"]
 

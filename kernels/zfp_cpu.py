@@ -18,6 +18,7 @@ from llvmlite import ir
 from numba import get_thread_id, njit, prange, types
 from numba.extending import intrinsic
 
+from ..threads import start_numba_workers
 from .bitstream import low_mask, seek
 from .intbits import as_float, is_single
 from .zfp_block import POW2, POW2_BIAS, decode_block, encode_blocks
@@ -31,6 +32,8 @@ from .zfp_decode1d import (
 )
 from .zfp_encode1d import coefficients_1d, finish_1d, plane_step_1d, planes_start_1d
 from .zfp_table1d import plane_table, table_fits
+
+start_numba_workers()  # before any kernel here runs: idle OpenMP workers sleep
 
 __all__ = ["CHUNK_BLOCKS", "Scratch", "decode", "decode_table", "encode"]
 

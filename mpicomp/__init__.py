@@ -6,17 +6,12 @@ intracommunicator. The codecs live in :mod:`mpicomp.codecs`.
 """
 from mpi4py import MPI
 
-from . import threads
-
-threads.configure()  # before Numba loads: codec threads sized to the node, idle ones sleep
-
-from . import codecs  # noqa: E402
-from .codecs import get_codec  # noqa: E402
-from .comm import Comm  # noqa: E402
-from .errors import MpicompError, UncompressibleError, UnknownCodecError  # noqa: E402
-from . import failfast  # noqa: E402
-from .policy import DEFAULT, Policy  # noqa: E402
-from .requests import Request  # noqa: E402
+from . import codecs, failfast
+from .codecs import get_codec
+from .comm import Comm
+from .errors import MpicompError, UncompressibleError, UnknownCodecError
+from .policy import DEFAULT, Policy
+from .requests import Request
 
 __version__ = "0.1.0"
 

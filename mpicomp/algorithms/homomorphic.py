@@ -32,7 +32,6 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import device
-from ..kernels import fixedpoint_cpu as fx
 from ..kernels.launch import call
 from .common import Ctx
 
@@ -83,6 +82,8 @@ def _sum_op(k: int) -> MPI.Op:
     high, low = np.uint64(field_high), np.uint64(field_all & ~field_high)
 
     def add(inbuf, inoutbuf, datatype):  # noqa: ARG001 - MPI's signature
+        from ..kernels import fixedpoint_cpu as fx
+
         src = np.frombuffer(inbuf, dtype=np.uint64)
         dst = np.frombuffer(inoutbuf, dtype=np.uint64)
         call(fx.swar_add, dst, src, high, low)
@@ -118,12 +119,16 @@ class _HostSteps:
         self.gexps: np.ndarray | None = None
 
     def exponents(self, x: np.ndarray, nblocks: int) -> np.ndarray:
+        from ..kernels import fixedpoint_cpu as fx
+
         exps = self.ctx.memory.host("exps", nblocks, np.int16)
         with self.ctx.rec.codec():
             call(fx.block_exponents, x, BLOCK, exps)
         return exps
 
     def pack(self, x: np.ndarray, gexps: np.ndarray, fmt: Format, nwords: int) -> np.ndarray:
+        from ..kernels import fixedpoint_cpu as fx
+
         self.gexps = gexps
         words = self.ctx.memory.host("words", nwords, np.uint64)
         with self.ctx.rec.codec():
@@ -131,6 +136,8 @@ class _HostSteps:
         return words
 
     def unpack(self, sums: np.ndarray, fmt: Format, out: np.ndarray) -> None:
+        from ..kernels import fixedpoint_cpu as fx
+
         with self.ctx.rec.codec():
             call(fx.unpack_dequantize, sums, self.gexps, BLOCK, fmt.k, fmt.q_max, out)
 

@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 
 from .. import device
-from ..kernels import bitplane_cpu
 from .base import GUARD_HEADROOM, Codec, check_rate
 
 __all__ = ["BitplaneCodec"]
@@ -116,6 +115,8 @@ class BitplaneCodec(Codec):
         return nblocks * (p * self.block_size // 8 + ebits // 8)
 
     def _encode(self, x: np.ndarray, out: np.ndarray) -> None:
+        from ..kernels import bitplane_cpu
+
         p = self.nplanes(x.dtype)
         bits = x.view(np.uint32 if x.dtype.itemsize == 4 else np.uint64)
         bad = bitplane_cpu.encode(bits, self.block_size, p, out)
@@ -125,11 +126,15 @@ class BitplaneCodec(Codec):
     guards = True
 
     def _encode_guarded(self, x: np.ndarray, out: np.ndarray) -> int:
+        from ..kernels import bitplane_cpu
+
         bits = x.view(np.uint32 if x.dtype.itemsize == 4 else np.uint64)
         return bitplane_cpu.encode(bits, self.block_size, self.nplanes(x.dtype), out,
                                    limit=guard_exponent(x.dtype))
 
     def _decode(self, buf: np.ndarray, out: np.ndarray) -> None:
+        from ..kernels import bitplane_cpu
+
         bitplane_cpu.decode(buf, self.block_size, self.nplanes(out.dtype), out)
 
     def _encode_device(self, x: Any, out: Any, stream: Any, checked: bool) -> None:

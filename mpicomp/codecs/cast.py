@@ -23,7 +23,6 @@ from typing import Any
 import numpy as np
 
 from .. import device
-from ..kernels import cast_cpu
 from ..kernels.launch import SERIAL_BELOW, call, readonly
 from .base import Codec, check_rate
 
@@ -78,6 +77,8 @@ class CastCodec(Codec):
         return 2 * count
 
     def _encode(self, x: np.ndarray, out: np.ndarray) -> None:
+        from ..kernels import cast_cpu
+
         codes = out.view(np.uint16)
         if self.target == "float16":
             if x.dtype.itemsize == 4:
@@ -93,6 +94,8 @@ class CastCodec(Codec):
             raise self._overflow(x, codes, bad)
 
     def _decode(self, buf: np.ndarray, out: np.ndarray) -> None:
+        from ..kernels import cast_cpu
+
         kernel = cast_cpu.decode_f16 if self.target == "float16" else cast_cpu.decode_bf16
         call(kernel, readonly(buf.view(np.uint16)), out, serial=out.size < SERIAL_BELOW)
 

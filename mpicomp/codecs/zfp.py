@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from .. import device
-from ..kernels import zfp_cpu
 from ..kernels.launch import SERIAL_BELOW, call, readonly
 from .base import Codec, check_rate
 
@@ -65,11 +64,13 @@ class ZfpCodec(Codec):
                 f"values (rate >= {10 / self.block_size:g} for dims={self.dims}), got {requested:g}"
             )
         self.rate = self.maxbits / self.block_size
-        self._scratch: dict[np.dtype, zfp_cpu.Scratch] = {}
+        self._scratch: dict[np.dtype, Any] = {}  # dtype -> zfp_cpu.Scratch
 
     def _scratch_for(self, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         s = self._scratch.get(dtype)
         if s is None:
+            from ..kernels import zfp_cpu
+
             s = self._scratch[dtype] = zfp_cpu.Scratch(dtype)
         return s.fblock, s.iblock, s.ublock
 
@@ -95,6 +96,8 @@ class ZfpCodec(Codec):
     def _encode(self, x: np.ndarray, out: np.ndarray) -> None:
         if x.size == 0:
             return
+        from ..kernels import zfp_cpu
+
         x = readonly(x)
         bits = x.view(np.uint32 if x.dtype.itemsize == 4 else np.uint64)
         bad = call(zfp_cpu.encode, x, bits, out.view(np.uint64), self.dims, self.maxbits,
@@ -107,6 +110,8 @@ class ZfpCodec(Codec):
     def _decode(self, buf: np.ndarray, out: np.ndarray) -> None:
         if out.size == 0:
             return
+        from ..kernels import zfp_cpu
+
         call(zfp_cpu.decode, readonly(buf.view(np.uint64)), out, self.dims, self.maxbits,
              *self._scratch_for(out.dtype),
              zfp_cpu.decode_table(self.dims, self.maxbits, out.dtype),

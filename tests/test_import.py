@@ -1,0 +1,48 @@
+"""Importing mpicomp is light and local: no Numba until a codec runs, no environment changes."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+CHILD = r"""
+import json, os, sys
+before = dict(os.environ)
+import mpicomp
+after_import = {"numba": "numba" in sys.modules, "env_same": dict(os.environ) == before}
+import numpy as np
+c = mpicomp.get_codec("bitplane", rate=8.25)
+x = np.linspace(-1, 1, 1 << 17, dtype=np.float32)
+c.decode(c.encode(x), out=np.empty_like(x))
+import numba
+changed = sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k))
+print(json.dumps({**after_import, "changed_after_codec": changed,
+                  "layer": numba.threading_layer()}))
+"""
+
+
+def _run(extra_env: dict[str, str]) -> tuple[dict, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_WAIT_POLICY", "NUMBA_NUM_THREADS", "MPICOMP_OMP_PASSIVE")}
+    env.update(extra_env)
+    proc = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
+def test_import_loads_no_numba_and_leaves_the_environment_alone():
+    got, stderr = _run({"OMP_DISPLAY_ENV": "TRUE"})  # OpenMP prints the settings it read
+    assert got["numba"] is False
+    assert got["env_same"] is True
+    assert got["changed_after_codec"] == [], got  # the wait policy is set only while OpenMP starts
+    if got["layer"] == "omp":
+        assert "OMP_WAIT_POLICY = 'PASSIVE'" in stderr, stderr[-2000:]
+
+
+def test_a_users_wait_policy_is_kept():
+    got, stderr = _run({"OMP_WAIT_POLICY": "ACTIVE", "OMP_DISPLAY_ENV": "TRUE"})
+    assert got["changed_after_codec"] == [], got
+    if got["layer"] == "omp":
+        assert "OMP_WAIT_POLICY = 'ACTIVE'" in stderr, stderr[-2000:]
