@@ -33,7 +33,7 @@ from mpi4py.util import dtlib
 
 from . import algorithms, calibration, collectives, device, model, p2p, shortcut, topology
 from . import plain as plain_mpi
-from .agreement import agree
+from .agreement import RankDisagreement, agree, fingerprint
 from .algorithms.common import Ctx
 from .buffers import Buf, is_in_place, parse, parse_v
 from .cuda_aware import cuda_aware
@@ -157,6 +157,9 @@ class _ModelState:
         #: (bytes, reason): calls without settings on NumPy arrays of fewer bytes go to
         #: plain MPI at once, without parsing or screening (see Comm._fast_plain)
         self.plain_below: tuple[float, str] | None = None
+        #: the ranks found their communicator-level settings equal (Comm.check_settings);
+        #: until then no collective takes the fast path
+        self.settings_agreed = False
 
 
 class Comm(MPI.Intracomm):
@@ -241,12 +244,40 @@ class Comm(MPI.Intracomm):
             if not self._debug and self._model.plain_below is None:
                 self._size1 = self.Get_size() == 1
                 self._stats.threshold = pol.threshold
-                self._set_plain_below((math.inf, "codec none") if not pol.enabled
-                                      else (pol.threshold, "below threshold"),
+                # collectives take the fast path once the ranks agreed on the settings
+                self._set_plain_below(_collective_limit(pol) if self._model.settings_agreed
+                                      else (0.0, ""),
                                       p2p=((math.inf, "codec none") if not pol.enabled
                                            else (math.inf, P2P_AUTO) if pol.auto
                                            else (pol.threshold, "below threshold")))
         return self._default
+
+    def check_settings(self) -> None:
+        """Raise the same :class:`~mpicomp.agreement.RankDisagreement` on every rank if the
+        ranks' communicator-level settings (``Comm(...)`` arguments over ``MPICOMP_*``)
+        differ, naming each differing setting with its values.
+
+        Collective. Runs by itself at the communicator's first collective that
+        could compress; until it has run, collectives skip the compiled fast path.
+        Per-call settings are the caller's to keep alike (as counts and dtypes are).
+
+        A rank whose settings send a call plain at once (codec ``none``, a higher
+        threshold) would otherwise meet a compressing rank's agreement step in
+        a different MPI call (MPI's "Message truncated", or a hang).
+        """
+        pol = self.resolved_policy()
+        if self.Get_size() > 1:
+            comm = self._main_engine().comm
+            described = pol.describe()
+            fp = fingerprint(described)
+            vec = np.array([fp, -fp], np.float64)
+            out = np.empty_like(vec)
+            comm.Allreduce(vec, out, op=MPI.MAX)
+            if out[0] != -out[1]:
+                raise RankDisagreement(_settings_difference(comm.allgather(pol.settings())))
+        self._model.settings_agreed = True
+        if self._model.plain_below is not None and not self._debug:
+            self._set_plain_below(_collective_limit(pol))
 
     #: calls without settings on NumPy arrays of fewer bytes take the fast plain path
     #: (class defaults: a Comm that mpi4py made without __new__ has none)
@@ -452,6 +483,8 @@ class Comm(MPI.Intracomm):
         a receive may be posted before the sender's side calibrated.
         """
         _same_memory(bufs)
+        if collective and not self._model.settings_agreed:
+            self.check_settings()
         if not pol.enabled:
             return "codec none"
         if collective and self.Get_size() == 1:
@@ -1229,6 +1262,31 @@ class _WorkerView(Comm):
         rec.sent(rec.raw_bytes if sent is None else sent)
         rec.commit()
         return result
+
+
+def _collective_limit(pol: Resolved) -> tuple[float, str]:
+    """The fast path's size limit and reason for collectives under the default ``pol``."""
+    return (math.inf, "codec none") if not pol.enabled else (pol.threshold, "below threshold")
+
+
+def _settings_difference(per_rank: list[dict[str, str]]) -> str:
+    """The error message naming each setting on which the ranks differ, and their values."""
+    parts = []
+    for key in per_rank[0]:
+        values: dict[str, list[int]] = {}
+        for rank, settings in enumerate(per_rank):
+            values.setdefault(settings[key], []).append(rank)
+        if len(values) > 1:
+            shown = "; ".join(f"{value} on rank(s) {_ranks(ranks)}"
+                              for value, ranks in values.items())
+            parts.append(f"{key}: {shown}")
+    return ("mpicomp: the ranks' compression settings differ (" + " | ".join(parts) + "): "
+            "set the MPICOMP_* variables and the Comm(...) settings alike on every rank")
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks[:8])) + (f" and {len(ranks) - 8} more" if len(ranks) > 8
+                                            else "")
 
 
 def _overflow_risk(pol: Resolved, dtype: np.dtype, max_abs: float, summands: int) -> str | None:

@@ -127,6 +127,16 @@ class Resolved:
         """False when the codec is ``none`` (everything goes to plain MPI)."""
         return self.codec.codec_id != "none"
 
+    def settings(self) -> dict[str, str]:
+        """Each setting as text (the error that names differing settings compares these)."""
+        return {
+            "codec": ("auto:" if self.auto else "")
+            + json.dumps(self.codec.get_config(), sort_keys=True),
+            "rate": f"{self.rate:g}",
+            "threshold": str(self.threshold),
+            "algorithm": self.algorithm,
+        }
+
     def describe(self) -> str:
         return (
             f"codec={'auto:' if self.auto else ''}"

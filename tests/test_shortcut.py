@@ -197,7 +197,7 @@ def test_a_blocked_receive_lets_other_threads_run():
     import threading
 
     mc = mpicomp.Comm(MPI.COMM_SELF)
-    mc.resolved_policy()
+    mc.check_settings()
     try:
         for on in (True, False):
             assert shortcut.bind_mpi(on) == on
@@ -222,7 +222,7 @@ def test_point_to_point_under_the_default_takes_the_shortcut(comm, receive_path)
     mc = mpicomp.Comm(comm)
     x = np.arange(1000, dtype=np.float32) + r
     y = np.empty_like(x)
-    mc.resolved_policy()  # what a first call does: settles the limits
+    mc.check_settings()  # what a first collective does: settles the limits
     assert mc._shortcut.p2p_limit == float("inf")
     peer = 1 - r if r < 2 else None
     if peer is not None:
@@ -273,7 +273,7 @@ def test_a_frame_reaches_a_default_receiver_through_the_shortcut(comm, receive_p
     mc = mpicomp.Comm(comm)  # collective: before the ranks beyond the pair leave
     if r > 1:
         return
-    mc.resolved_policy()
+    mc.resolved_policy()  # point to point: binds its limits (no collective check)
     x = np.sin(np.arange(4096, dtype=np.float64) / 50)
     odd = np.arange(13, dtype=np.uint8)
     if r == 0:
@@ -311,7 +311,7 @@ def test_sendrecv_under_the_default_is_plain_and_decodes_a_partners_frame(comm, 
     mc = mpicomp.Comm(comm)  # collective: before the ranks beyond the pair leave
     if r > 1:
         return
-    mc.resolved_policy()
+    mc.resolved_policy()  # point to point: binds its limits (no collective check)
     def values(rank: int) -> np.ndarray:
         return np.cos(np.arange(2048, dtype=np.float32) / 30) + rank
 
@@ -335,7 +335,7 @@ def test_point_to_point_without_the_extension_takes_the_python_fast_path(comm, m
     mc = mpicomp.Comm(comm)  # collective: before the ranks beyond the pair leave
     if r > 1:
         return
-    mc.resolved_policy()
+    mc.resolved_policy()  # point to point: binds its limits (no collective check)
     assert mc._p2p_below == float("inf") and not hasattr(mc, "_shortcut")
     x = np.arange(10, dtype=np.float32)
     y = np.empty_like(x)
@@ -360,7 +360,7 @@ def test_sendrecv_positional_takes_the_shortcut_and_counts_its_receive(comm, rec
     mc = mpicomp.Comm(comm)
     if r > 1:
         return
-    mc.resolved_policy()
+    mc.resolved_policy()  # point to point: binds its limits (no collective check)
     x = np.full(300, r, np.float64)
     y = np.empty_like(x)
     st = MPI.Status()
@@ -382,7 +382,7 @@ def test_sendrecv_positional_takes_the_shortcut_and_counts_its_receive(comm, rec
 def test_reduce_gather_and_the_nonblocking_collectives_take_the_shortcut(comm):
     p, r = comm.Get_size(), comm.Get_rank()
     mc = mpicomp.Comm(comm)
-    mc.resolved_policy()  # the threshold limit (64 KiB): small calls are plain by size
+    mc.check_settings()  # the threshold limit (64 KiB): small calls are plain by size
     x = np.arange(6, dtype=np.float32) + r
     y = np.zeros_like(x)
     mc.Reduce(x, y, op=MPI.SUM, root=0)
@@ -421,7 +421,7 @@ def test_scatter_and_reduce_scatter_take_a_fast_path(comm, monkeypatch):
 
     p, r = comm.Get_size(), comm.Get_rank()
     mc = mpicomp.Comm(comm)
-    mc.resolved_policy()
+    mc.check_settings()
 
     def no_parse(*args, **kwargs):
         raise AssertionError("the fast path parsed a buffer")
@@ -454,7 +454,7 @@ def test_without_the_extension_every_fast_path_skips_parsing(comm, monkeypatch):
     monkeypatch.setattr(shortcut, "COMPILED", False)
     p, r = comm.Get_size(), comm.Get_rank()
     mc = mpicomp.Comm(comm)
-    mc.resolved_policy()
+    mc.check_settings()
     assert not hasattr(mc, "_shortcut")
 
     def no_parse(*args, **kwargs):
@@ -544,7 +544,7 @@ def test_the_shortcut_takes_host_buffers_only(comm):
     """A call whose other buffer is not a bare NumPy array (a list spec here; a device
     array alike) runs the Python method, which checks both buffers."""
     mc = mpicomp.Comm(comm)
-    mc.resolved_policy()
+    mc.check_settings()
     x = np.ones(16, np.float32)
     y = np.empty_like(x)
     index = shortcut.METHODS.index("Allreduce")
@@ -571,7 +571,7 @@ def test_receives_keep_mpi4pys_types_errors_and_status(comm, receive_path):
     mc = mpicomp.Comm(comm)  # collective: before the ranks beyond the pair leave
     if r > 1:
         return
-    mc.resolved_policy()
+    mc.resolved_policy()  # point to point: binds its limits (no collective check)
     peer = 1 - r
     before = shortcut._shortcut.direct_calls()
     for dtype in (np.float32, np.float64, np.int32, np.int64, np.uint8, np.bool_,
@@ -613,7 +613,7 @@ def _default_with_shortcut(comm):
     """A communicator of the default policy on ``comm`` with its shortcut on, and how many
     calls have called MPI themselves so far."""
     mc = mpicomp.Comm(comm)
-    mc.resolved_policy()
+    mc.check_settings()
     assert _shortcut_on(mc)
     return mc, shortcut._shortcut.direct_calls()
 
@@ -732,7 +732,7 @@ def test_nonblocking_calls_give_what_mpi4py_gives(comm, receive_path):
     p, r = comm.Get_size(), comm.Get_rank()
     right, left = (r + 1) % p, (r - 1) % p
     mc = mpicomp.Comm(comm)
-    mc.resolved_policy()
+    mc.check_settings()
     assert _shortcut_on(mc)
     bound = receive_path == "direct"
     assert shortcut._shortcut.nonblocking_bound() == bound
@@ -808,7 +808,7 @@ def test_allgatherv_takes_the_compiled_shortcut_by_its_largest_count(comm, recei
     Python method."""
     p, r = comm.Get_size(), comm.Get_rank()
     mc = mpicomp.Comm(comm)
-    mc.resolved_policy()
+    mc.check_settings()
     assert _shortcut_on(mc)
     counts = [q + 2 for q in range(p)]
     displs = [sum(counts[:q]) for q in range(p)]
