@@ -1,5 +1,7 @@
 # mpicomp: build and test entry points. Needs only python3 (>= 3.10) on PATH.
-#   make venv      create .venv and install mpicomp (editable) with test deps and the MPICH wheel
+#   make venv      create .venv and install mpicomp (editable) with test deps and the MPICH wheel,
+#                  then compile every CPU kernel into Numba's cache (python -m mpicomp warmup)
+#   make warmup    compile the CPU kernels again (after changing one; make venv does it once)
 #   make test      all tests: serially, then under mpiexec -n 2, 3, 4 (tests/run_tests.py)
 #   make bench     the headline comparison (bench/headline.sh): compressed vs plain Allreduce,
 #                  Allgather, Alltoall and Bcast in one job, on the simulated cluster (root:
@@ -33,7 +35,7 @@ VENV_ARGS ?=
 WHEELS ?=
 OFFLINE_PTH := $(VENV)/base-site-packages.pth
 
-.PHONY: all venv test bench bench-codecs bench-comm bench-net test-gpu bench-gpu gpu-wheels clean distclean
+.PHONY: all venv warmup test bench bench-codecs bench-comm bench-net test-gpu bench-gpu gpu-wheels clean distclean
 
 all: test
 
@@ -55,6 +57,7 @@ else
 	$(PIP_INSTALL) --no-index --find-links $(WHEELS) $(WHEELS)/*.whl
 	$(PIP_INSTALL) --no-index --find-links $(WHEELS) --no-build-isolation -e '.[test,mpich,bench]'
 endif
+	$(VPY) -m mpicomp warmup --quiet
 	@touch $@
 
 GPU_PYTHON ?= 3.12
@@ -66,6 +69,9 @@ gpu-wheels:
 	$(PYTHON) -m pip download --disable-pip-version-check --no-deps --only-binary=:all: \
 	  --python-version $(GPU_PYTHON) --implementation cp $(addprefix --platform ,$(GPU_PLATFORMS)) \
 	  -d .whl $(GPU_WHEELS)
+
+warmup: venv
+	$(VPY) -m mpicomp warmup
 
 test: venv
 	$(VPY) tests/run_tests.py $(ARGS)

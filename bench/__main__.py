@@ -14,15 +14,28 @@ progress while the caller computes, ``mpicomp.bench.overlap``) and
 the OSU Micro-Benchmarks' conventions, ``mpicomp.bench.osu``), and
 ``model_check`` (their JSON records' predictions beside their measurements,
 ``mpicomp.bench.model_check``), and ``overhead`` (what the drop-in's default
-adds to calls that go plain, ``mpicomp.bench.overhead``).
+adds to calls that go plain, ``mpicomp.bench.overhead``), and ``first-call``
+(a new job's first compressed Allreduce per codec, ``mpicomp.bench.first_call``).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from . import (accuracy, allreduce, allreduce_gpu, codecs, headline, model_check, osu, overhead,
-               overlap, soak, train)
+from . import (
+    accuracy,
+    allreduce,
+    allreduce_gpu,
+    codecs,
+    first_call,
+    headline,
+    model_check,
+    osu,
+    overhead,
+    overlap,
+    soak,
+    train,
+)
 
 SUBCOMMANDS = {
     "codecs": (codecs, "codec encode/decode speed and error on one buffer"),
@@ -43,6 +56,8 @@ SUBCOMMANDS = {
                      "error-fed-back gradient reduction (run under mpiexec)"),
     "soak": (soak, "thousands of mixed compressed operations checked against plain MPI, "
                    "memory and threads watched (run under mpiexec)"),
+    "first-call": (first_call, "how long a new job's first compressed Allreduce takes, per "
+                               "codec (each in a job of its own; the kernel cache's effect)"),
     "model_check": (model_check, "the performance model's predictions beside measurements, "
                                  "from osu_* --json files"),
 }

@@ -14,27 +14,76 @@ Numba compiles a kernel separately for read-only and writable arrays;
 Every call runs on at most :func:`mpicomp.threads.budget` threads (the
 usable cores divided among the ranks of the job on this node), whatever
 Numba's own thread count is.
+
+The first call of a kernel with new argument types compiles it, or loads
+it from Numba's on-disk cache. Ranks of one node would all compile the
+same kernel at once (each taking the cores the others need); that first
+call therefore holds a node-wide file lock, so one rank compiles and
+caches while the others wait, then load its machine code.
+(``python -m mpicomp warmup`` fills the cache before any job.)
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from ..threads import budget
 
-__all__ = ["SERIAL_BELOW", "call", "readonly"]
+__all__ = ["SERIAL_BELOW", "call", "compile_lock", "readonly"]
 
 #: kernels on fewer values than this run on one thread (cast kernels)
 SERIAL_BELOW = 1 << 16
+
+
+#: (kernel, argument types) this process has called, so compiled or loaded
+_ready: set[tuple[Any, ...]] = set()
+
+
+def _types(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple((a.dtype.num, a.ndim, a.flags.writeable, a.flags.c_contiguous)
+                 if isinstance(a, np.ndarray) else type(a) for a in args)
+
+
+@contextlib.contextmanager
+def compile_lock() -> Iterator[None]:
+    """Held by one process of this user on this node at a time (nothing, if no lock file
+    can be made)."""
+    path = os.path.join(tempfile.gettempdir(), f"mpicomp-compile-{os.getuid()}.lock")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        yield
+        return
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def call(kernel: Callable[..., Any], *args: Any, serial: bool = False) -> Any:
     """``kernel(*args)`` on one thread when ``serial``, else on at most the rank's budget.
 
     Numba's thread count is per calling thread; it is restored after the call.
+    The first call with new argument types holds :func:`compile_lock`.
     """
+    key = (kernel, *_types(args))
+    if key in _ready:
+        return _call(kernel, args, serial)
+    with compile_lock():
+        result = _call(kernel, args, serial)
+    _ready.add(key)
+    return result
+
+
+def _call(kernel: Callable[..., Any], args: tuple[Any, ...], serial: bool) -> Any:
     import numba  # loaded by the kernel's own module already; imported here to keep launch light
 
     nthreads = numba.get_num_threads()

@@ -19,13 +19,14 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 from . import shortcut
 
-__all__ = ["OpStats", "Recorder", "Stats", "debug_enabled"]
+__all__ = ["OpStats", "Recorder", "Stats", "debug_enabled", "live_tables"]
 
 
 def debug_enabled() -> bool:
@@ -64,6 +65,7 @@ class Stats:
     """Thread-safe table of :class:`OpStats` by operation name."""
 
     def __init__(self) -> None:
+        _LIVE.add(self)
         self._ops: dict[str, OpStats] = {}
         self._fast: dict[tuple[str, int, str], int] = {}
         #: the compiled plain-MPI shortcut's state, and the reasons its collectives and its
@@ -135,6 +137,15 @@ class Stats:
 
     def __repr__(self) -> str:
         return f"Stats({self.as_dict()!r})"
+
+
+#: every communicator's table while it lives (the job summary of ``python -m mpicomp --stats``)
+_LIVE: weakref.WeakSet[Stats] = weakref.WeakSet()
+
+
+def live_tables() -> list[Stats]:
+    """The tables of this process's communicators that are still alive."""
+    return list(_LIVE)
 
 
 class Recorder:
