@@ -6,7 +6,10 @@ mpi4py accepts a bare buffer, ``[buf, datatype]``, ``[buf, count, datatype]``,
 ``[buf, counts, datatype]`` or ``[buf, counts]`` (counts and displacements in
 elements). :func:`parse` turns such a spec into a :class:`Buf`: a flat NumPy
 view of the memory plus the element count (or counts) in use. Buffers the
-codecs can compress are contiguous float32/float64 NumPy arrays and
+codecs can compress are contiguous float32/float64 host buffers (NumPy
+arrays, and, viewed without a copy, anything with the buffer protocol or
+a CPU ``__dlpack__``: ``array.array('f')``, ``MPI.buffer``, ``bytearray``
+with a float datatype in the spec, PyTorch CPU tensors) and
 C-contiguous float32/float64 CUDA buffers (anything with
 ``__cuda_array_interface__`` or a CUDA ``__dlpack__``: CuPy, PyTorch,
 Numba), which become flat Numba device arrays over the same memory;
@@ -251,7 +254,9 @@ def _as_array(obj: Any, datatype: Any, name: str,
     if where.on_device:
         return _as_device_array(obj, datatype, name)
     if not isinstance(obj, np.ndarray):
-        return None, f"not a numpy array ({type(obj).__name__})"
+        obj, reason = _host_view(obj, datatype)
+        if obj is None:
+            return None, reason
     if not (obj.flags.c_contiguous or obj.flags.f_contiguous):
         raise ValueError(  # mpi4py refuses it too
             f"{name}: the array must be contiguous (shape {obj.shape}, strides {obj.strides}); "
@@ -264,6 +269,45 @@ def _as_array(obj: Any, datatype: Any, name: str,
     if flat.dtype not in COMPRESSIBLE_DTYPES:
         return None, f"dtype {flat.dtype} is not float32/float64"
     return flat, ""
+
+
+#: buffer formats of raw bytes: MPI reads them through the spec's datatype
+_BYTE_FORMATS = ("B", "b", "c")
+
+
+def _host_view(obj: Any, datatype: Any) -> tuple[np.ndarray | None, str]:
+    """A NumPy view (no copy) of a host buffer that is not an ndarray, found the way mpi4py
+    finds one: the buffer protocol (``array.array``, ``bytearray``, ``MPI.buffer``,
+    ``memoryview``, ...), else a CPU ``__dlpack__`` (PyTorch CPU tensors, ...); or
+    ``(None, reason)``. Raw bytes take the element type of the spec's datatype."""
+    try:
+        mv = memoryview(obj)
+    except TypeError:
+        mv = None
+    if mv is None:
+        if getattr(obj, "__dlpack__", None) is None:
+            return None, f"{type(obj).__name__} has neither the buffer protocol nor __dlpack__"
+        try:
+            return np.from_dlpack(obj), ""
+        except (TypeError, ValueError, BufferError, RuntimeError) as exc:
+            return None, f"{type(obj).__name__}: no NumPy view through DLPack ({exc})"
+    if not mv.c_contiguous:
+        return None, f"{type(obj).__name__}: a buffer that is not C-contiguous"
+    if mv.format in _BYTE_FORMATS:
+        if datatype is None:
+            return None, f"{type(obj).__name__} of bytes without a float MPI datatype"
+        try:
+            dt = dtlib.to_numpy_dtype(datatype)
+        except (ValueError, KeyError, TypeError):
+            return None, f"datatype {datatype.Get_name() or datatype!r} has no numpy dtype"
+        if mv.nbytes % dt.itemsize:
+            return None, f"{mv.nbytes} bytes are not a whole number of {dt} values"
+    else:
+        try:
+            dt = np.dtype(mv.format)
+        except TypeError:
+            return None, f"buffer format {mv.format!r} has no numpy dtype"
+    return np.frombuffer(mv.cast("B"), dtype=dt), ""
 
 
 def _as_device_array(obj: Any, datatype: Any, name: str) -> tuple[Any, str]:
