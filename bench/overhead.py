@@ -91,7 +91,7 @@ CALLS: dict[str, Callable[[Any, np.ndarray, np.ndarray], None]] = {
     "Reduce": lambda c, x, y: c.Reduce(x, y, root=0),
     "Gather": lambda c, x, y: c.Gather(x, y, root=0),
     "Scatter": lambda c, x, y: c.Scatter(y, x, root=0),
-    "Allgatherv": lambda c, x, y: c.Allgatherv(x, [y, [x.size] * c.Get_size()]),
+    "Allgatherv": lambda c, x, y: c.Allgatherv(x, _vspec(y, c.Get_size())),
     "Reduce_scatter": lambda c, x, y: c.Reduce_scatter(y, x),
     "Reduce_scatter_block": lambda c, x, y: c.Reduce_scatter_block(y, x),
     "Ibcast": lambda c, x, y: c.Ibcast(x, root=0).Wait(),
@@ -101,6 +101,30 @@ CALLS: dict[str, Callable[[Any, np.ndarray, np.ndarray], None]] = {
     "Isend/Irecv": _round_trip("Isend", "Irecv"),
     "Sendrecv": _sendrecv,
 }
+#: the buffer spec forms mpi4py accepts (``--specs``): each turns an array into that form
+SPECS: dict[str, Callable[[np.ndarray], Any]] = {
+    "bare": lambda a: a,
+    "[buf,dtype]": lambda a: [a, _datatype(a)],
+    "[buf,count,dtype]": lambda a: [a, a.size, _datatype(a)],
+    "[buf,count,displ,dtype]": lambda a: [a, a.size, 0, _datatype(a)],
+    "[buf,char]": lambda a: [a, a.dtype.char],
+}
+
+
+def _datatype(a: np.ndarray) -> Any:
+    from mpi4py import MPI
+
+    return MPI.FLOAT if a.dtype == np.float32 else MPI.DOUBLE
+
+
+def _vspec(y: Any, p: int) -> Any:
+    """Allgatherv's receive v-spec in the form of ``y``'s spec (counts, and its datatype)."""
+    if isinstance(y, np.ndarray):
+        return [y, [y.size // p] * p]
+    a, *rest = y
+    return [a, [a.size // p] * p, rest[-1]]
+
+
 GATHERS = ("Allgather", "Gather", "Iallgather", "Scatter", "Reduce_scatter",
            "Reduce_scatter_block", "Allgatherv")
 #: methods whose buffer is cut into one block per rank
@@ -118,19 +142,21 @@ def _loop(comm: Any, call: Callable[[Any, np.ndarray, np.ndarray], None], x: np.
     return (time.perf_counter() - start) / calls
 
 
-def _methods(spec: str) -> list[str]:
-    names = [m.strip() for m in spec.split(",") if m.strip()]
+def _choose(option: str, value: str, choices: dict[str, Any], sep: str) -> list[str]:
+    """The names in ``value`` (``sep``-separated, or ``all``), each one of ``choices``."""
+    names = [m.strip() for m in value.split(sep) if m.strip()]
     if names == ["all"]:
-        return list(CALLS)
-    bad = [m for m in names if m not in CALLS]
+        return list(choices)
+    bad = [m for m in names if m not in choices]
     if bad or not names:
-        raise ValueError(f"--methods: {bad or spec!r}; choose from {', '.join(CALLS)} or all")
+        raise ValueError(f"{option}: {bad or value!r}; choose from "
+                         f"{(sep + ' ').join(choices)} or all")
     return names
 
 
 def run(sizes: str, rounds: int, seconds: float, data: str, seed: int, threads: int | None,
         argv: list[str] | None, methods: str = DEFAULT_METHODS,
-        codec: str | None = None) -> list[dict[str, Any]]:
+        codec: str | None = None, specs: str = "bare") -> list[dict[str, Any]]:
     """Time both loops at each size of each method; rank 0 prints the table; returns its
     rows (rank 0). ``codec``: the mpicomp side names it (calls below its threshold go
     plain), else it is ``mpicomp.COMM_WORLD`` with no settings."""
@@ -142,19 +168,21 @@ def run(sizes: str, rounds: int, seconds: float, data: str, seed: int, threads: 
     drop_in = mpicomp.COMM_WORLD if codec is None else mpicomp.Comm(world, codec=codec)
     side = "no settings" if codec is None else f"codec={codec!r}"
     threads, local = setup_threads(world, threads)
-    chosen, names = parse_sizes(sizes), _methods(methods)
+    chosen = parse_sizes(sizes)
+    names = _choose("--methods", methods, CALLS, ",")
+    forms = _choose("--specs", specs, SPECS, ";")
     r, p = world.Get_rank(), world.Get_size()
     rows = []
-    for name in names:
-        call, scale = CALLS[name], p if name in GATHERS else 1
+    for name, form in ((n, f) for n in names for f in forms):
+        call, scale, wrap = CALLS[name], p if name in GATHERS else 1, SPECS[form]
         # Alltoall splits its buffer among the ranks: whole multiples of p values
         block = p if name in SPLITS else 1
         arrays = [bench_data.generate(data, -(-max(n // 4, 1) // block) * block, np.float32,
                                       seed=seed + r) for n in chosen]
         for x in arrays:  # the program's first calls: they settle the default
-            call(drop_in, x, np.empty(scale * x.size, x.dtype))
-        for x in arrays:
-            y = np.empty(scale * x.size, x.dtype)
+            call(drop_in, wrap(x), wrap(np.empty(scale * x.size, x.dtype)))
+        for a in arrays:
+            x, y = wrap(a), wrap(np.empty(scale * a.size, a.dtype))
             once = _loop(world, call, x, y, 50)
             calls = world.bcast(max(int(seconds / max(once, 1e-7)), 50), root=0)
             plain, ours = [], []
@@ -162,11 +190,12 @@ def run(sizes: str, rounds: int, seconds: float, data: str, seed: int, threads: 
                 plain.append(_loop(world, call, x, y, calls))
                 ours.append(_loop(drop_in, call, x, y, calls))
             t_plain, t_ours = statistics.median(plain), statistics.median(ours)
-            rows.append({"method": name, "size": size_label(x.nbytes), "calls": calls,
+            rows.append({"method": name, "spec": form, "size": size_label(a.nbytes),
+                         "calls": calls,
                          "plain_us": t_plain * 1e6, "mpicomp_us": t_ours * 1e6,
                          "ratio": t_ours / t_plain})
             if r == 0:
-                progress(f"overhead: {name} {size_label(x.nbytes)} done")
+                progress(f"overhead: {name} {form} {size_label(a.nbytes)} done")
     stats = drop_in.stats()
     paths = {m: s["fallbacks"] for m, s in stats.items() if s.get("fallbacks")}
     if r == 0:
@@ -178,7 +207,8 @@ def run(sizes: str, rounds: int, seconds: float, data: str, seed: int, threads: 
             f"how mpicomp's calls went: {paths}",
             f"command: {mpi_command(world, argv)}",
         ]
-        columns = [Column("method", "method"), Column("size", "size"), Column("calls", "calls"),
+        columns = [Column("method", "method"), Column("spec", "spec"), Column("size", "size"),
+                   Column("calls", "calls"),
                    Column("plain_us", "plain us", "{:.3f}"),
                    Column("mpicomp_us", "mpicomp us", "{:.3f}"),
                    Column("ratio", "mpicomp/plain", "{:.3f}")]
@@ -186,7 +216,8 @@ def run(sizes: str, rounds: int, seconds: float, data: str, seed: int, threads: 
         worst = max(rows, key=lambda r: r["ratio"])
         verdict = "met" if worst["ratio"] <= TARGET else "NOT met"
         print(f"# target: at most {TARGET:.2f}x plain at every size; worst "
-              f"{worst['ratio']:.3f} ({worst['method']} {worst['size']}): {verdict}")
+              f"{worst['ratio']:.3f} ({worst['method']} {worst['spec']} {worst['size']}): "
+              f"{verdict}")
     return rows
 
 
@@ -200,6 +231,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="about how long each loop runs (0.1)")
     parser.add_argument("--methods", default=DEFAULT_METHODS,
                         help=f"comma-separated, or all: {', '.join(CALLS)} ({DEFAULT_METHODS})")
+    parser.add_argument("--specs", default="bare",
+                        help=f"semicolon-separated buffer spec forms, or all: {'; '.join(SPECS)} "
+                             "(bare)")
     parser.add_argument("--codec", default=None,
                         help="the mpicomp side names this codec (calls below its threshold "
                              "go plain; default: mpicomp.COMM_WORLD with no settings)")
@@ -212,5 +246,6 @@ def main(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     run(sizes=args.sizes or quick.get("sizes", DEFAULT_SIZES),
         rounds=args.rounds or quick.get("rounds", 7),
         seconds=args.seconds or quick.get("seconds", 0.1), data=args.data, seed=args.seed,
-        threads=args.threads, argv=argv, methods=args.methods, codec=args.codec)
+        threads=args.threads, argv=argv, methods=args.methods, codec=args.codec,
+        specs=args.specs)
     return 0

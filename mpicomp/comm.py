@@ -245,7 +245,10 @@ class Comm(MPI.Intracomm):
                 self._size1 = self.Get_size() == 1
                 self._stats.threshold = pol.threshold
                 # collectives take the fast path once the ranks agreed on the settings
-                self._set_plain_below(_collective_limit(pol) if self._model.settings_agreed
+                if self._size1:
+                    self._model.settings_agreed = True  # nothing to compare
+                self._set_plain_below(_collective_limit(pol, self._size1)
+                                      if self._model.settings_agreed
                                       else (0.0, ""),
                                       p2p=((math.inf, "codec none") if not pol.enabled
                                            else (math.inf, P2P_AUTO) if pol.auto
@@ -277,7 +280,7 @@ class Comm(MPI.Intracomm):
                 raise RankDisagreement(_settings_difference(comm.allgather(pol.settings())))
         self._model.settings_agreed = True
         if self._model.plain_below is not None and not self._debug:
-            self._set_plain_below(_collective_limit(pol))
+            self._set_plain_below(_collective_limit(pol, self._size1))
 
     #: calls without settings on NumPy arrays of fewer bytes take the fast plain path
     #: (class defaults: a Comm that mpi4py made without __new__ has none)
@@ -292,7 +295,7 @@ class Comm(MPI.Intracomm):
         """Set the fast path's size limit and reason (see :meth:`_fast_plain`), and those of
         point-to-point sends (``p2p``; None: as they were)."""
         self._model.plain_below = limit
-        self._fast_below = 0.0 if self._size1 else limit[0]
+        self._fast_below = limit[0]
         self._fast_reason = limit[1]
         if p2p is not None:
             self._p2p_below, self._p2p_reason = p2p
@@ -1264,9 +1267,12 @@ class _WorkerView(Comm):
         return result
 
 
-def _collective_limit(pol: Resolved) -> tuple[float, str]:
-    """The fast path's size limit and reason for collectives under the default ``pol``."""
-    return (math.inf, "codec none") if not pol.enabled else (pol.threshold, "below threshold")
+def _collective_limit(pol: Resolved, size1: bool) -> tuple[float, str]:
+    """The fast path's size limit and reason for collectives under the default ``pol``
+    (``size1``: a communicator of one rank, whose collectives are all plain)."""
+    if not pol.enabled:
+        return math.inf, "codec none"
+    return (math.inf, "single rank") if size1 else (pol.threshold, "below threshold")
 
 
 def _settings_difference(per_rank: list[dict[str, str]]) -> str:

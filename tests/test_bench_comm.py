@@ -68,7 +68,7 @@ def test_allreduce_benchmark_quick():
 def test_overhead_benchmark_quick():
     lines = _run_bench("overhead")
     rows = _rows(lines, "method ")
-    assert [" ".join(r[:3]) for r in rows] == ["Allreduce 4 B", "Allreduce 64 KiB"], lines
+    assert [" ".join(r[:4]) for r in rows] == ["Allreduce bare 4 B", "Allreduce bare 64 KiB"], lines
     assert all(float(r[-1]) > 0 for r in rows), rows
     assert any(line.startswith("# target: at most 1.05x plain") for line in lines), lines
     assert any("codec auto: one node" in line for line in lines), lines
@@ -90,10 +90,23 @@ def test_overhead_benchmark_under_a_named_codec_quick():
     its threshold (from Python, reading the v-spec's counts)."""
     lines = _run_bench("overhead", "--methods", "Allgatherv", "--codec", "bitplane")
     rows = _rows(lines, "method ")
-    assert [" ".join(r[:3]) for r in rows] == ["Allgatherv 4 B", "Allgatherv 64 KiB"], lines
+    assert [" ".join(r[:4]) for r in rows] == ["Allgatherv bare 4 B",
+                                               "Allgatherv bare 64 KiB"], lines
     assert all(float(r[-1]) > 0 for r in rows), rows
     assert any("mpicomp (codec='bitplane')" in line for line in lines), lines
     assert any("'Allgatherv': {'below threshold" in line for line in lines), lines
+
+
+def test_overhead_benchmark_of_every_spec_form_quick():
+    """``--specs all``: every buffer spec form mpi4py accepts, plain and mpicomp alike."""
+    from bench.overhead import SPECS
+
+    lines = _run_bench("overhead", "--methods", "Allreduce,Allgatherv,Sendrecv", "--specs", "all",
+                       "--sizes", "4")
+    rows = _rows(lines, "method ")
+    assert [(r[0], r[1]) for r in rows] == [(m, f) for m in ("Allreduce", "Allgatherv", "Sendrecv")
+                                            for f in SPECS], lines
+    assert all(float(r[-1]) > 0 for r in rows), rows
 
 
 def test_overlap_benchmark_quick():

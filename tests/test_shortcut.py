@@ -897,3 +897,22 @@ def test_reduce_scatter_gives_what_mpi4py_gives(comm, receive_path):
         assert str(caught.value) == str(plain.value)
     mc.Reduce_scatter_block(np.ones(4 * p), got)  # still in step
     np.testing.assert_array_equal(got, p)
+
+
+def test_a_one_rank_communicator_takes_the_fast_path_at_every_size():
+    """One rank (a job started without mpiexec): every collective is plain, so after the
+    first call every bare-array collective of any size takes the compiled path, counted
+    under its reason "single rank"; results are mpi4py's."""
+    mc = mpicomp.Comm(MPI.COMM_SELF)
+    big = np.arange(1 << 18, dtype=np.float32)  # 1 MiB, far above the threshold
+    out = np.empty_like(big)
+    mc.Allreduce(big, out)  # the first call settles the limits
+    for _ in range(3):
+        mc.Allreduce(big, out)
+        mc.Bcast(big, root=0)
+    np.testing.assert_array_equal(out, big)
+    st = mc.stats()
+    assert st["Allreduce"]["fallbacks"] == {"single rank": 4}
+    assert st["Bcast"]["fallbacks"] == {"single rank": 3}
+    if shortcut.COMPILED:
+        assert mc._shortcut.limit == float("inf")
