@@ -22,10 +22,12 @@ N = 1 << 12
 
 
 class DLPackOnly:
-    """A host tensor that offers only DLPack (no buffer protocol), as a PyTorch CPU tensor."""
+    """A host tensor that offers only DLPack (no buffer protocol) and a ``dtype``, as a
+    PyTorch CPU tensor."""
 
     def __init__(self, a: np.ndarray) -> None:
         self._a = a
+        self.dtype = a.dtype
 
     def __dlpack__(self, **kwargs):
         return self._a.__dlpack__(**kwargs)
@@ -74,6 +76,10 @@ def test_buffers_that_stay_plain_say_why():
     assert "not a whole number" in parse([bytearray(10), MPI.FLOAT]).reason
     assert "int32 is not float32/float64" in parse(array.array("i", [1, 2])).reason
     assert "neither the buffer protocol nor __dlpack__" in parse(object()).reason
+    untyped = DLPackOnly(np.ones(4, np.float32))
+    del untyped.dtype
+    assert "unknown dtype" in parse(untyped).reason
+    assert parse([untyped, MPI.FLOAT]).compressible  # the spec's datatype types it
 
 
 @pytest.mark.mpi(min_size=2)
