@@ -102,12 +102,13 @@ CALLS: dict[str, Callable[[Any, np.ndarray, np.ndarray], None]] = {
     "Sendrecv": _sendrecv,
 }
 #: the buffer spec forms mpi4py accepts (``--specs``): each turns an array into that form
-SPECS: dict[str, Callable[[np.ndarray], Any]] = {
-    "bare": lambda a: a,
-    "[buf,dtype]": lambda a: [a, _datatype(a)],
-    "[buf,count,dtype]": lambda a: [a, a.size, _datatype(a)],
-    "[buf,count,displ,dtype]": lambda a: [a, a.size, 0, _datatype(a)],
-    "[buf,char]": lambda a: [a, a.dtype.char],
+#: (``n``: the count the spec names, per rank where the method splits the buffer)
+SPECS: dict[str, Callable[[np.ndarray, int], Any]] = {
+    "bare": lambda a, n: a,
+    "[buf,dtype]": lambda a, n: [a, _datatype(a)],
+    "[buf,count,dtype]": lambda a, n: [a, n, _datatype(a)],
+    "[buf,count,displ,dtype]": lambda a, n: [a, n, 0, _datatype(a)],
+    "[buf,char]": lambda a, n: [a, a.dtype.char],
 }
 
 
@@ -127,6 +128,8 @@ def _vspec(y: Any, p: int) -> Any:
 
 GATHERS = ("Allgather", "Gather", "Iallgather", "Scatter", "Reduce_scatter",
            "Reduce_scatter_block", "Allgatherv")
+#: methods whose ``y`` holds one part per rank, a spec counting one part
+PER_RANK_Y = ("Allgather", "Gather", "Iallgather", "Scatter", "Reduce_scatter_block")
 #: methods whose buffer is cut into one block per rank
 SPLITS = ("Alltoall", "Ialltoall")
 DEFAULT_METHODS = "Allreduce"
@@ -140,6 +143,13 @@ def _loop(comm: Any, call: Callable[[Any, np.ndarray, np.ndarray], None], x: np.
     for _ in range(calls):
         call(comm, x, y)
     return (time.perf_counter() - start) / calls
+
+
+def _spec_pair(wrap: Callable[[np.ndarray, int], Any], a: np.ndarray, scale: int, block: int,
+               y_parts: int) -> tuple[Any, Any]:
+    """``x`` (over ``a``) and ``y`` (``scale`` times as long) in one spec form."""
+    y = np.empty(scale * a.size, a.dtype)
+    return wrap(a, a.size // block), wrap(y, y.size // y_parts)
 
 
 def _choose(option: str, value: str, choices: dict[str, Any], sep: str) -> list[str]:
@@ -179,10 +189,13 @@ def run(sizes: str, rounds: int, seconds: float, data: str, seed: int, threads: 
         block = p if name in SPLITS else 1
         arrays = [bench_data.generate(data, -(-max(n // 4, 1) // block) * block, np.float32,
                                       seed=seed + r) for n in chosen]
-        for x in arrays:  # the program's first calls: they settle the default
-            call(drop_in, wrap(x), wrap(np.empty(scale * x.size, x.dtype)))
+        # a spec's count, as mpi4py reads it: per rank for the buffer a method splits among
+        # the ranks (Scatter's send, the gathers' receive, both of Alltoall), else the whole
+        y_parts = p if name in PER_RANK_Y or name in SPLITS else 1
+        for a in arrays:  # the program's first calls: they settle the default
+            call(drop_in, *_spec_pair(wrap, a, scale, block, y_parts))
         for a in arrays:
-            x, y = wrap(a), wrap(np.empty(scale * a.size, a.dtype))
+            x, y = _spec_pair(wrap, a, scale, block, y_parts)
             once = _loop(world, call, x, y, 50)
             calls = world.bcast(max(int(seconds / max(once, 1e-7)), 50), root=0)
             plain, ours = [], []

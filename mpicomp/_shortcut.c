@@ -15,8 +15,10 @@
  *     other buffer, if it has one, is an ndarray too or None: host memory only),
  *
  * is counted by size in the state and handed to mpi4py's method (or, once bound, to MPI
- * itself: "Direct MPI" below). Every other call goes to `slow`, the Python method, which
- * decides as before.
+ * itself: "Direct MPI" below). A collective (but Allgatherv) or a send whose buffers are
+ * mpi4py buffer specs over such arrays ([a, datatype], [a, count, datatype], ...: see
+ * spec_nbytes) is counted by the bytes its spec addresses and handed to mpi4py's method.
+ * Every other call goes to `slow`, the Python method, which decides as before.
  *
  * Three kinds of method:
  *   - COLLECTIVE (Allreduce, Bcast ...): below the state's `limit` (the bytes of the
@@ -243,7 +245,8 @@ plain_keywords(Method *self, PyObject *kwnames)
     return 1;
 }
 
-static PyObject *nbytes_name, *status_name, *get_count_name, *itemsize_name;
+static PyObject *nbytes_name, *status_name, *get_count_name, *itemsize_name, *size_name;
+static PyTypeObject *datatype_type;  /* mpi4py.MPI.Datatype */
 
 /* -- Direct MPI: calls without mpi4py's argument parsing -------------------------
  *
@@ -970,6 +973,20 @@ direct_collective(Method *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
  * a list of ints) or [array, (counts, displs)] (counts a list or tuple), the array exactly
  * `array`, as mpicomp.comm._largest_count reads it; -1 for any other form (a datatype,
  * whose unit the counts are in; another buffer kind), -2 on an error */
+/* A count item of a buffer spec: a non-negative int, or -1 */
+static long long
+spec_count(PyObject *item)
+{
+    if (!PyLong_CheckExact(item))
+        return -1;
+    long long v = PyLong_AsLongLong(item);
+    if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    return v;
+}
+
 static long long
 largest_count(PyObject *spec, PyTypeObject *array)
 {
@@ -987,14 +1004,9 @@ largest_count(PyObject *spec, PyTypeObject *array)
     Py_ssize_t n = PySequence_Fast_GET_SIZE(counts);
     long long most = -1;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *c = PySequence_Fast_GET_ITEM(counts, i);
-        if (!PyLong_CheckExact(c))
+        long long v = spec_count(PySequence_Fast_GET_ITEM(counts, i));
+        if (v < 0)
             return -1;
-        long long v = PyLong_AsLongLong(c);
-        if (v == -1 && PyErr_Occurred()) {
-            PyErr_Clear();
-            return -1;
-        }
         if (v > most)
             most = v;
     }
@@ -1115,6 +1127,103 @@ below(State *state, int index, PyObject *buf, double limit)
     return rc;
 }
 
+/* the bytes of a buffer spec over exactly a numpy.ndarray, in mpi4py's forms
+ * [a, datatype], [a, char], [a, count], [a, (count, displ)], [a, count, datatype],
+ * [a, (count, displ), datatype] or [a, count, displ, datatype]: >= 0; -1 for any other
+ * form (the Python method reads it); -2 on an error. A datatype's bytes are its size. */
+static long long
+spec_nbytes(PyObject *spec, PyTypeObject *array)
+{
+    if (Py_TYPE(spec) == array) {
+        PyObject *nb = PyObject_GetAttr(spec, nbytes_name);
+        long long v = nb == NULL ? -2 : PyLong_AsLongLong(nb);
+        Py_XDECREF(nb);
+        return v < 0 ? -2 : v;
+    }
+    if (datatype_type == NULL || !(PyList_CheckExact(spec) || PyTuple_CheckExact(spec)))
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(spec);
+    if (n < 2 || n > 4 || Py_TYPE(PySequence_Fast_GET_ITEM(spec, 0)) != array)
+        return -1;
+    PyObject *buf = PySequence_Fast_GET_ITEM(spec, 0);
+    PyObject *second = PySequence_Fast_GET_ITEM(spec, 1);
+    PyObject *last = PySequence_Fast_GET_ITEM(spec, n - 1);
+    long long count = -1, displ = 0;
+    if (n == 2 && (PyObject_TypeCheck(second, datatype_type) || PyUnicode_CheckExact(second))) {
+        PyObject *nb = PyObject_GetAttr(buf, nbytes_name);  /* the whole array */
+        long long v = nb == NULL ? -2 : PyLong_AsLongLong(nb);
+        Py_XDECREF(nb);
+        return v < 0 ? -2 : v;
+    }
+    if (PyTuple_CheckExact(second) && PyTuple_GET_SIZE(second) == 2 && n <= 3) {
+        displ = spec_count(PyTuple_GET_ITEM(second, 1));
+        count = spec_count(PyTuple_GET_ITEM(second, 0));
+    } else {
+        count = spec_count(second);
+        if (n == 4)
+            displ = spec_count(PySequence_Fast_GET_ITEM(spec, 2));
+    }
+    if (count < 0 || displ < 0)
+        return -1;
+    PyObject *unit;
+    if (n == 2)
+        unit = PyObject_GetAttr(buf, itemsize_name);
+    else if (PyObject_TypeCheck(last, datatype_type))
+        unit = PyObject_GetAttr(last, size_name);
+    else
+        return -1;  /* a type character with a count: the Python method sizes it */
+    long long size = unit == NULL ? -2 : PyLong_AsLongLong(unit);
+    Py_XDECREF(unit);
+    if (size < 0)
+        return -2;
+    /* a count past the array's end: the Python method says so (mpi4py would let MPI read
+     * beyond the buffer) */
+    PyObject *nb = PyObject_GetAttr(buf, nbytes_name);
+    long long total = nb == NULL ? -2 : PyLong_AsLongLong(nb);
+    Py_XDECREF(nb);
+    if (total < 0)
+        return -2;
+    return (displ + count) * size <= total ? count * size : -1;
+}
+
+/* a host buffer the spec path takes: exactly an ndarray, None, or a spec over one */
+static int
+spec_host(PyObject *obj, PyTypeObject *array)
+{
+    return obj == Py_None || Py_TYPE(obj) == array
+           || ((PyList_CheckExact(obj) || PyTuple_CheckExact(obj))
+               && PySequence_Fast_GET_SIZE(obj) >= 2
+               && Py_TYPE(PySequence_Fast_GET_ITEM(obj, 0)) == array);
+}
+
+/* Buffer specs (not bare arrays) of a collective or a send under the size limit: counted
+ * by the bytes the spec addresses and handed to mpi4py's method, which reads the spec.
+ * Returns as below(), the result in *result. */
+static int
+spec_call(Method *self, State *state, PyObject *const *args, Py_ssize_t nargs,
+          PyObject *kwnames, PyObject **result)
+{
+    if (self->vspec || self->kind == RECEIVE || self->kind == SENDRECV)
+        return 0;
+    if (self->other != 0 && !(nargs > self->other && spec_host(args[self->other], self->array)))
+        return 0;
+    long long n = spec_nbytes(args[self->sized], self->array);
+    if (n < 0)
+        return n == -2 ? (PyErr_Clear(), 0) : 0;
+    double limit = self->kind == COLLECTIVE ? state->limit : state->p2p_limit;
+    if (limit <= 0 || (double)n >= limit)
+        return 0;
+    PyObject *nb = PyLong_FromLongLong(n);
+    if (nb == NULL)
+        return -1;
+    int rc = count(&state->counts[self->index], (Py_ssize_t)n, nb);
+    Py_DECREF(nb);
+    if (rc < 0)
+        return -1;
+    *result = PyObject_Vectorcall(self->plain, args, (size_t)nargs, kwnames);
+    return *result == NULL ? -1 : 1;
+}
+
 static PyObject *
 method_vectorcall(PyObject *self_obj, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -1157,6 +1266,15 @@ method_vectorcall(PyObject *self_obj, PyObject *const *args, size_t nargsf, PyOb
         }
         if (rc != 0)
             return rc < 0 ? NULL : result;
+    } else if (nargs > self->sized && PyObject_TypeCheck(args[0], self->owner)
+               && plain_keywords(self, kwnames)) {
+        PyObject *state_obj = *(PyObject **)((char *)args[0] + self->offset);
+        if (state_obj != NULL && Py_TYPE(state_obj) == &StateType) {
+            PyObject *result = NULL;
+            int rc = spec_call(self, (State *)state_obj, args, nargs, kwnames, &result);
+            if (rc != 0)
+                return rc < 0 ? NULL : result;
+        }
     }
     return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
 }
@@ -1573,8 +1691,16 @@ PyInit__shortcut(void)
     status_name = PyUnicode_InternFromString("status");
     get_count_name = PyUnicode_InternFromString("Get_count");
     itemsize_name = PyUnicode_InternFromString("itemsize");
+    size_name = PyUnicode_InternFromString("size");
+    PyObject *mpi_module = PyImport_ImportModule("mpi4py.MPI");
+    if (mpi_module == NULL)
+        return NULL;
+    datatype_type = (PyTypeObject *)PyObject_GetAttrString(mpi_module, "Datatype");
+    Py_DECREF(mpi_module);
+    if (datatype_type == NULL || !PyType_Check(datatype_type))
+        return NULL;
     if (nbytes_name == NULL || status_name == NULL || get_count_name == NULL
-            || itemsize_name == NULL
+            || itemsize_name == NULL || size_name == NULL
             || PyType_Ready(&StateType) < 0 || PyType_Ready(&MethodType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);

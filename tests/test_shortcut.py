@@ -135,7 +135,8 @@ def test_without_the_extension_the_python_path_counts_the_same(comm, monkeypatch
 @pytest.mark.mpi(min_size=2)
 def test_the_shortcut_itself_takes_the_calls_with_mpi4pys_keywords(comm):
     """The state's own counts (not the Python path's): positional and mpi4py's keywords
-    (op, root) are taken; an mpicomp setting, IN_PLACE or a list buffer spec are not."""
+    (op, root) and buffer specs over arrays are taken; an mpicomp setting, IN_PLACE or a
+    spec over another kind of buffer are not."""
     mc = mpicomp.Comm(comm, codec="bitplane", threshold=1 << 20)
     x = np.ones(64, np.float32)
     y = np.empty_like(x)
@@ -147,10 +148,15 @@ def test_the_shortcut_itself_takes_the_calls_with_mpi4pys_keywords(comm):
     mc.Allreduce(x, y, rate=8.25)  # a setting: the Python method
     mc.Allreduce(MPI.IN_PLACE, y)
     mc.Allreduce([x, MPI.FLOAT], [y, MPI.FLOAT])
+    mc.Allreduce([x, 10, MPI.FLOAT], [y, 10, MPI.FLOAT])  # counted by its count
+    mc.Allreduce([memoryview(x), MPI.FLOAT], [y, MPI.FLOAT])
     mc.Bcast(x, root=0)
     mc.Bcast(x, 0)
-    assert mc._shortcut.take(shortcut.METHODS.index("Allreduce")) == {x.nbytes: 3}
-    assert mc._shortcut.take(shortcut.METHODS.index("Bcast")) == {x.nbytes: 2}
+    mc.Bcast([x, 3, 2, MPI.FLOAT], 0)
+    with pytest.raises(ValueError, match="count 60 at displacement 5 needs 65 elements"):
+        mc.Bcast([x, 60, 5, MPI.FLOAT], 0)  # past the array's end: the Python method says so
+    assert mc._shortcut.take(shortcut.METHODS.index("Allreduce")) == {x.nbytes: 4, 40: 1}
+    assert mc._shortcut.take(shortcut.METHODS.index("Bcast")) == {x.nbytes: 2, 12: 1}
     assert mc.stats()["Allreduce"]["calls"] == 4  # the first call and the three not taken
 
 
@@ -248,7 +254,8 @@ def test_point_to_point_under_the_default_takes_the_shortcut(comm, receive_path)
         assert _take(mc, "Send") == {x.nbytes: 1 if r == 0 else 2}
         assert _take(mc, "Recv") == {x.nbytes: 2 if r == 0 else 1}
         assert _take(mc, ("Isend" if r == 0 else "Irecv")) == {x.nbytes: 1}
-    # what the shortcut does not take goes to the Python method: settings, list specs
+    # a send's buffer spec is taken; what the shortcut does not take goes to the Python
+    # method: settings, a receive's buffer spec
     if peer is not None:
         if r == 0:
             mc.Send([x, MPI.FLOAT], 1, 7)
@@ -256,10 +263,11 @@ def test_point_to_point_under_the_default_takes_the_shortcut(comm, receive_path)
         else:
             mc.Recv([y, MPI.FLOAT], 0, 7)
             mc.Recv(y, 0, 8, codec="none")
-        assert _take(mc, "Send") == {} and _take(mc, "Recv") == {}
+        assert _take(mc, "Send") == ({x.nbytes: 1} if r == 0 else {})
+        assert _take(mc, "Recv") == {}
         st = mc.stats()
         if r == 0:
-            assert st["Send"]["fallbacks"] == {P2P_AUTO: 1, "codec none": 1}
+            assert st["Send"]["fallbacks"] == {"codec none": 1}
         else:
             assert st["Recv"]["fallbacks"] == {shortcut.RECEIVED_PLAIN: 2}
 
@@ -541,15 +549,15 @@ def test_allgatherv_skips_parsing_where_every_size_goes_plain(comm, monkeypatch)
 
 @pytest.mark.mpi(min_size=2)
 def test_the_shortcut_takes_host_buffers_only(comm):
-    """A call whose other buffer is not a bare NumPy array (a list spec here; a device
-    array alike) runs the Python method, which checks both buffers."""
+    """A call whose other buffer is not a NumPy array or a spec over one (a memoryview
+    here; a device array alike) runs the Python method, which checks both buffers."""
     mc = mpicomp.Comm(comm)
     mc.check_settings()
     x = np.ones(16, np.float32)
     y = np.empty_like(x)
     index = shortcut.METHODS.index("Allreduce")
     mc._shortcut.take(index)
-    mc.Allreduce(x, [y, MPI.FLOAT])
+    mc.Allreduce(x, [memoryview(y), MPI.FLOAT])
     assert mc._shortcut.take(index) == {}
     mc.Allreduce(x, y)
     assert mc._shortcut.take(index) == {x.nbytes: 1}
