@@ -969,10 +969,6 @@ direct_collective(Method *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
     return 1;
 }
 
-/* the bytes of a v-spec's largest count, read without parsing it: [array, counts] (counts
- * a list of ints) or [array, (counts, displs)] (counts a list or tuple), the array exactly
- * `array`, as mpicomp.comm._largest_count reads it; -1 for any other form (a datatype,
- * whose unit the counts are in; another buffer kind), -2 on an error */
 /* A count item of a buffer spec: a non-negative int, or -1 */
 static long long
 spec_count(PyObject *item)
@@ -987,6 +983,10 @@ spec_count(PyObject *item)
     return v;
 }
 
+/* the bytes of a v-spec's largest count, read without parsing it: [array, counts] (counts
+ * a list of ints) or [array, (counts, displs)] (counts a list or tuple), the array exactly
+ * `array`, as mpicomp.comm._largest_count reads it; -1 for any other form (a datatype,
+ * whose unit the counts are in; another buffer kind), -2 on an error */
 static long long
 largest_count(PyObject *spec, PyTypeObject *array)
 {
@@ -1127,6 +1127,16 @@ below(State *state, int index, PyObject *buf, double limit)
     return rc;
 }
 
+/* an object's `nbytes` as a non-negative integer, or -2 (an error set) */
+static long long
+nbytes_of(PyObject *obj)
+{
+    PyObject *nb = PyObject_GetAttr(obj, nbytes_name);
+    long long v = nb == NULL ? -1 : PyLong_AsLongLong(nb);
+    Py_XDECREF(nb);
+    return v < 0 ? -2 : v;
+}
+
 /* the bytes of a buffer spec over exactly a numpy.ndarray, in mpi4py's forms
  * [a, datatype], [a, char], [a, count], [a, (count, displ)], [a, count, datatype],
  * [a, (count, displ), datatype] or [a, count, displ, datatype]: >= 0; -1 for any other
@@ -1134,12 +1144,8 @@ below(State *state, int index, PyObject *buf, double limit)
 static long long
 spec_nbytes(PyObject *spec, PyTypeObject *array)
 {
-    if (Py_TYPE(spec) == array) {
-        PyObject *nb = PyObject_GetAttr(spec, nbytes_name);
-        long long v = nb == NULL ? -2 : PyLong_AsLongLong(nb);
-        Py_XDECREF(nb);
-        return v < 0 ? -2 : v;
-    }
+    if (Py_TYPE(spec) == array)
+        return nbytes_of(spec);
     if (datatype_type == NULL || !(PyList_CheckExact(spec) || PyTuple_CheckExact(spec)))
         return -1;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(spec);
@@ -1149,12 +1155,8 @@ spec_nbytes(PyObject *spec, PyTypeObject *array)
     PyObject *second = PySequence_Fast_GET_ITEM(spec, 1);
     PyObject *last = PySequence_Fast_GET_ITEM(spec, n - 1);
     long long count = -1, displ = 0;
-    if (n == 2 && (PyObject_TypeCheck(second, datatype_type) || PyUnicode_CheckExact(second))) {
-        PyObject *nb = PyObject_GetAttr(buf, nbytes_name);  /* the whole array */
-        long long v = nb == NULL ? -2 : PyLong_AsLongLong(nb);
-        Py_XDECREF(nb);
-        return v < 0 ? -2 : v;
-    }
+    if (n == 2 && (PyObject_TypeCheck(second, datatype_type) || PyUnicode_CheckExact(second)))
+        return nbytes_of(buf);  /* the whole array */
     if (PyTuple_CheckExact(second) && PyTuple_GET_SIZE(second) == 2 && n <= 3) {
         displ = spec_count(PyTuple_GET_ITEM(second, 1));
         count = spec_count(PyTuple_GET_ITEM(second, 0));
@@ -1178,9 +1180,7 @@ spec_nbytes(PyObject *spec, PyTypeObject *array)
         return -2;
     /* a count past the array's end: the Python method says so (mpi4py would let MPI read
      * beyond the buffer) */
-    PyObject *nb = PyObject_GetAttr(buf, nbytes_name);
-    long long total = nb == NULL ? -2 : PyLong_AsLongLong(nb);
-    Py_XDECREF(nb);
+    long long total = nbytes_of(buf);
     if (total < 0)
         return -2;
     return (displ + count) * size <= total ? count * size : -1;

@@ -293,10 +293,9 @@ def _host_view(obj: Any, datatype: Any) -> tuple[np.ndarray | None, str]:
     if mv.format in _BYTE_FORMATS:
         if datatype is None:
             return None, f"{type(obj).__name__} of bytes without a float MPI datatype"
-        try:
-            dt = dtlib.to_numpy_dtype(datatype)
-        except (ValueError, KeyError, TypeError):
-            return None, f"datatype {datatype.Get_name() or datatype!r} has no numpy dtype"
+        dt, reason = _numpy_dtype(datatype)
+        if dt is None:
+            return None, reason
         if mv.nbytes % dt.itemsize:
             return None, f"{mv.nbytes} bytes are not a whole number of {dt} values"
     else:
@@ -317,10 +316,9 @@ def _dlpack_view(obj: Any, datatype: Any) -> tuple[np.ndarray | None, str]:
     except Exception as exc:  # noqa: BLE001 - whatever mpi4py refuses goes to it as given
         return None, f"{type(obj).__name__}: mpi4py reads no host memory through DLPack ({exc})"
     if datatype is not None:
-        try:
-            dt = dtlib.to_numpy_dtype(datatype)
-        except (ValueError, KeyError, TypeError):
-            return None, f"datatype {datatype.Get_name() or datatype!r} has no numpy dtype"
+        dt, reason = _numpy_dtype(datatype)
+        if dt is None:
+            return None, reason
     else:
         try:
             dt = np.dtype(str(getattr(obj, "dtype", "")).removeprefix("torch."))
@@ -349,10 +347,17 @@ def _check_datatype(dtype: np.dtype, datatype: Any) -> str:
     (MPI reads the memory through the datatype the caller gave, as mpi4py does)."""
     if datatype is None:
         return ""
-    try:
-        dt = dtlib.to_numpy_dtype(datatype)
-    except (ValueError, KeyError, TypeError):
-        return f"datatype {datatype.Get_name() or datatype!r} has no numpy dtype"
+    dt, reason = _numpy_dtype(datatype)
+    if dt is None:
+        return reason
     if dt != dtype:
         return f"MPI datatype {datatype.Get_name() or dt} is not the array's dtype {dtype}"
     return ""
+
+
+def _numpy_dtype(datatype: Any) -> tuple[np.dtype | None, str]:
+    """The NumPy dtype of an MPI datatype, or ``(None, the plain-MPI reason)``."""
+    try:
+        return dtlib.to_numpy_dtype(datatype), ""
+    except (ValueError, KeyError, TypeError):
+        return None, f"datatype {datatype.Get_name() or datatype!r} has no numpy dtype"

@@ -271,13 +271,13 @@ class Comm(MPI.Intracomm):
         pol = self.resolved_policy()
         if self.Get_size() > 1:
             comm = self._main_engine().comm
-            described = pol.describe()
-            fp = fingerprint(described)
+            settings = pol.settings()
+            fp = fingerprint(sorted(settings.items()))
             vec = np.array([fp, -fp], np.float64)
             out = np.empty_like(vec)
             comm.Allreduce(vec, out, op=MPI.MAX)
             if out[0] != -out[1]:
-                raise RankDisagreement(_settings_difference(comm.allgather(pol.settings())))
+                raise RankDisagreement(_settings_difference(comm.allgather(settings)))
         self._model.settings_agreed = True
         if self._model.plain_below is not None and not self._debug:
             self._set_plain_below(_collective_limit(pol, self._size1))

@@ -26,7 +26,7 @@ from types import TracebackType
 
 from mpi4py import MPI
 
-__all__ = ["ENV", "enabled", "install", "observed", "unobserved"]
+__all__ = ["ENV", "abort_job", "enabled", "install", "observed", "unobserved"]
 
 ENV = "MPICOMP_ABORT_ON_ERROR"
 ABORT_STATUS = 1
@@ -53,7 +53,7 @@ def install() -> None:
         try:
             previous(kind, exc, tb)
         finally:
-            _abort(f"an uncaught {kind.__name__} on rank {MPI.COMM_WORLD.Get_rank()}")
+            abort_job(f"an uncaught {kind.__name__} on rank {MPI.COMM_WORLD.Get_rank()}")
 
     sys.excepthook = hook
     atexit.register(_check_pending)
@@ -81,14 +81,15 @@ def _check_pending() -> None:
         print("mpicomp: a nonblocking operation failed and nothing waited for it:",
               file=sys.stderr)
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
-    _abort("a failed nonblocking operation nothing waited for")
+    abort_job("a failed nonblocking operation nothing waited for")
 
 
 #: seconds between printing the traceback and the abort, so the launcher forwards it
 ABORT_GRACE_S = 0.25
 
 
-def _abort(why: str) -> None:
+def abort_job(why: str, status: int = ABORT_STATUS) -> None:
+    """Flush, say why on stderr, and abort every rank of the job with ``status``."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -100,4 +101,4 @@ def _abort(why: str) -> None:
         # MPICH's process manager kills every rank at the abort; output still in its pipes
         # is then lost (a CI run once got neither traceback nor this line): give it a moment
         time.sleep(ABORT_GRACE_S)
-        MPI.COMM_WORLD.Abort(ABORT_STATUS)
+        MPI.COMM_WORLD.Abort(status)

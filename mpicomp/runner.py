@@ -13,9 +13,9 @@ process (so communicators the program makes with ``mpicomp.Comm`` follow
 them too), and the program sees ``sys.argv``, ``sys.path[0]`` and
 ``__main__`` as ``python prog.py`` (``-m``, ``-c``) would give them. An
 uncaught exception, or a non-zero ``sys.exit`` on any rank, ends the whole
-job (as ``python -m mpi4py`` does). With ``--stats``, rank 0 prints the
-job-wide summary (:mod:`mpicomp.summary`) when every rank's program has
-returned.
+job (as ``python -m mpi4py`` does; with ``MPICOMP_ABORT_ON_ERROR=0`` only that
+rank). With ``--stats``, rank 0 prints the job-wide summary
+(:mod:`mpicomp.summary`) when every rank's program has returned.
 """
 from __future__ import annotations
 
@@ -151,11 +151,12 @@ def _print_user_traceback(exc: BaseException) -> None:
 
 
 def _abort(status: int, why: str) -> None:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if MPI.COMM_WORLD.Get_size() > 1:
-        print(f"mpicomp: aborting the job ({why})", file=sys.stderr, flush=True)
-        MPI.COMM_WORLD.Abort(status)
+    """End the job (every rank, as mpicomp's fail-fast does unless it is turned off), or
+    this process in a one-rank job."""
+    from . import failfast
+
+    if MPI.COMM_WORLD.Get_size() > 1 and failfast.enabled():
+        failfast.abort_job(why, status)
     sys.exit(status)
 
 

@@ -9,6 +9,7 @@ went plain. Counts and bytes are summed over ranks.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from mpi4py import MPI
@@ -23,9 +24,14 @@ MIB = float(1 << 20)
 
 def rank_totals() -> dict[str, dict[str, Any]]:
     """This rank's counters by method, summed over its live communicators."""
+    return _merged(table.as_dict() for table in live_tables())
+
+
+def _merged(tables: Iterable[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Counters by method, summed over ``tables`` (fallback reasons counted together)."""
     out: dict[str, dict[str, Any]] = {}
-    for table in live_tables():
-        for method, row in table.as_dict().items():
+    for table in tables:
+        for method, row in table.items():
             acc = out.setdefault(method, {k: 0 for k in _SUMMED} | {"fallbacks": Counter()})
             for k in _SUMMED:
                 acc[k] += row[k]
@@ -36,13 +42,7 @@ def rank_totals() -> dict[str, dict[str, Any]]:
 def format_summary(per_rank: list[dict[str, dict[str, Any]]]) -> str:
     """The table for the counters of every rank (one dict per rank, from :func:`rank_totals`)."""
     nranks = len(per_rank)
-    job: dict[str, dict[str, Any]] = {}
-    for totals in per_rank:
-        for method, row in totals.items():
-            acc = job.setdefault(method, {k: 0 for k in _SUMMED} | {"fallbacks": Counter()})
-            for k in _SUMMED:
-                acc[k] += row[k]
-            acc["fallbacks"].update(row["fallbacks"])
+    job = _merged(per_rank)
     lines = [f"# mpicomp job summary: {nranks} rank(s); calls and bytes summed over ranks, "
              "seconds the mean per rank",
              f"# {'Method':<20}{'Calls':>10}{'Compressed':>12}{'Raw MiB':>12}{'Wire MiB':>12}"

@@ -22,8 +22,9 @@ is per calling thread: the program's own Numba code keeps its settings.
 
 Idle OpenMP workers spin for a while before they sleep; with more codec
 threads than free cores (``MPICOMP_THREADS`` above the budget, or a launcher
-that does not say how many ranks share the node) two ranks on two cores
-made a 4 MiB compressed Allreduce 410 ms instead of 1.3 ms. When mpicomp is
+that does not say how many ranks share the node) two ranks on two cores,
+two codec threads each, made a 4 MiB compressed Allreduce 96 to 420 ms
+instead of 2 ms (docs/usage.md). When mpicomp is
 the first to start Numba's workers (:func:`start_numba_workers`, called as
 its kernels load), it asks the OpenMP runtime that Numba loads to let idle
 workers sleep: ``OMP_WAIT_POLICY=PASSIVE`` is in the environment only while
