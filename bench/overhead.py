@@ -109,6 +109,7 @@ SPECS: dict[str, Callable[[np.ndarray, int], Any]] = {
     "[buf,count,dtype]": lambda a, n: [a, n, _datatype(a)],
     "[buf,count,displ,dtype]": lambda a, n: [a, n, 0, _datatype(a)],
     "[buf,char]": lambda a, n: [a, a.dtype.char],
+    "[buf,count,char]": lambda a, n: [a, n, a.dtype.char],
 }
 
 

@@ -15,12 +15,13 @@
  *     other buffer, if it has one, is an ndarray too or None: host memory only),
  *
  * is counted by size in the state and handed to mpi4py's method (or, once bound, to MPI
- * itself: "Direct MPI" below). A collective (but Allgatherv) or a send whose buffers are
- * mpi4py buffer specs over such arrays ([a, datatype], [a, count, datatype], ...: see
- * spec_nbytes) is counted by the bytes its spec addresses and handed to mpi4py's method.
- * Every other call goes to `slow`, the Python method, which decides as before.
+ * itself: "Direct MPI" below). A call whose buffers are mpi4py buffer specs over such
+ * arrays ([a, datatype], [a, count, datatype], ...: "Buffer specs" below) is counted by
+ * the bytes its spec addresses and handed to mpi4py's method (a receive: those bytes
+ * received as below). Every other call goes to `slow`, the Python method, which decides
+ * as before.
  *
- * Three kinds of method:
+ * Four kinds of method:
  *   - COLLECTIVE (Allreduce, Bcast ...): below the state's `limit` (the bytes of the
  *     first buffer; Scatter's: of its receive buffer, the argument `sized`; Allgatherv's:
  *     of the largest count of its receive v-spec, the argument `vspec`);
@@ -33,6 +34,7 @@
  *     with its status, to `frame`, which decodes it in place;
  *   - SENDRECV (Sendrecv, its receive buffer given by position): a send below
  *     `p2p_limit`, its receive as RECEIVE's.
+ * (a collective of a v-spec, Allgatherv: below `limit` by its v-spec's largest count)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -248,6 +250,211 @@ plain_keywords(Method *self, PyObject *kwnames)
 static PyObject *nbytes_name, *status_name, *get_count_name, *itemsize_name, *size_name;
 static PyTypeObject *datatype_type;  /* mpi4py.MPI.Datatype */
 
+static PyObject *extent_name, *lb_name;
+static PyObject *typedict;  /* mpi4py.MPI._typedict: a type character -> its MPI.Datatype */
+
+/* -- Buffer specs ------------------------------------------------------------------
+ *
+ * mpi4py takes a buffer as an object or as a spec: [a, datatype], [a, char], [a, count],
+ * [a, (count, displ)], [a, count, datatype], [a, (count, displ), datatype] or
+ * [a, count, displ, datatype] (a list or tuple; `datatype` an MPI.Datatype or a type
+ * character of mpi4py's, counts and displacements in its units, else in the array's
+ * items). The shortcut reads these forms over exactly a numpy.ndarray; any other form
+ * goes to the Python method. */
+
+/* a count item of a buffer spec: a non-negative int, or -1 */
+static long long
+spec_count(PyObject *item)
+{
+    if (!PyLong_CheckExact(item))
+        return -1;
+    long long v = PyLong_AsLongLong(item);
+    if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;
+    }
+    return v;
+}
+
+/* an object's `nbytes` as a non-negative integer, or -2 (an error set) */
+static long long
+nbytes_of(PyObject *obj)
+{
+    PyObject *nb = PyObject_GetAttr(obj, nbytes_name);
+    long long v = nb == NULL ? -1 : PyLong_AsLongLong(nb);
+    Py_XDECREF(nb);
+    return v < 0 ? -2 : v;
+}
+
+/* an int attribute of an object (a datatype's size, extent, lb), -2 on an error (set) */
+static long long
+int_attr(PyObject *obj, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(obj, name);
+    long long n = v == NULL ? -1 : PyLong_AsLongLong(v);
+    Py_XDECREF(v);
+    return n == -1 && PyErr_Occurred() ? -2 : n;
+}
+
+/* a spec's datatype item: the MPI.Datatype (borrowed), a type character's, or NULL */
+static PyObject *
+datatype_of(PyObject *item)
+{
+    if (PyObject_TypeCheck(item, datatype_type))
+        return item;
+    if (!PyUnicode_CheckExact(item) || typedict == NULL)
+        return NULL;
+    PyObject *found = PyDict_GetItemWithError(typedict, item);  /* borrowed */
+    if (found == NULL || !PyObject_TypeCheck(found, datatype_type)) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return found;
+}
+
+typedef struct {
+    PyObject *array;     /* the array (borrowed) */
+    long long count;     /* in the datatype's units; -1: the whole array */
+    long long displ;     /* in the datatype's extents */
+    PyObject *datatype;  /* the MPI.Datatype (borrowed), NULL: the array's items */
+} Spec;
+
+/* a bare array or a buffer spec over one: 1 with *out set, 0 for any other form */
+static int
+read_spec(PyObject *spec, PyTypeObject *array, Spec *out)
+{
+    out->count = -1;
+    out->displ = 0;
+    out->datatype = NULL;
+    if (Py_TYPE(spec) == array) {
+        out->array = spec;
+        return 1;
+    }
+    if (datatype_type == NULL || !(PyList_CheckExact(spec) || PyTuple_CheckExact(spec)))
+        return 0;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(spec);
+    if (n < 2 || n > 4 || Py_TYPE(PySequence_Fast_GET_ITEM(spec, 0)) != array)
+        return 0;
+    out->array = PySequence_Fast_GET_ITEM(spec, 0);
+    PyObject *second = PySequence_Fast_GET_ITEM(spec, 1);
+    if (n == 2 && (out->datatype = datatype_of(second)) != NULL)
+        return 1;  /* [a, datatype]: the whole array */
+    if (n > 2 && (out->datatype = datatype_of(PySequence_Fast_GET_ITEM(spec, n - 1))) == NULL)
+        return 0;
+    if (PyTuple_CheckExact(second) && PyTuple_GET_SIZE(second) == 2 && n <= 3) {
+        out->count = spec_count(PyTuple_GET_ITEM(second, 0));
+        out->displ = spec_count(PyTuple_GET_ITEM(second, 1));
+    } else {
+        out->count = spec_count(second);
+        if (n == 4)
+            out->displ = spec_count(PySequence_Fast_GET_ITEM(spec, 2));
+    }
+    return out->count >= 0 && out->displ >= 0;
+}
+
+/* the bytes of one unit of a spec: its datatype's size (or the array's itemsize); with
+ * `bytes` set, 0 unless the datatype is plain bytes (its extent its size, its lower bound
+ * 0). -2 on an error (set). */
+static long long
+spec_unit(const Spec *s, int bytes)
+{
+    if (s->datatype == NULL)
+        return int_attr(s->array, itemsize_name);
+    long long size = int_attr(s->datatype, size_name);
+    if (size <= 0 || !bytes)
+        return size;
+    long long extent = int_attr(s->datatype, extent_name);
+    long long lb = extent < 0 ? -2 : int_attr(s->datatype, lb_name);
+    return lb < 0 ? -2 : extent == size && lb == 0 ? size : 0;
+}
+
+/* the bytes a spec addresses in its array: 1 with *offset and *nbytes set; 0 when it is
+ * not read here (another form, a datatype that is not plain bytes where `bytes` asks for
+ * them, a count past the array's end: the Python method says so, where mpi4py would let
+ * MPI read beyond the buffer). An error is cleared (the Python method meets it again). */
+static int
+spec_span(const Spec *s, int bytes, long long *offset, long long *nbytes)
+{
+    long long total = nbytes_of(s->array);
+    long long unit = total < 0 ? -2 : s->count < 0 && !bytes ? 1 : spec_unit(s, bytes);
+    if (unit <= 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (s->count < 0) {  /* the whole array */
+        *offset = 0;
+        *nbytes = total;
+        return 1;
+    }
+    if (s->count > LLONG_MAX / 2 / unit || s->displ > LLONG_MAX / 2 / unit
+            || (s->displ + s->count) * unit > total)
+        return 0;
+    *offset = s->displ * unit;
+    *nbytes = s->count * unit;
+    return 1;
+}
+
+/* the bytes of a buffer spec (a bare array's nbytes): >= 0, or -1 when not read here */
+static long long
+spec_nbytes(PyObject *spec, PyTypeObject *array)
+{
+    Spec s;
+    long long offset, nbytes;
+    if (!read_spec(spec, array, &s) || !spec_span(&s, 0, &offset, &nbytes))
+        return -1;
+    return nbytes;
+}
+
+/* a host buffer the spec path takes: exactly an ndarray, None, or a spec over one */
+static int
+spec_host(PyObject *obj, PyTypeObject *array)
+{
+    return obj == Py_None || Py_TYPE(obj) == array
+           || ((PyList_CheckExact(obj) || PyTuple_CheckExact(obj))
+               && PySequence_Fast_GET_SIZE(obj) >= 2
+               && Py_TYPE(PySequence_Fast_GET_ITEM(obj, 0)) == array);
+}
+
+/* the bytes of a v-spec's largest count, read without parsing it: [a, counts],
+ * [a, (counts, displs)], [a, counts, datatype], [a, (counts, displs), datatype] or
+ * [a, counts, displs, datatype] (counts a list of ints; a list or tuple in a pair), the
+ * array exactly `array`, as mpicomp.comm._largest_count reads it: >= 0, -1 for any other
+ * form */
+static long long
+largest_count(PyObject *spec, PyTypeObject *array)
+{
+    if (!(PyList_CheckExact(spec) || PyTuple_CheckExact(spec)))
+        return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(spec);
+    if (n < 2 || n > 4 || Py_TYPE(PySequence_Fast_GET_ITEM(spec, 0)) != array)
+        return -1;
+    Spec s = {PySequence_Fast_GET_ITEM(spec, 0), 0, 0, NULL};
+    if (n > 2 && (s.datatype = datatype_of(PySequence_Fast_GET_ITEM(spec, n - 1))) == NULL)
+        return -1;
+    PyObject *counts = PySequence_Fast_GET_ITEM(spec, 1);
+    if (n <= 3 && PyTuple_CheckExact(counts) && PyTuple_GET_SIZE(counts) == 2
+            && (PyList_CheckExact(PyTuple_GET_ITEM(counts, 0))
+                || PyTuple_CheckExact(PyTuple_GET_ITEM(counts, 0))))
+        counts = PyTuple_GET_ITEM(counts, 0);  /* (counts, displs) */
+    else if (!PyList_CheckExact(counts))
+        return -1;  /* (a tuple of two ints reads as (count, displacement) to mpi4py) */
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(counts);
+    long long most = -1;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        long long v = spec_count(PySequence_Fast_GET_ITEM(counts, i));
+        if (v < 0)
+            return -1;
+        if (v > most)
+            most = v;
+    }
+    long long unit = most < 0 ? -1 : spec_unit(&s, 0);
+    if (unit < 0 || most > LLONG_MAX / 2 / (unit > 0 ? unit : 1)) {
+        PyErr_Clear();
+        return -1;
+    }
+    return most * unit;
+}
+
 /* -- Direct MPI: calls without mpi4py's argument parsing -------------------------
  *
  * A receive must learn the message's length (to tell a frame from plain data), so
@@ -376,16 +583,56 @@ typed_view(PyObject *obj, int writable, Py_buffer *view, int *type, int *count)
     return 1;
 }
 
-/* MPI's call for a receiving kind, if the call fits: args[first] the receive buffer (a
- * C-contiguous writable array), then source and tag, all positional (Sendrecv: a
- * contiguous send buffer of a one-letter format, its dest and sendtag before), ints.
- * Returns 1 with *received (the message's bytes) and *nbytes (the buffer's) set, 0 when
- * the call does not fit (mpi4py takes it), -1 on an error. */
+/* A receive buffer as the bytes it spans: a bare array's, or those a spec over one
+ * addresses (its datatype plain bytes) */
+typedef struct {
+    PyObject *array;   /* the array (borrowed) */
+    long long offset;  /* where the bytes start in it */
+    long long nbytes;  /* how many */
+    int bare;          /* whether the call passed the array itself */
+} Span;
+
+/* a send buffer for MPI's own call: a bare array of a one-letter format by its datatype,
+ * a spec over one (its datatype plain bytes) as the bytes it addresses. 1 with *view (the
+ * caller releases it), *at, *type and *count set; 0 when not */
 static int
-direct(Method *self, Py_ssize_t first, PyObject *const *args, Py_ssize_t nargs,
-       PyObject *status, long long *received, Py_ssize_t *nbytes)
+send_view(PyObject *obj, PyTypeObject *array, Py_buffer *view, char **at, int *type,
+          int *count)
 {
-    if (mpi.recv == NULL)
+    if (Py_TYPE(obj) == array) {
+        if (!typed_view(obj, 0, view, type, count))
+            return 0;
+        *at = view->buf;
+        return 1;
+    }
+    Spec s;
+    long long offset = 0, nbytes = 0;
+    if (!read_spec(obj, array, &s) || !spec_span(&s, 1, &offset, &nbytes) || nbytes > INT_MAX)
+        return 0;
+    if (PyObject_GetBuffer(s.array, view, PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (offset + nbytes > view->len) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    *at = (char *)view->buf + offset;
+    *type = mpi.byte;
+    *count = (int)nbytes;
+    return 1;
+}
+
+/* MPI's call for a receiving kind, if the call fits: `into` the receive buffer's bytes (a
+ * C-contiguous writable array), then source and tag, all positional (Sendrecv: its send
+ * buffer as send_view takes it, its dest and sendtag before), ints. Returns 1 with
+ * *received (the message's bytes) set, 0 when the call does not fit (mpi4py takes it),
+ * -1 on an error. */
+static int
+direct(Method *self, const Span *into, Py_ssize_t first, PyObject *const *args,
+       Py_ssize_t nargs, PyObject *status, long long *received)
+{
+    if (mpi.recv == NULL || into->nbytes > INT_MAX)
         return 0;
     int from[2];  /* source, tag */
     for (int i = 0; i < 2; i++) {
@@ -394,21 +641,24 @@ direct(Method *self, Py_ssize_t first, PyObject *const *args, Py_ssize_t nargs,
             return 0;
     }
     int dest = 0, sendtag = 0, sendtype = 0, sendcount = 0;
-    Py_buffer sent = {0}, into = {0};
+    char *sendat = NULL;
+    Py_buffer sent = {0}, view = {0};
     if (self->kind == SENDRECV) {
         if (!int_arg(args[2], &dest) || !int_arg(args[3], &sendtag))
             return 0;
-        if (!typed_view(args[1], 0, &sent, &sendtype, &sendcount))
+        if (!send_view(args[1], self->array, &sent, &sendat, &sendtype, &sendcount))
             return 0;
     }
-    if (PyObject_GetBuffer(args[first], &into, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+    if (PyObject_GetBuffer(into->array, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
         PyErr_Clear();
         if (self->kind == SENDRECV)
             PyBuffer_Release(&sent);
         return 0;
     }
     int rc = 0;
-    if (into.len <= INT_MAX) {
+    if (into->offset + into->nbytes <= view.len) {
+        char *at = (char *)view.buf + into->offset;
+        int n = (int)into->nbytes;
         int *comm = mpi.comm(args[0]);
         void *st = comm == NULL ? NULL : mpi.status(status);
         int ierr = 0, got = 0;
@@ -417,9 +667,9 @@ direct(Method *self, Py_ssize_t first, PyObject *const *args, Py_ssize_t nargs,
         } else {
             Py_BEGIN_ALLOW_THREADS
             ierr = self->kind == SENDRECV
-                   ? mpi.sendrecv(sent.buf, sendcount, sendtype, dest, sendtag, into.buf,
-                                  (int)into.len, mpi.byte, from[0], from[1], *comm, st)
-                   : mpi.recv(into.buf, (int)into.len, mpi.byte, from[0], from[1], *comm, st);
+                   ? mpi.sendrecv(sendat, sendcount, sendtype, dest, sendtag, at, n, mpi.byte,
+                                  from[0], from[1], *comm, st)
+                   : mpi.recv(at, n, mpi.byte, from[0], from[1], *comm, st);
             if (ierr == 0)
                 ierr = mpi.get_count(st, mpi.byte, &got);
             Py_END_ALLOW_THREADS
@@ -428,30 +678,35 @@ direct(Method *self, Py_ssize_t first, PyObject *const *args, Py_ssize_t nargs,
                 rc = -1;
             } else {
                 *received = got;
-                *nbytes = into.len;
                 direct_calls++;
                 rc = 1;
             }
         }
     }
-    PyBuffer_Release(&into);
+    PyBuffer_Release(&view);
     if (self->kind == SENDRECV)
         PyBuffer_Release(&sent);
     return rc;
 }
 
-/* mpi4py's method for a receiving kind's call: the receive buffer args[first] as bytes,
- * the status (ours, or the call's at `at`, -1: none given) in its place; *received and
- * *nbytes as direct's. 0 on success, -1 on an error. */
+/* mpi4py's method for a receiving kind's call: the receive buffer args[first] as the
+ * bytes `into` spans, the status (ours, or the call's at `at`, -1: none given) in its
+ * place; *received as direct's. 0 on success, -1 on an error. */
 static int
-through_mpi4py(Method *self, Py_ssize_t first, PyObject *const *args, Py_ssize_t nargs,
-               PyObject *kwnames, Py_ssize_t at, PyObject *status, long long *received,
-               Py_ssize_t *nbytes)
+through_mpi4py(Method *self, const Span *into, Py_ssize_t first, PyObject *const *args,
+               Py_ssize_t nargs, PyObject *kwnames, Py_ssize_t at, PyObject *status,
+               long long *received)
 {
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     Py_ssize_t status_pos = first + 3;
-    PyObject *buf = args[first];
-    PyObject *spec = PyTuple_Pack(2, buf, self->byte);
+    PyObject *spec;
+    if (into->bare) {
+        spec = PyTuple_Pack(2, into->array, self->byte);
+    } else {  /* [array, (count, displacement), MPI.BYTE] */
+        PyObject *where = Py_BuildValue("(LL)", into->nbytes, into->offset);
+        spec = where == NULL ? NULL : PyTuple_Pack(3, into->array, where, self->byte);
+        Py_XDECREF(where);
+    }
     if (spec == NULL)
         return -1;
     /* the arguments again: the buffer as bytes, the status in its place (or a keyword) */
@@ -491,40 +746,39 @@ through_mpi4py(Method *self, Py_ssize_t first, PyObject *const *args, Py_ssize_t
         return -1;
     *received = PyLong_AsLongLong(got);
     Py_DECREF(got);
-    if (*received == -1 && PyErr_Occurred())
-        return -1;
-    PyObject *nb = PyObject_GetAttr(buf, nbytes_name);
-    *nbytes = nb == NULL ? -1 : PyLong_AsSsize_t(nb);
-    Py_XDECREF(nb);
-    return *nbytes == -1 && PyErr_Occurred() ? -1 : 0;
+    return *received == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
 /* whether a receiving kind's call has the shape `receive` takes: the receive buffer
- * args[first] an array, then at most source, tag and status (positional or keywords) */
+ * args[first] an array or a spec over one whose bytes it spans (*into set), then at most
+ * source, tag and status (positional or keywords) */
 static int
 receive_shape(Method *self, Py_ssize_t first, PyObject *const *args, Py_ssize_t nargs,
-              PyObject *kwnames)
+              PyObject *kwnames, Span *into)
 {
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     Py_ssize_t status_pos = first + 3;
-    return nargs > first && nargs <= status_pos + 1 && nargs + nkw <= status_pos + 3
-           && Py_TYPE(args[first]) == self->array;
+    Spec s;
+    if (!(nargs > first && nargs <= status_pos + 1 && nargs + nkw <= status_pos + 3)
+            || !read_spec(args[first], self->array, &s)
+            || !spec_span(&s, 1, &into->offset, &into->nbytes))
+        return 0;
+    into->array = s.array;
+    into->bare = s.array == args[first];
+    return 1;
 }
 
-/* The receiving kinds: the receive buffer args[first] (Recv: 1, Sendrecv: 4) received as
- * bytes, its source and tag after it (`defaults` where a positional call leaves them out),
- * then the status (made when the call passes none); frame(comm, buf, status) for an odd
- * byte count, else the receive counted (at `recv_index`). Returns 1 with *result set when
- * it handled the call, 0 when the call's arguments are not the plain ones (the Python
- * method takes it), -1 on an error. */
+/* The receiving kinds: the receive buffer args[first] (Recv: 1, Sendrecv: 4; its bytes
+ * `into`, from receive_shape) received as bytes, its source and tag after it (`defaults`
+ * where a positional call leaves them out), then the status (made when the call passes
+ * none); frame(comm, buf, status) for an odd byte count, else the receive counted (at
+ * `recv_index`). Returns 1 with *result set (-1 on an error). */
 static int
-receive(Method *self, State *state, Py_ssize_t first, PyObject *const *args, Py_ssize_t nargs,
-        PyObject *kwnames, PyObject **result)
+receive(Method *self, State *state, const Span *into, Py_ssize_t first, PyObject *const *args,
+        Py_ssize_t nargs, PyObject *kwnames, PyObject **result)
 {
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     Py_ssize_t status_pos = first + 3;
-    if (!receive_shape(self, first, args, nargs, kwnames))
-        return 0;
     /* where the status is: positional, a keyword, or nowhere */
     Py_ssize_t at = nargs > status_pos ? status_pos : -1;
     for (Py_ssize_t i = 0; i < nkw && at < 0; i++) {
@@ -543,19 +797,17 @@ receive(Method *self, State *state, Py_ssize_t first, PyObject *const *args, Py_
     } else if ((status = PyObject_CallNoArgs(self->status_type)) == NULL) {
         return -1;
     }
-    PyObject *buf = args[first];
     long long received = 0;
-    Py_ssize_t n = 0;
-    int rc = kwnames == NULL ? direct(self, first, args, nargs, status, &received, &n) : 0;
+    int rc = kwnames == NULL ? direct(self, into, first, args, nargs, status, &received) : 0;
     if (rc < 0)
         goto fail;
-    if (rc == 0 && through_mpi4py(self, first, args, nargs, kwnames, at, status, &received,
-                                  &n) < 0)
+    if (rc == 0 && through_mpi4py(self, into, first, args, nargs, kwnames, at, status,
+                                  &received) < 0)
         goto fail;
     if (received % 2 == 1) {  /* a frame: decoded (and counted) by the Python side */
-        *result = PyObject_CallFunctionObjArgs(self->frame, args[0], buf, status, NULL);
+        *result = PyObject_CallFunctionObjArgs(self->frame, args[0], args[first], status, NULL);
     } else {
-        if (count(&state->counts[self->recv_index], n, NULL) < 0)
+        if (count(&state->counts[self->recv_index], (Py_ssize_t)into->nbytes, NULL) < 0)
             goto fail;
         *result = Py_NewRef(Py_None);
     }
@@ -969,55 +1221,6 @@ direct_collective(Method *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
     return 1;
 }
 
-/* A count item of a buffer spec: a non-negative int, or -1 */
-static long long
-spec_count(PyObject *item)
-{
-    if (!PyLong_CheckExact(item))
-        return -1;
-    long long v = PyLong_AsLongLong(item);
-    if (v == -1 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return -1;
-    }
-    return v;
-}
-
-/* the bytes of a v-spec's largest count, read without parsing it: [array, counts] (counts
- * a list of ints) or [array, (counts, displs)] (counts a list or tuple), the array exactly
- * `array`, as mpicomp.comm._largest_count reads it; -1 for any other form (a datatype,
- * whose unit the counts are in; another buffer kind), -2 on an error */
-static long long
-largest_count(PyObject *spec, PyTypeObject *array)
-{
-    if (!(PyList_CheckExact(spec) || PyTuple_CheckExact(spec)) || PySequence_Fast_GET_SIZE(spec) != 2)
-        return -1;
-    PyObject *buf = PySequence_Fast_GET_ITEM(spec, 0), *counts = PySequence_Fast_GET_ITEM(spec, 1);
-    if (Py_TYPE(buf) != array)
-        return -1;
-    if (PyTuple_CheckExact(counts) && PyTuple_GET_SIZE(counts) == 2
-            && (PyList_CheckExact(PyTuple_GET_ITEM(counts, 0))
-                || PyTuple_CheckExact(PyTuple_GET_ITEM(counts, 0))))
-        counts = PyTuple_GET_ITEM(counts, 0);  /* (counts, displs) */
-    else if (!PyList_CheckExact(counts))
-        return -1;  /* (a tuple of two ints reads as (count, displacement) to mpi4py) */
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(counts);
-    long long most = -1;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        long long v = spec_count(PySequence_Fast_GET_ITEM(counts, i));
-        if (v < 0)
-            return -1;
-        if (v > most)
-            most = v;
-    }
-    if (most < 0)
-        return -1;
-    PyObject *size = PyObject_GetAttr(buf, itemsize_name);
-    long long itemsize = size == NULL ? -2 : PyLong_AsLongLong(size);
-    Py_XDECREF(size);
-    return itemsize < 0 ? -2 : most * itemsize;
-}
-
 /* MPI_Allgatherv for a call that fits (once bound): Allgatherv(sendbuf, [recvbuf, counts])
  * or [recvbuf, (counts, displs)] with one entry per rank, contiguous arrays of one
  * one-letter format, every part inside the receive buffer (displacements from the
@@ -1026,9 +1229,11 @@ static int
 direct_allgatherv(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
                   PyObject **result)
 {
-    if (mpi.allgatherv == NULL || nargs != 3 || kwnames != NULL)
+    /* (read by largest_count already: [array, counts-or-pair] is the form of length 2) */
+    PyObject *spec = args[2];
+    if (mpi.allgatherv == NULL || nargs != 3 || kwnames != NULL
+            || PySequence_Fast_GET_SIZE(spec) != 2)
         return 0;
-    PyObject *spec = args[2];  /* read by largest_count already: [array, counts-or-pair] */
     PyObject *recvbuf = PySequence_Fast_GET_ITEM(spec, 0);
     PyObject *counts = PySequence_Fast_GET_ITEM(spec, 1), *displs = NULL;
     if (PyTuple_CheckExact(counts)) {  /* (counts, displs) */
@@ -1094,15 +1299,12 @@ direct_allgatherv(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
     return rc;
 }
 
-/* the size test of a call by its v-spec (see largest_count): as below's, -1 on an error
- * and 0 also for a form it does not read */
+/* a call of n bytes (n < 0: a form not read here) under `limit`: 1 (counted at `index`)
+ * when it is below, 0 when not, -1 on an error */
 static int
-vspec_below(State *state, int index, PyObject *spec, PyTypeObject *array, double limit)
+counted_below(State *state, int index, long long n, double limit)
 {
-    long long n = largest_count(spec, array);
-    if (n < 0)
-        return n == -2 ? -1 : 0;
-    if ((double)n >= limit)
+    if (n < 0 || (double)n >= limit)
         return 0;
     PyObject *nb = PyLong_FromLongLong(n);
     if (nb == NULL)
@@ -1127,99 +1329,62 @@ below(State *state, int index, PyObject *buf, double limit)
     return rc;
 }
 
-/* an object's `nbytes` as a non-negative integer, or -2 (an error set) */
-static long long
-nbytes_of(PyObject *obj)
-{
-    PyObject *nb = PyObject_GetAttr(obj, nbytes_name);
-    long long v = nb == NULL ? -1 : PyLong_AsLongLong(nb);
-    Py_XDECREF(nb);
-    return v < 0 ? -2 : v;
-}
-
-/* the bytes of a buffer spec over exactly a numpy.ndarray, in mpi4py's forms
- * [a, datatype], [a, char], [a, count], [a, (count, displ)], [a, count, datatype],
- * [a, (count, displ), datatype] or [a, count, displ, datatype]: >= 0; -1 for any other
- * form (the Python method reads it); -2 on an error. A datatype's bytes are its size. */
-static long long
-spec_nbytes(PyObject *spec, PyTypeObject *array)
-{
-    if (Py_TYPE(spec) == array)
-        return nbytes_of(spec);
-    if (datatype_type == NULL || !(PyList_CheckExact(spec) || PyTuple_CheckExact(spec)))
-        return -1;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(spec);
-    if (n < 2 || n > 4 || Py_TYPE(PySequence_Fast_GET_ITEM(spec, 0)) != array)
-        return -1;
-    PyObject *buf = PySequence_Fast_GET_ITEM(spec, 0);
-    PyObject *second = PySequence_Fast_GET_ITEM(spec, 1);
-    PyObject *last = PySequence_Fast_GET_ITEM(spec, n - 1);
-    long long count = -1, displ = 0;
-    if (n == 2 && (PyObject_TypeCheck(second, datatype_type) || PyUnicode_CheckExact(second)))
-        return nbytes_of(buf);  /* the whole array */
-    if (PyTuple_CheckExact(second) && PyTuple_GET_SIZE(second) == 2 && n <= 3) {
-        displ = spec_count(PyTuple_GET_ITEM(second, 1));
-        count = spec_count(PyTuple_GET_ITEM(second, 0));
-    } else {
-        count = spec_count(second);
-        if (n == 4)
-            displ = spec_count(PySequence_Fast_GET_ITEM(spec, 2));
-    }
-    if (count < 0 || displ < 0)
-        return -1;
-    PyObject *unit;
-    if (n == 2)
-        unit = PyObject_GetAttr(buf, itemsize_name);
-    else if (PyObject_TypeCheck(last, datatype_type))
-        unit = PyObject_GetAttr(last, size_name);
-    else
-        return -1;  /* a type character with a count: the Python method sizes it */
-    long long size = unit == NULL ? -2 : PyLong_AsLongLong(unit);
-    Py_XDECREF(unit);
-    if (size < 0)
-        return -2;
-    /* a count past the array's end: the Python method says so (mpi4py would let MPI read
-     * beyond the buffer) */
-    long long total = nbytes_of(buf);
-    if (total < 0)
-        return -2;
-    return (displ + count) * size <= total ? count * size : -1;
-}
-
-/* a host buffer the spec path takes: exactly an ndarray, None, or a spec over one */
-static int
-spec_host(PyObject *obj, PyTypeObject *array)
-{
-    return obj == Py_None || Py_TYPE(obj) == array
-           || ((PyList_CheckExact(obj) || PyTuple_CheckExact(obj))
-               && PySequence_Fast_GET_SIZE(obj) >= 2
-               && Py_TYPE(PySequence_Fast_GET_ITEM(obj, 0)) == array);
-}
-
 /* Buffer specs (not bare arrays) of a collective or a send under the size limit: counted
  * by the bytes the spec addresses and handed to mpi4py's method, which reads the spec.
  * Returns as below(), the result in *result. */
 static int
 spec_call(Method *self, State *state, PyObject *const *args, Py_ssize_t nargs,
-          PyObject *kwnames, PyObject **result)
+          PyObject *kwnames, double limit, PyObject **result)
 {
-    if (self->vspec || self->kind == RECEIVE || self->kind == SENDRECV)
-        return 0;
     if (self->other != 0 && !(nargs > self->other && spec_host(args[self->other], self->array)))
         return 0;
-    long long n = spec_nbytes(args[self->sized], self->array);
-    if (n < 0)
-        return n == -2 ? (PyErr_Clear(), 0) : 0;
-    double limit = self->kind == COLLECTIVE ? state->limit : state->p2p_limit;
-    if (limit <= 0 || (double)n >= limit)
-        return 0;
-    PyObject *nb = PyLong_FromLongLong(n);
-    if (nb == NULL)
-        return -1;
-    int rc = count(&state->counts[self->index], (Py_ssize_t)n, nb);
-    Py_DECREF(nb);
-    if (rc < 0)
-        return -1;
+    int rc = counted_below(state, self->index, spec_nbytes(args[self->sized], self->array),
+                           limit);
+    if (rc != 1)
+        return rc;
+    *result = PyObject_Vectorcall(self->plain, args, (size_t)nargs, kwnames);
+    return *result == NULL ? -1 : 1;
+}
+
+/* A call on a communicator with a state whose limit is `limit` (> 0): 1 with *result set
+ * when the shortcut took it, 0 when the Python method takes it, -1 on an error */
+static int
+shortcut_call(Method *self, State *state, PyObject *const *args, Py_ssize_t nargs,
+              PyObject *kwnames, double limit, PyObject **result)
+{
+    PyObject *sized = args[self->sized];
+    int bare = Py_TYPE(sized) == self->array
+               && (self->other == 0 || (nargs > self->other
+                                        && (Py_TYPE(args[self->other]) == self->array
+                                            || args[self->other] == Py_None)));
+    Span into;
+    int rc = 0;
+    switch (self->kind) {
+    case RECEIVE:
+        return receive_shape(self, 1, args, nargs, kwnames, &into)
+               ? receive(self, state, &into, 1, args, nargs, kwnames, result) : 0;
+    case SENDRECV:
+        /* the call must have the shape the receive takes (its buffer positional) before
+         * anything is counted */
+        if (!receive_shape(self, 4, args, nargs, kwnames, &into))
+            return 0;
+        rc = bare ? below(state, self->index, sized, limit)
+                  : counted_below(state, self->index, spec_nbytes(sized, self->array), limit);
+        return rc == 1 ? receive(self, state, &into, 4, args, nargs, kwnames, result) : rc;
+    }
+    if (self->vspec) {  /* sized by the receive v-spec's largest count */
+        if (nargs <= self->vspec || sized == Py_None || !spec_host(sized, self->array)
+                || (rc = counted_below(state, self->index,
+                                       largest_count(args[self->vspec], self->array),
+                                       limit)) != 1
+                || (bare && (rc = direct_allgatherv(args, nargs, kwnames, result)) != 0))
+            return rc;
+    } else if (!bare) {
+        return spec_call(self, state, args, nargs, kwnames, limit, result);
+    } else if ((rc = below(state, self->index, sized, limit)) != 1
+               || (rc = direct_collective(self, args, nargs, kwnames, result)) != 0) {
+        return rc;
+    }
     *result = PyObject_Vectorcall(self->plain, args, (size_t)nargs, kwnames);
     return *result == NULL ? -1 : 1;
 }
@@ -1229,49 +1394,15 @@ method_vectorcall(PyObject *self_obj, PyObject *const *args, size_t nargsf, PyOb
 {
     Method *self = (Method *)self_obj;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs > self->sized && Py_TYPE(args[self->sized]) == self->array
-            && (self->other == 0 || (nargs > self->other
-                                     && (Py_TYPE(args[self->other]) == self->array
-                                         || args[self->other] == Py_None)))
-            && PyObject_TypeCheck(args[0], self->owner) && plain_keywords(self, kwnames)) {
-        PyObject *state_obj = *(PyObject **)((char *)args[0] + self->offset);
-        if (state_obj == NULL || Py_TYPE(state_obj) != &StateType)
-            return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
-        State *state = (State *)state_obj;
-        double limit = self->kind == COLLECTIVE ? state->limit : state->p2p_limit;
-        PyObject *result = NULL;
-        int rc = 0;
-        if (limit <= 0) {
-            rc = 0;
-        } else if (self->kind == RECEIVE) {
-            rc = receive(self, state, 1, args, nargs, kwnames, &result);
-        } else if (self->kind == SENDRECV) {
-            /* the call must have the shape the receive takes (its buffer positional, an
-             * array) before anything is counted */
-            if (receive_shape(self, 4, args, nargs, kwnames)
-                    && (rc = below(state, self->index, args[1], limit)) == 1)
-                rc = receive(self, state, 4, args, nargs, kwnames, &result);
-        } else if (self->vspec) {
-            if (nargs > self->vspec
-                    && (rc = vspec_below(state, self->index, args[self->vspec], self->array,
-                                         limit)) == 1
-                    && (rc = direct_allgatherv(args, nargs, kwnames, &result)) == 0) {
-                result = PyObject_Vectorcall(self->plain, args, (size_t)nargs, kwnames);
-                rc = result == NULL ? -1 : 1;
-            }
-        } else if ((rc = below(state, self->index, args[self->sized], limit)) == 1
-                   && (rc = direct_collective(self, args, nargs, kwnames, &result)) == 0) {
-            result = PyObject_Vectorcall(self->plain, args, (size_t)nargs, kwnames);
-            rc = result == NULL ? -1 : 1;
-        }
-        if (rc != 0)
-            return rc < 0 ? NULL : result;
-    } else if (nargs > self->sized && PyObject_TypeCheck(args[0], self->owner)
-               && plain_keywords(self, kwnames)) {
+    if (nargs > self->sized && PyObject_TypeCheck(args[0], self->owner)
+            && plain_keywords(self, kwnames)) {
         PyObject *state_obj = *(PyObject **)((char *)args[0] + self->offset);
         if (state_obj != NULL && Py_TYPE(state_obj) == &StateType) {
+            State *state = (State *)state_obj;
+            double limit = self->kind == COLLECTIVE ? state->limit : state->p2p_limit;
             PyObject *result = NULL;
-            int rc = spec_call(self, (State *)state_obj, args, nargs, kwnames, &result);
+            int rc = limit > 0 ? shortcut_call(self, state, args, nargs, kwnames, limit,
+                                               &result) : 0;
             if (rc != 0)
                 return rc < 0 ? NULL : result;
         }
@@ -1692,15 +1823,22 @@ PyInit__shortcut(void)
     get_count_name = PyUnicode_InternFromString("Get_count");
     itemsize_name = PyUnicode_InternFromString("itemsize");
     size_name = PyUnicode_InternFromString("size");
+    extent_name = PyUnicode_InternFromString("extent");
+    lb_name = PyUnicode_InternFromString("lb");
     PyObject *mpi_module = PyImport_ImportModule("mpi4py.MPI");
     if (mpi_module == NULL)
         return NULL;
     datatype_type = (PyTypeObject *)PyObject_GetAttrString(mpi_module, "Datatype");
+    typedict = PyObject_GetAttrString(mpi_module, "_typedict");  /* type characters */
     Py_DECREF(mpi_module);
+    if (typedict != NULL && !PyDict_Check(typedict))
+        Py_CLEAR(typedict);
+    PyErr_Clear();  /* (without it, a type character goes to the Python method) */
     if (datatype_type == NULL || !PyType_Check(datatype_type))
         return NULL;
     if (nbytes_name == NULL || status_name == NULL || get_count_name == NULL
-            || itemsize_name == NULL || size_name == NULL
+            || itemsize_name == NULL || size_name == NULL || extent_name == NULL
+            || lb_name == NULL
             || PyType_Ready(&StateType) < 0 || PyType_Ready(&MethodType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);

@@ -1158,6 +1158,9 @@ class Comm(MPI.Intracomm):
             if p2p.is_frame_length(st.Get_count(MPI.BYTE)):
                 return self._received_frame(recvbuf, st)
             return self._stats.fast_plain("Recv", recvbuf.nbytes, shortcut.RECEIVED_PLAIN)
+        # a receive buffer that Recv refuses is refused before anything is sent, as
+        # mpi4py's Sendrecv refuses it (a send posted first would never be matched)
+        parse(recvbuf, "recvbuf")
         msg, rec = self._frame_for("Sendrecv", sendbuf, settings)
         req = self._send_on(MPI.Intracomm.Isend, rec, (msg, dest, sendtag))
         rec.commit()
@@ -1185,18 +1188,31 @@ def _fast_size(comm: Comm, name: str, sendbuf: Any, recvbuf: Any, per_rank: bool
 
 def _largest_count(spec: Any) -> int | None:
     """The bytes of the largest count of a v-spec's host array, read without parsing it:
-    ``[array, counts]`` (counts a list of ints) or ``[array, (counts, displs)]``; None for
-    any other form (a datatype, whose unit the counts are in; device memory)."""
-    if type(spec) not in (list, tuple) or len(spec) != 2 or type(spec[0]) is not _NDARRAY:
+    ``[array, counts]``, ``[array, (counts, displs)]``, ``[array, counts, datatype]``,
+    ``[array, (counts, displs), datatype]`` or ``[array, counts, displs, datatype]``
+    (counts a list of ints, a list or tuple in a pair; the datatype an ``MPI.Datatype``
+    or a type character, the counts' unit; else the array's items), as the compiled
+    shortcut reads it; None for any other form (device memory, counts in an array)."""
+    if (type(spec) not in (list, tuple) or not 2 <= len(spec) <= 4
+            or type(spec[0]) is not _NDARRAY):
         return None
+    unit = spec[0].itemsize
+    if len(spec) > 2:
+        datatype = spec[-1]
+        if type(datatype) is str:
+            datatype = MPI._typedict.get(datatype)
+        if not isinstance(datatype, MPI.Datatype):
+            return None
+        unit = datatype.size
     counts = spec[1]
-    if type(counts) is tuple and len(counts) == 2 and type(counts[0]) in (list, tuple):
+    if (len(spec) <= 3 and type(counts) is tuple and len(counts) == 2
+            and type(counts[0]) in (list, tuple)):
         counts = counts[0]  # (counts, displs)
     elif type(counts) is not list:
         return None  # (a tuple of two ints reads as (count, displacement) to mpi4py)
-    if not counts or not all(type(c) is int for c in counts):
+    if not counts or not all(type(c) is int and c >= 0 for c in counts):
         return None
-    return max(counts) * spec[0].itemsize
+    return max(counts) * unit
 
 
 def _landing(memory: HostMemory | DeviceMemory, nbytes: int) -> Any:

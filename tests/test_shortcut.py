@@ -9,6 +9,12 @@ import mpicomp
 from mpicomp import shortcut
 from mpicomp.comm import ONE_NODE, P2P_AUTO
 
+#: the compiled shortcut calls MPI itself only on MPICH (bind_mpi: C int handles); on any
+#: other MPI (Open MPI: pointer handles) every call goes through mpi4py's methods
+MPICH = MPI.Get_library_version().startswith("MPICH")
+NOT_BOUND = (f"the shortcut calls MPI itself only on MPICH (C int handles); "
+             f"{MPI.get_vendor()[0]}'s calls go through mpi4py's methods")
+
 
 def test_the_shortcut_is_compiled():
     """`make venv` has a C compiler: without the extension, tiny calls cost 0.6 us more."""
@@ -169,11 +175,14 @@ def receive_path(request):
     """The receiving shortcuts both ways: calling MPI itself (bound, the default on
     MPICH) and through mpi4py's methods (unbound); bound again afterwards."""
     direct = request.param == "direct"
+    if direct and not MPICH:
+        pytest.skip(NOT_BOUND)
     assert shortcut.bind_mpi(direct) == direct
     yield request.param
-    assert shortcut.bind_mpi(True)
+    assert shortcut.bind_mpi(True) == MPICH
 
 
+@pytest.mark.skipif(not MPICH, reason=NOT_BOUND)
 def test_receives_call_mpi_itself_on_mpich():
     """The project's MPI is MPICH: the shortcut is bound to its library (receives,
     Allreduce, Bcast, Reduce call MPI themselves)."""
@@ -197,6 +206,31 @@ def test_receives_call_mpi_itself_on_mpich():
     assert shortcut._shortcut.bound()  # a refused bind leaves the binding as it was
 
 
+@pytest.mark.skipif(MPICH, reason="on MPICH the shortcut calls MPI itself "
+                    "(test_receives_call_mpi_itself_on_mpich)")
+def test_other_mpis_take_the_shortcut_through_mpi4pys_methods():
+    """On an MPI whose handles are not C ints (Open MPI) bind_mpi refuses: the compiled
+    methods still take their calls, counted, and hand them to mpi4py's methods; nothing
+    calls MPI from C."""
+    assert MPI._sizeof(MPI.Comm) != 4 or not MPI.Get_library_version().startswith("MPICH")
+    assert not shortcut.bind_mpi() and not shortcut._shortcut.bound()
+    assert not shortcut._shortcut.nonblocking_bound()
+    mc = mpicomp.Comm(MPI.COMM_SELF)
+    x = np.arange(10, dtype=np.float32)
+    y = np.empty_like(x)
+    mc.Allreduce(x, y)  # the first call settles the limit (and the settings check)
+    before = shortcut._shortcut.direct_calls()
+    mc.Allreduce(x, y)
+    mc.Bcast(y, 0)
+    request = mc.Iallreduce(x, y)
+    request.Wait()
+    np.testing.assert_array_equal(y, x)
+    assert shortcut._shortcut.direct_calls() == before
+    assert _take(mc, "Allreduce")[x.nbytes] >= 1
+    assert _take(mc, "Bcast") == {y.nbytes: 1}
+    assert _take(mc, "Iallreduce") == {x.nbytes: 1}
+
+
 def test_a_blocked_receive_lets_other_threads_run():
     """A receive waiting in MPI releases the GIL, as mpi4py's does: the send that it
     waits for comes from another thread of the same rank."""
@@ -205,7 +239,7 @@ def test_a_blocked_receive_lets_other_threads_run():
     mc = mpicomp.Comm(MPI.COMM_SELF)
     mc.check_settings()
     try:
-        for on in (True, False):
+        for on in (True, False) if MPICH else (False,):  # elsewhere: mpi4py's Recv
             assert shortcut.bind_mpi(on) == on
             x = np.arange(100, dtype=np.float32) + on
             y = np.zeros_like(x)
@@ -217,7 +251,7 @@ def test_a_blocked_receive_lets_other_threads_run():
             assert not thread.is_alive()
             np.testing.assert_array_equal(y, x)
     finally:
-        assert shortcut.bind_mpi(True)
+        assert shortcut.bind_mpi(True) == MPICH
 
 
 @pytest.mark.mpi(min_size=2)
@@ -254,8 +288,8 @@ def test_point_to_point_under_the_default_takes_the_shortcut(comm, receive_path)
         assert _take(mc, "Send") == {x.nbytes: 1 if r == 0 else 2}
         assert _take(mc, "Recv") == {x.nbytes: 2 if r == 0 else 1}
         assert _take(mc, ("Isend" if r == 0 else "Irecv")) == {x.nbytes: 1}
-    # a send's buffer spec is taken; what the shortcut does not take goes to the Python
-    # method: settings, a receive's buffer spec
+    # buffer specs are taken; what the shortcut does not take goes to the Python method:
+    # settings
     if peer is not None:
         if r == 0:
             mc.Send([x, MPI.FLOAT], 1, 7)
@@ -264,12 +298,12 @@ def test_point_to_point_under_the_default_takes_the_shortcut(comm, receive_path)
             mc.Recv([y, MPI.FLOAT], 0, 7)
             mc.Recv(y, 0, 8, codec="none")
         assert _take(mc, "Send") == ({x.nbytes: 1} if r == 0 else {})
-        assert _take(mc, "Recv") == {}
+        assert _take(mc, "Recv") == ({} if r == 0 else {x.nbytes: 1})
         st = mc.stats()
         if r == 0:
             assert st["Send"]["fallbacks"] == {"codec none": 1}
         else:
-            assert st["Recv"]["fallbacks"] == {shortcut.RECEIVED_PLAIN: 2}
+            assert st["Recv"]["fallbacks"] == {shortcut.RECEIVED_PLAIN: 1}
 
 
 @pytest.mark.mpi(min_size=2)
@@ -617,6 +651,119 @@ def test_receives_keep_mpi4pys_types_errors_and_status(comm, receive_path):
     np.testing.assert_array_equal(y, peer)
 
 
+def _spec_forms(a: np.ndarray, count: int, displ: int) -> list:
+    """Receive specs over ``a`` in every form mpi4py reads that addresses ``count`` values
+    from ``displ`` (the whole array where a form has no count)."""
+    dt = MPI.FLOAT if a.dtype == np.float32 else MPI.DOUBLE
+    char = a.dtype.char
+    return [[a, dt], [a, char], (a, dt), [a, count], [a, (count, displ)],
+            [a, count, dt], [a, (count, displ), dt], [a, count, displ, dt],
+            [a, count, char], [a, count, displ, char]]
+
+
+@pytest.mark.mpi(min_size=2)
+def test_receives_of_buffer_specs_take_the_shortcut(comm, receive_path):
+    """Recv and Sendrecv into every buffer spec form over an array (a datatype or a type
+    character, a count, a displacement) take the shortcut both ways: the values land
+    where mpi4py puts them, nothing else is written, the status counts the values, a
+    sender's compressed frame is decoded into the spec's part of the array, and a spec
+    the shortcut does not read (a strided datatype, a count past the end) goes to the
+    Python method, which gives mpi4py's result or mpicomp's error."""
+    r = comm.Get_rank()
+    mc = mpicomp.Comm(comm)  # collective: before the ranks beyond the pair leave
+    if r > 1:
+        return
+    mc.resolved_policy()  # point to point: binds its limits (no collective check)
+    peer = 1 - r
+    before = shortcut._shortcut.direct_calls()
+    n, count, displ = 24, 10, 5
+    for dtype in (np.float32, np.float64):
+        x = (np.arange(n) * (r + 1)).astype(dtype)
+        for i in range(len(_spec_forms(x, count, displ))):
+            y, want = np.full(n, -1, dtype), np.full(n, -1, dtype)
+            spec = _spec_forms(y, count, displ)[i]
+            st = MPI.Status()
+            mc.Sendrecv(x[:count], peer, i, spec, peer, i, st)
+            comm.Sendrecv(x[:count], peer, i, _spec_forms(want, count, displ)[i], peer, i)
+            np.testing.assert_array_equal(y, want)
+            assert st.Get_count(_spec_forms(y, 1, 0)[0][1]) == count
+            # Recv, and the send buffer a spec too
+            y[:] = -1
+            if r == 0:
+                mc.Send(x[:count], 1, 100 + i)
+                mc.Recv(spec, 1, 200 + i, st)
+            else:
+                mc.Recv(spec, 0, 100 + i, st)
+                mc.Send(_spec_forms(x[:count], count, 0)[i], 0, 200 + i)
+            np.testing.assert_array_equal(y, want)
+            assert st.Get_source() == peer and st.Get_count(MPI.BYTE) == count * x.itemsize
+    # two receive paths, 2 dtypes x 10 forms, a Sendrecv and a Recv each: all in the shortcut
+    taken = sum(_take(mc, "Recv").values())
+    assert taken == 2 * 2 * 10
+    assert sum(_take(mc, "Sendrecv").values()) == 2 * 10
+    # bound: each receive called MPI itself, and rank 0's sends of bare arrays (a spec
+    # of a send goes to mpi4py's method)
+    assert shortcut._shortcut.direct_calls() - before == (
+        2 * 10 * (3 if r == 0 else 2) if receive_path == "direct" else 0)
+    # a frame from a sender that names a codec, decoded into the spec's part
+    x = np.sin(np.arange(300, dtype=np.float64) / 20)
+    if r == 0:
+        mc.Send(x, 1, 7, codec="bitplane", rate=24.25, threshold=0)
+        mc.Send(x, 1, 8, codec="bitplane", rate=24.25, threshold=0)
+    else:
+        y = np.full(400, 7.0)
+        st = MPI.Status()
+        mc.Recv([y, 300, 50, MPI.DOUBLE], 0, 7, st)
+        np.testing.assert_allclose(y[50:350], x, atol=1e-5)
+        np.testing.assert_array_equal(y[:50], 7.0)
+        np.testing.assert_array_equal(y[350:], 7.0)
+        assert st.Get_count(MPI.DOUBLE) == x.size
+        with pytest.raises(ValueError, match="does not fit"):
+            mc.Recv([y, 200, 0, MPI.DOUBLE], 0, 8)  # the frame fits, its values do not
+        assert mc.stats()["Recv"]["compressed"] == 1
+    # specs the shortcut does not read: the Python method
+    strided = MPI.DOUBLE.Create_vector(4, 1, 2).Commit()
+    try:
+        x = np.arange(8, dtype=np.float64) + r
+        y, want = np.full(8, -1.0), np.full(8, -1.0)
+        mc.Sendrecv(x[:4], peer, 9, [y, 1, strided], peer, 9)  # every other value
+        comm.Sendrecv(x[:4], peer, 9, [want, 1, strided], peer, 9)
+        np.testing.assert_array_equal(y, want)
+    finally:
+        strided.Free()
+    with pytest.raises(ValueError, match="count 60 at displacement 5 needs 65 elements"):
+        mc.Sendrecv(x, peer, 10, [y, 60, 5, MPI.DOUBLE], peer, 10)  # past the end: refused
+    mc.Sendrecv(x, peer, 11, y, peer, 11)  # and the pair still in step
+    np.testing.assert_array_equal(y, x - r + peer)
+    assert not comm.Iprobe(peer, 10)  # the refused call sent nothing (sent before 11)
+    assert _take(mc, "Recv") == {y.nbytes: 1}
+
+
+@pytest.mark.mpi(min_size=2)
+def test_allgatherv_of_buffer_specs_takes_the_shortcut(comm, receive_path):
+    """Allgatherv's send buffer as a spec, and its receive v-spec with a datatype or a
+    type character (counts and displacements in its units), take the shortcut, sized by
+    the largest count, and give what mpi4py gives."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    mc, _ = _default_with_shortcut(comm)
+    counts = [q + 2 for q in range(p)]
+    displs = [sum(counts[:q]) + q for q in range(p)]
+    x = np.full(r + 2, r + 1, np.float64)
+    cases = [(x, lambda o: [o, counts, MPI.DOUBLE]),
+             ([x, MPI.DOUBLE], lambda o: [o, counts]),
+             ([x, r + 2, MPI.DOUBLE], lambda o: [o, (counts, displs), MPI.DOUBLE]),
+             ([x, "d"], lambda o: [o, counts, displs, "d"]),
+             ([x, r + 2, 0, MPI.DOUBLE], lambda o: (o, counts, displs, MPI.DOUBLE))]
+    for send, vspec in cases:
+        got = np.full(sum(counts) + p, -1.0)
+        want = got.copy()
+        mc.Allgatherv(send, vspec(got))
+        comm.Allgatherv(send, vspec(want))
+        np.testing.assert_array_equal(got, want)
+    assert _take(mc, "Allgatherv") == {8 * max(counts): len(cases)}
+    assert "Allgatherv" not in mc.stats()  # none went to the Python method
+
+
 def _default_with_shortcut(comm):
     """A communicator of the default policy on ``comm`` with its shortcut on, and how many
     calls have called MPI themselves so far."""
@@ -836,7 +983,7 @@ def test_allgatherv_takes_the_compiled_shortcut_by_its_largest_count(comm, recei
     np.testing.assert_array_equal(wide, want)
     assert _take(mc, "Allgatherv") == {4 * max(counts): 4}
     assert shortcut._shortcut.direct_calls() - before == (4 if receive_path == "direct" else 0)
-    mc.Allgatherv(x, [out, counts, MPI.FLOAT])  # a datatype: the Python method reads it
+    mc.Allgatherv(x, [out, np.array(counts)])  # counts in an array: the Python method
     mc.Allgatherv(x, [out, counts])
     assert _take(mc, "Allgatherv") == {4 * max(counts): 1}
     assert mc.stats()["Allgatherv"]["calls"] == 1  # the Python method's own count
