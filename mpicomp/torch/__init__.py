@@ -9,7 +9,11 @@
                                   codec="bitplane", rate=4.25, error_feedback="loco")
     loss.backward(); opt.step()     # gradients averaged across the ranks, then the step
 
-(Horovod users know this shape.) ``DistributedOptimizer`` reduces the
+(Horovod users know this shape.) Tensor parallelism (Megatron-LM's column-
+and row-parallel linear layers and the collectives under them) is in
+:mod:`mpicomp.torch.tensor_parallel`, its names also here.
+
+``DistributedOptimizer`` reduces the
 gradients with a :class:`mpicomp.training.GradientReducer` (its keyword
 settings: codec, rate, error feedback, buckets, rules) before each
 ``step()``. Contiguous float32 gradients are reduced in place, CPU tensors
@@ -24,7 +28,25 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["DistributedOptimizer", "broadcast_parameters"]
+__all__ = ["ColumnParallelLinear", "DistributedOptimizer", "RowParallelLinear",
+           "allreduce_sequence_parallel_grads", "broadcast_parameters", "copy_to_group",
+           "gather_from_group", "gather_from_sequence", "reduce_from_group",
+           "reduce_scatter_to_sequence", "scatter_to_group"]
+
+#: what ``mpicomp.torch.tensor_parallel`` gives (imported on first use: it imports torch)
+_TENSOR_PARALLEL = ("ColumnParallelLinear", "RowParallelLinear",
+                    "allreduce_sequence_parallel_grads", "copy_to_group", "gather_from_group",
+                    "gather_from_sequence", "reduce_from_group", "reduce_scatter_to_sequence",
+                    "scatter_to_group")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TENSOR_PARALLEL:
+        _torch()
+        from . import tensor_parallel
+
+        return getattr(tensor_parallel, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _torch() -> Any:
