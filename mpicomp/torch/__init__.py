@@ -11,7 +11,9 @@
 
 (Horovod users know this shape.) Tensor parallelism (Megatron-LM's column-
 and row-parallel linear layers and the collectives under them) is in
-:mod:`mpicomp.torch.tensor_parallel`, its names also here.
+:mod:`mpicomp.torch.tensor_parallel`, pipeline parallelism
+(:class:`PipelineStage`) in :mod:`mpicomp.torch.pipeline`; their names are
+also here.
 
 ``DistributedOptimizer`` reduces the
 gradients with a :class:`mpicomp.training.GradientReducer` (its keyword
@@ -28,16 +30,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["ColumnParallelLinear", "DistributedOptimizer", "RowParallelLinear",
+__all__ = ["ColumnParallelLinear", "DistributedOptimizer", "PipelineStage", "RowParallelLinear",
            "allreduce_sequence_parallel_grads", "broadcast_parameters", "copy_to_group",
            "gather_from_group", "gather_from_sequence", "reduce_from_group",
            "reduce_scatter_to_sequence", "scatter_to_group"]
 
-#: what ``mpicomp.torch.tensor_parallel`` gives (imported on first use: it imports torch)
+#: what ``mpicomp.torch.tensor_parallel`` and ``.pipeline`` give (imported on first use:
+#: they import torch)
 _TENSOR_PARALLEL = ("ColumnParallelLinear", "RowParallelLinear",
                     "allreduce_sequence_parallel_grads", "copy_to_group", "gather_from_group",
                     "gather_from_sequence", "reduce_from_group", "reduce_scatter_to_sequence",
                     "scatter_to_group")
+_PIPELINE = ("PipelineStage",)
 
 
 def __getattr__(name: str) -> Any:
@@ -46,6 +50,11 @@ def __getattr__(name: str) -> Any:
         from . import tensor_parallel
 
         return getattr(tensor_parallel, name)
+    if name in _PIPELINE:
+        _torch()
+        from . import pipeline
+
+        return getattr(pipeline, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -56,6 +65,12 @@ def _torch() -> Any:
         raise ImportError("mpicomp.torch needs PyTorch: pip install 'mpicomp[torch]' "
                           "(or pip install torch)") from e
     return torch
+
+
+def _buffer(t: Any) -> Any:
+    """What a communicator takes for a contiguous tensor: a NumPy view on the CPU, the
+    tensor itself on a CUDA device (a device buffer)."""
+    return t.numpy() if t.device.type == "cpu" else t
 
 
 def _world(comm: Any) -> Any:

@@ -46,7 +46,7 @@ from typing import Any
 
 import torch
 
-from . import broadcast_parameters
+from . import _buffer, broadcast_parameters
 
 __all__ = ["ColumnParallelLinear", "RowParallelLinear", "allreduce_sequence_parallel_grads",
            "copy_to_group", "gather_from_group", "gather_from_sequence",
@@ -54,12 +54,6 @@ __all__ = ["ColumnParallelLinear", "RowParallelLinear", "allreduce_sequence_para
 
 
 # -- the communicator's collectives on tensors -----------------------------------------
-
-def _buffer(t: Any) -> Any:
-    """What the communicator takes for a contiguous tensor: a NumPy view on the CPU, the
-    tensor itself on a CUDA device."""
-    return t.numpy() if t.device.type == "cpu" else t
-
 
 def _floating(t: Any, what: str) -> Any:
     if t.dtype not in (torch.float32, torch.float64):

@@ -1,0 +1,117 @@
+"""Pipeline parallelism: one stage of a model per rank of a communicator, micro-batches
+through it (GPipe's schedule).
+
+Rank ``s`` of the pipeline communicator holds stage ``s`` (a ``torch.nn.Module``;
+the first stage takes the batch, the last computes the loss)::
+
+    stage = mt.PipelineStage(my_layers, g.pp)
+    loss = stage.step(inputs, targets, loss_fn, micro_batches=4)   # on every stage
+    optimizer.step()
+
+``step`` cuts the batch into ``micro_batches`` equal parts along dimension 0
+and runs every forward pass, then every backward pass in reverse order
+(GPipe): each stage receives a micro-batch's activations from the stage
+before, sends its outputs to the stage after, and on the way back sends the
+gradient of its inputs to the stage before. The gradients of the stage's
+parameters accumulate over the micro-batches, each micro-batch's loss
+weighted ``1 / micro_batches``, so they are the whole batch's (the loss's
+reduction being a mean). The messages are the communicator's own ``Send``
+and ``Recv`` without settings: its policy decides how activations and
+gradients travel (``parallel_groups`` gives the pipeline group a mild one,
+bitplane at about 16 bits per value). A small pickled header ahead of each
+micro-batch's activations tells the next stage their shape and dtype.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from . import _buffer
+
+__all__ = ["PipelineStage"]
+
+#: message tags: a micro-batch's header, activations and gradient (TAGS per micro-batch)
+HEADER, ACTIVATION, GRADIENT, TAGS = 0, 1, 2, 3
+
+
+class PipelineStage:
+    """This rank's stage of a pipeline over ``comm`` (stage index: the rank)."""
+
+    def __init__(self, module: torch.nn.Module, comm: Any, device: Any = None) -> None:
+        self.module = module
+        self.comm = comm
+        self.stage, self.stages = comm.Get_rank(), comm.Get_size()
+        if device is None:  # where the received activations go: the module's device
+            first = next(module.parameters(), None)
+            device = first.device if first is not None else "cpu"
+        self.device = torch.device(device)
+
+    @property
+    def first(self) -> bool:
+        return self.stage == 0
+
+    @property
+    def last(self) -> bool:
+        return self.stage == self.stages - 1
+
+    def _micro(self, batch: Any, micro_batches: int, what: str) -> list[Any]:
+        if batch is None:
+            raise ValueError(f"PipelineStage.step: stage {self.stage} needs {what}")
+        if batch.shape[0] % micro_batches:
+            raise ValueError(f"PipelineStage.step: the batch of {batch.shape[0]} ({what}) "
+                             f"must be divisible by micro_batches={micro_batches}")
+        return list(batch.chunk(micro_batches, dim=0))
+
+    def _receive_activation(self, m: int) -> Any:
+        shape, dtype = self.comm.recv(source=self.stage - 1, tag=TAGS * m + HEADER)
+        x = torch.empty(shape, dtype=getattr(torch, dtype), device=self.device)
+        self.comm.Recv(_buffer(x), self.stage - 1, TAGS * m + ACTIVATION)
+        return x.requires_grad_(True)
+
+    def _send_activation(self, y: Any, m: int) -> None:
+        dtype = str(y.dtype).removeprefix("torch.")
+        self.comm.send((tuple(y.shape), dtype), dest=self.stage + 1, tag=TAGS * m + HEADER)
+        self.comm.Send(_buffer(y.detach().contiguous()), self.stage + 1, TAGS * m + ACTIVATION)
+
+    def step(self, inputs: Any = None, targets: Any = None,
+             loss_fn: Callable[[Any, Any], Any] | None = None,
+             micro_batches: int = 1) -> float:
+        """Forward and backward of one batch through the whole pipeline (collective over
+        the pipeline communicator). ``inputs``: the batch, on the first stage; ``targets``
+        and ``loss_fn(outputs, targets)`` (a mean over the micro-batch), on the last.
+        Returns the batch's loss (the mean of the micro-batches' losses) on every stage;
+        the parameters' gradients are accumulated into ``.grad`` as ``backward()`` does."""
+        if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) \
+                or micro_batches < 1:
+            raise ValueError(f"micro_batches must be a positive integer, got {micro_batches!r}")
+        if self.last and loss_fn is None:
+            raise ValueError(f"PipelineStage.step: the last stage ({self.stage}) needs loss_fn")
+        xs = self._micro(inputs, micro_batches, "inputs") if self.first else None
+        ts = self._micro(targets, micro_batches, "targets") if self.last else None
+        kept: list[tuple[Any, Any]] = []  # (input, output) of each micro-batch
+        total = 0.0
+        for m in range(micro_batches):
+            x = xs[m] if self.first else self._receive_activation(m)
+            y = self.module(x)
+            if self.last:
+                loss = loss_fn(y, ts[m]) / micro_batches
+                total += float(loss.detach())
+                y = loss
+            else:
+                self._send_activation(y, m)
+            kept.append((x, y))
+        for m in reversed(range(micro_batches)):
+            x, y = kept[m]
+            if self.last:
+                y.backward()
+            else:
+                grad = torch.empty_like(y)
+                self.comm.Recv(_buffer(grad), self.stage + 1, TAGS * m + GRADIENT)
+                y.backward(grad)
+            if not self.first:
+                if x.grad is None:  # the stage does not depend on its input
+                    x.grad = torch.zeros_like(x)
+                self.comm.Send(_buffer(x.grad.contiguous()), self.stage - 1, TAGS * m + GRADIENT)
+        return float(self.comm.bcast(total, root=self.stages - 1))
