@@ -12,8 +12,9 @@
 (Horovod users know this shape.) Tensor parallelism (Megatron-LM's column-
 and row-parallel linear layers and the collectives under them) is in
 :mod:`mpicomp.torch.tensor_parallel`, pipeline parallelism
-(:class:`PipelineStage`) in :mod:`mpicomp.torch.pipeline`; their names are
-also here.
+(:class:`PipelineStage`) in :mod:`mpicomp.torch.pipeline`, sharded data
+parallelism (:class:`ShardedOptimizer`, ZeRO stages 1-2) in
+:mod:`mpicomp.torch.sharded`; their names are also here.
 
 ``DistributedOptimizer`` reduces the
 gradients with a :class:`mpicomp.training.GradientReducer` (its keyword
@@ -31,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = ["ColumnParallelLinear", "DistributedOptimizer", "PipelineStage", "RowParallelLinear",
+           "ShardedOptimizer",
            "allreduce_sequence_parallel_grads", "broadcast_parameters", "copy_to_group",
            "gather_from_group", "gather_from_sequence", "reduce_from_group",
            "reduce_scatter_to_sequence", "scatter_to_group"]
@@ -42,6 +44,7 @@ _TENSOR_PARALLEL = ("ColumnParallelLinear", "RowParallelLinear",
                     "gather_from_sequence", "reduce_from_group", "reduce_scatter_to_sequence",
                     "scatter_to_group")
 _PIPELINE = ("PipelineStage",)
+_SHARDED = ("ShardedOptimizer",)
 
 
 def __getattr__(name: str) -> Any:
@@ -55,6 +58,11 @@ def __getattr__(name: str) -> Any:
         from . import pipeline
 
         return getattr(pipeline, name)
+    if name in _SHARDED:
+        _torch()
+        from . import sharded
+
+        return getattr(sharded, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

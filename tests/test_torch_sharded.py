@@ -1,0 +1,126 @@
+"""Sharded data parallelism (mpicomp.torch.ShardedOptimizer): identical replicas, the
+unsharded trajectory with codec none, the optimizer state divided by the ranks (skipped
+without torch)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import mpicomp  # noqa: E402
+import mpicomp.torch as mt  # noqa: E402
+from mpicomp.algorithms import bounds  # noqa: E402
+from mpicomp.codecs import get_codec  # noqa: E402
+
+
+def _model(seed: int):
+    """Odd sizes (a 7x5 weight, a 3-value bias ...): shards cut through tensors."""
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(), torch.nn.Linear(7, 3))
+
+
+def _data(rank: int, step: int):
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    return torch.randn(16, 5, generator=g), torch.randn(16, 3, generator=g)
+
+
+def _blob(model) -> bytes:
+    return b"".join(p.detach().numpy().tobytes() for p in model.parameters())
+
+
+def _train(model, opt, comm, steps: int) -> list[bytes]:
+    r = comm.Get_rank()
+    seen = []
+    for step in range(steps):
+        x, t = _data(r, step)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), t).backward()
+        opt.step()
+        seen.append(_blob(model))
+    return seen
+
+
+@pytest.mark.mpi(min_size=2)
+def test_codec_none_follows_the_unsharded_trajectory_on_identical_replicas(comm):
+    """Codec none: after every step every rank holds the same bits, and they follow Adam
+    on the whole model with the ranks' gradients averaged (float32 sums: to 1e-6); each
+    rank's optimizer state is its share (1/p of the unsharded state, padding aside)."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    dp = mpicomp.Comm(comm, codec="none")
+    model = _model(r)  # different on every rank: the optimizer copies rank 0's
+    opt = mt.ShardedOptimizer(model.named_parameters(), torch.optim.Adam, comm=dp, lr=0.01)
+    ref = _model(0)
+    ref_opt = torch.optim.Adam(ref.parameters(), lr=0.01)
+    assert _blob(model) == _blob(ref)
+    for step in range(4):
+        x, t = _data(r, step)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), t).backward()
+        opt.step()
+        assert len(set(comm.allgather(_blob(model)))) == 1  # identical replicas
+        # the reference: every rank's gradient of the whole model, averaged
+        ref_opt.zero_grad()
+        grads = []
+        for q in range(p):
+            ref.zero_grad()
+            xq, tq = _data(q, step)
+            torch.nn.functional.mse_loss(ref(xq), tq).backward()
+            grads.append([w.grad.clone() for w in ref.parameters()])
+        for i, w in enumerate(ref.parameters()):
+            w.grad = sum(g[i] for g in grads) / p
+        ref_opt.step()
+        for a, b in zip(model.parameters(), ref.parameters(), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    # the unsharded optimizer's memory, counted alike: its parameters and its state
+    unsharded = sum(w.numel() * 4 for w in ref.parameters()) + sum(
+        v.numel() * v.element_size() for st in ref_opt.state.values() for v in st.values()
+        if torch.is_tensor(v))
+    numel = sum(w.numel() for w in ref.parameters())
+    assert opt.state_bytes() == 3 * 4 * (-(-numel // p)) + 4  # (+ Adam's step count)
+    assert opt.state_bytes() <= unsharded / p + 3 * 4 + 4
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("feedback", ["none", "classic", "loco"])
+def test_compressed_gradients_and_parameters_keep_replicas_identical(comm, feedback):
+    """Gradients reduce-scattered at bitplane 4.25 (with error feedback or not) and
+    parameters allgathered at bitplane 8.25: both compressed, the replicas the same bits
+    after every step, the owner's master values exact, and the model still learns."""
+    r = comm.Get_rank()
+    dp = mpicomp.Comm(comm)
+    model = _model(0)
+    opt = mt.ShardedOptimizer(model.named_parameters(), torch.optim.SGD, comm=dp, lr=0.05,
+                              codec="bitplane", rate=4.25, threshold=0,
+                              error_feedback=feedback,
+                              param_settings={"codec": "bitplane", "rate": 8.25,
+                                              "threshold": 0})
+    x, t = _data(r, 0)
+    first = torch.nn.functional.mse_loss(model(x), t).item()
+    for blob in _train(model, opt, dp, 30):
+        assert len(set(comm.allgather(blob))) == 1
+    stats = dp.stats()
+    assert stats["Reduce_scatter_block"]["compressed"] == 30
+    assert stats["Allgather"]["compressed"] == 30
+    # the owner's master values are exact; the parameters it holds are their decoding
+    mine = np.concatenate([w.detach().reshape(-1).numpy() for w in model.parameters()])
+    master = opt.master.detach().numpy()
+    owned = mine[opt.mine]  # (the last rank's part ends in padding)
+    assert np.abs(owned - master[: owned.size]).max() > 0  # 8 bits lost something
+    c, a = bounds.codec_constants(get_codec({"id": "bitplane", "rate": 8.25}),
+                                  np.dtype(np.float32))
+    assert np.abs(owned - master[: owned.size]).max() <= c * np.abs(master).max() + a
+    assert torch.nn.functional.mse_loss(model(x), t).item() < first
+
+
+@pytest.mark.mpi(min_size=2)
+def test_bad_sharded_optimizer_settings_raise_on_every_rank(comm):
+    dp = mpicomp.Comm(comm)
+    model = _model(0)
+    with pytest.raises(ValueError, match="error_feedback must be one of"):
+        mt.ShardedOptimizer(model.named_parameters(), comm=dp, error_feedback="sometimes")
+    with pytest.raises(ValueError, match="error feedback needs a named codec"):
+        mt.ShardedOptimizer(model.named_parameters(), comm=dp, error_feedback="loco")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'momentum'"):
+        mt.ShardedOptimizer(model.named_parameters(), torch.optim.Adam, comm=dp,
+                            momentum=0.9)
