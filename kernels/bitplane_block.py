@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from .intbits import imax, imin
-from .jit import njit
+from .jit import NUMBA_INLINE, njit
 
 __all__ = [
     "SPREAD8",
@@ -100,7 +100,7 @@ def quantize_value(bits, emax, m, mant_bits, ebits):
     return (sign << um) | q
 
 
-@njit(inline="always")
+@njit(inline=NUMBA_INLINE)
 def encode_block(src, start, bs, nplanes, mant_bits, ebits, stream, pos, code, code8, words):
     """Encode ``src[start:start+bs]`` (raw bits) into ``nplanes * bs / 8`` bytes at ``stream[pos]``.
 

@@ -66,6 +66,8 @@ def _layout(proto):
     return 52, 11, 2
 
 
+# _encode and _decode hold the prange loop of the kernels below: Numba inlines
+# them (a parallel loop cannot be handed to LLVM), with the path a constant.
 @njit(inline="always")
 def _encode(src, bs, nplanes, stream, limit, path):
     n = src.size

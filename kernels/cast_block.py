@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .intbits import imax, imin
-from .jit import njit
+from .jit import NUMBA_INLINE, njit
 
 __all__ = ["bf16_bits", "half_bits", "half_value"]
 
@@ -18,7 +18,7 @@ _HALF_INF = np.int64(0x7C00)
 _F32_2P112 = np.float32(2.0**112)
 
 
-@njit(inline="always")
+@njit(inline=NUMBA_INLINE)
 def half_bits(u, mant_bits, ebits):
     """IEEE half bits of a float given by its bit pattern ``u``; returns (bits, overflowed).
 
@@ -52,7 +52,7 @@ def half_bits(u, mant_bits, ebits):
     return (sign << 15) | out, overflow
 
 
-@njit(inline="always")
+@njit(inline=NUMBA_INLINE)
 def half_value(h):
     """The float32 value of half bits ``h`` (exact; scaling a re-biased pattern by 2**112)."""
     hb = np.uint32(h)
@@ -63,7 +63,7 @@ def half_value(h):
     return -f if (hb & np.uint32(0x8000)) != np.uint32(0) else f
 
 
-@njit(inline="always")
+@njit(inline=NUMBA_INLINE)
 def bf16_bits(b):
     """bfloat16 bits of float32 bits ``b``, round to nearest even; NaN made quiet."""
     b = np.uint32(b)

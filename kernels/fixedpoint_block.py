@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from .jit import njit
+from .jit import NUMBA_INLINE, njit
 
 __all__ = ["EXP_NONE", "block_exponent", "pack_word", "round_half_even", "unpack_word"]
 
@@ -21,7 +21,7 @@ __all__ = ["EXP_NONE", "block_exponent", "pack_word", "round_half_even", "unpack
 EXP_NONE = -32768
 
 
-@njit(cache=True, inline="always")
+@njit(inline=NUMBA_INLINE)
 def round_half_even(v):
     """``v`` rounded to the nearest integer, ties to even (``np.rint``) for ``|v| < 2**51``.
 
@@ -36,7 +36,7 @@ def round_half_even(v):
     return r
 
 
-@njit(cache=True, inline="always")
+@njit(inline=NUMBA_INLINE)
 def block_exponent(x, b, block):
     """The smallest e with |x[i]| < 2**e over block ``b`` (EXP_NONE when all zero)."""
     n = x.size
@@ -53,7 +53,7 @@ def block_exponent(x, b, block):
     return math.frexp(m)[1]
 
 
-@njit(cache=True, inline="always")
+@njit(inline=NUMBA_INLINE)
 def pack_word(x, exps, block, k, q_max, w):
     """Word ``w``: ``rint(x * q_max / 2**e)`` of values ``w*m .. w*m+m-1`` as k-bit fields."""
     n = x.size
@@ -71,7 +71,7 @@ def pack_word(x, exps, block, k, q_max, w):
     return word
 
 
-@njit(cache=True, inline="always")
+@njit(inline=NUMBA_INLINE)
 def unpack_word(words, exps, block, k, q_max, w, out):
     """``out[i] = s_i * 2**e / q_max`` for the signed fields ``s_i`` of word ``w``."""
     n = out.size

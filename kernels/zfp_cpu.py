@@ -21,6 +21,7 @@ from numba.extending import intrinsic
 from ..threads import start_numba_workers
 from .bitstream import low_mask, seek
 from .intbits import as_float, is_single
+from .jit import CPU_INLINE
 from .zfp_block import POW2, POW2_BIAS, decode_block, encode_blocks
 from .zfp_decode1d import (
     block_bits,
@@ -96,14 +97,14 @@ def _float64_bits(typingctx, x):
     return sig, codegen
 
 
-@njit(inline="always")
+@njit(**CPU_INLINE)
 def _bit_length32(v):
     """Bit length of ``v < 2**32`` through its float64 exponent (no vector clz on AVX2)."""
     f = _float64_bits(np.float64(np.uint32(v)))
     return max(np.int64(f >> np.uint64(52)) - 1022, 0)
 
 
-@njit(inline="always")
+@njit(**CPU_INLINE)
 def _planes_start(u0, u1, u2, u3, e, proto):
     """:func:`zfp_encode1d.planes_start_1d` for the CPU driver (float32: no clz; c3 unused)."""
     if is_single(proto):

@@ -20,8 +20,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
+from numba import njit
 
-from .jit import njit
 from .zfp_decode1d import decode_block_1d
 
 __all__ = ["TABLE_BITS", "plane_table", "table_fits"]
