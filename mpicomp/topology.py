@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 from mpi4py import MPI
 
 __all__ = ["Layout", "layout", "node_comms", "rail_comm"]
@@ -56,13 +57,24 @@ class Layout:
 
 
 def layout(comm: MPI.Intracomm) -> Layout:
-    """The layout of ``comm`` (collective over ``comm``)."""
+    """The layout of ``comm`` (collective over ``comm``).
+
+    Buffer collectives only: mpi4py's lowercase ones duplicate a communicator
+    on their first use while holding the GIL, and a worker thread of this
+    process (a nonblocking call's) blocked in such a collective kept the main
+    thread from reaching the one that the other ranks waited in (a hang seen
+    with Open MPI).
+    """
     local = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    me = np.array([comm.Get_rank()], np.int64)
+    leader = np.empty(1, np.int64)
     try:
-        leader = local.allreduce(comm.Get_rank(), op=MPI.MIN)
+        local.Allreduce(me, leader, op=MPI.MIN)
     finally:
         local.Free()
-    leaders = comm.allgather(leader)
+    everyone = np.empty(comm.Get_size(), np.int64)
+    comm.Allgather(leader, everyone)
+    leaders = everyone.tolist()
     numbering: dict[int, int] = {}
     for lead in leaders:
         numbering.setdefault(lead, len(numbering))

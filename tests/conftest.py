@@ -199,6 +199,13 @@ class RankReporter:
 
 
 def pytest_configure(config):
+    # tests that start their own mpiexec: what Open MPI's needs here (root, more ranks
+    # than cores; tests/launcher.py); a rank of a job (its launcher's variables set) has
+    # no need, nor does a session under tests/run_tests.py, which has set them already
+    if not any(v in os.environ for v in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")):
+        import launcher
+
+        launcher.apply(os.environ)
     directory = os.environ.get(REPORT_DIR_ENV)
     if directory and not hasattr(config, "workerinput"):  # not inside an xdist worker
         stage = os.environ.get(STAGE_ENV, "pytest")

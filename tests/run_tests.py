@@ -46,6 +46,8 @@ import time
 import uuid
 from pathlib import Path
 
+import launcher  # tests/launcher.py: the venv's mpiexec, and what Open MPI's needs
+
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = "tests"
 RANK_EXEC = "--_rank-exec"  # internal: run by mpiexec on each rank
@@ -82,11 +84,15 @@ def rank_exec(argv: list[str]) -> None:
 
 
 # -- the runner -------------------------------------------------------------
-def find_mpiexec() -> str | None:
-    local = Path(sys.executable).parent / "mpiexec"  # the venv's (mpich wheel)
-    if local.is_file() and os.access(local, os.X_OK):
-        return str(local)
-    return shutil.which("mpiexec") or shutil.which("mpirun")
+def mpi_library() -> str:
+    """The first line of ``MPI.Get_library_version()`` of the MPI mpi4py loads here."""
+    code = "from mpi4py import MPI; print(MPI.Get_library_version().strip().splitlines()[0])"
+    try:
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=120)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"unknown ({exc})"
+    return res.stdout.strip() or f"unknown (mpi4py: {res.stderr.strip()[-200:]})"
 
 
 def parse_args(argv: list[str]):
@@ -346,7 +352,14 @@ def main(argv: list[str]) -> int:
     if argv[:1] == [RANK_EXEC]:
         rank_exec(argv[1:])  # does not return
     args, extra, stages = parse_args(argv)
-    mpiexec = find_mpiexec()
+    mpiexec = launcher.find_mpiexec()
+    # Open MPI's mpiexec: allow root and more ranks than cores, for every mpiexec started
+    # from here on (the stages, tests that start their own jobs, the conformance stage)
+    added = launcher.apply(os.environ, mpiexec)
+    library = mpi_library()
+    print(f"MPI: {library}; mpiexec: {mpiexec} ({launcher.flavour(mpiexec)})"
+          + (f"; set {' '.join(f'{k}={v}' for k, v in added.items())}" if added else ""),
+          flush=True)
     run_id = uuid.uuid4().hex
     report_dir = args.report_dir or tempfile.mkdtemp(prefix="mpicomp-tests-")
     os.makedirs(report_dir, exist_ok=True)
@@ -372,6 +385,7 @@ def main(argv: list[str]) -> int:
             shutil.rmtree(report_dir, ignore_errors=True)
 
     print("\n===== mpicomp test summary (all stages, all ranks)", flush=True)
+    print(f"MPI: {library}")
     for line in summary_lines:
         print(line)
     if totals.problems:

@@ -19,6 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import launcher  # tests/launcher.py
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,6 +87,7 @@ def test_usage_example(example, tmp_path):
     # the example's own settings only; no process-manager variables of an enclosing mpiexec
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("MPICOMP_", "PMI_", "PMIX_", "HYDRA_", "OMPI_"))}
+    env.update(launcher.launcher_env(str(mpiexec)))  # Open MPI's: root, more ranks than cores
     env.update(example["env"])
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # ranks share the cores (see run_tests.py)
     env["MPIEXEC_TIMEOUT"] = str(TIMEOUT_S)

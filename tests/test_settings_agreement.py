@@ -85,8 +85,10 @@ def test_a_per_rank_environment_is_named(comm, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MPICOMP_", "PMI_", "MPI_"))}
     env.update(MPIEXEC_TIMEOUT="120", MPICOMP_ABORT_ON_ERROR="0")
     rank = [sys.executable, "-c", CHILD, str(tmp_path)]
-    cmd = [mpiexec, "-n", "1", "-env", "MPICOMP_CODEC", "zfp", *rank, ":",
-           "-n", "1", "-env", "MPICOMP_CODEC", "bitplane", *rank]
+    # each rank's own setting through env(1), not mpiexec's per-program option (MPICH's
+    # -env, Open MPI's -x): one command line for both MPIs
+    cmd = [mpiexec, "-n", "1", "env", "MPICOMP_CODEC=zfp", *rank, ":",
+           "-n", "1", "env", "MPICOMP_CODEC=bitplane", *rank]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for r in (0, 1):

@@ -1,9 +1,7 @@
 """PyTorch integration: DistributedOptimizer and broadcast_parameters (skipped without torch).
 
-torch is an optional extra (``pip install 'mpicomp[torch]'``): the PyPI wheel
-brings its CUDA libraries (several GB), so CI does not install it; run
-``.venv/bin/pip install torch`` and then
-``.venv/bin/python tests/run_tests.py --stages serial,2,4 tests/test_torch.py``.
+torch is an optional extra of the package; ``make venv`` installs it into ``.venv``
+(docs/training.md), so these run in ``make test``.
 """
 from __future__ import annotations
 

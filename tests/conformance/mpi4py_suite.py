@@ -31,6 +31,9 @@ ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".cache"
 RANK_SCRIPT = Path(__file__).resolve().parent / "mpi4py_rank.py"
 
+sys.path.insert(0, str(ROOT / "tests"))
+import launcher  # noqa: E402  tests/launcher.py: the venv's mpiexec, what Open MPI's needs
+
 #: mpi4py's test modules that call the communicator methods mpicomp overrides
 #: (buffer, nonblocking, vector and persistent collectives, point to point,
 #: buffer specs, zero-size messages, communicator constructors, pickled objects)
@@ -96,8 +99,7 @@ def fetch_tests(version: str | None = None) -> Path:
 
 
 def mpiexec() -> str:
-    here = Path(sys.executable).parent / "mpiexec"
-    return str(here) if here.exists() else (shutil.which("mpiexec") or "mpiexec")
+    return launcher.find_mpiexec() or "mpiexec"
 
 
 def run_job(testdir: Path, ranks: int, world: str, env: dict[str, str],
@@ -177,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modules", default=",".join(MODULES))
     ap.add_argument("--json", help="write the outcomes here")
     args = ap.parse_args(argv)
+    launcher.apply(os.environ)  # Open MPI's mpiexec: root, more ranks than cores
     testdir = fetch_tests()
     modules = tuple(m for m in args.modules.split(",") if m)
     failures: list[str] = []
