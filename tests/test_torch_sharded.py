@@ -42,14 +42,18 @@ def _train(model, opt, comm, steps: int) -> list[bytes]:
 
 
 @pytest.mark.mpi(min_size=2)
-def test_codec_none_follows_the_unsharded_trajectory_on_identical_replicas(comm):
-    """Codec none: after every step every rank holds the same bits, and they follow Adam
-    on the whole model with the ranks' gradients averaged (float32 sums: to 1e-6); each
-    rank's optimizer state is its share (1/p of the unsharded state, padding aside)."""
+@pytest.mark.parametrize("bucket_mib", [25.0, 1e-4])
+def test_codec_none_follows_the_unsharded_trajectory_on_identical_replicas(comm, bucket_mib):
+    """Codec none, one bucket or several (26 values each, cut through tensors): after
+    every step every rank holds the same bits, and they follow Adam on the whole model
+    with the ranks' gradients averaged (float32 sums: to 1e-6); each rank's optimizer
+    state is its share (1/p of the unsharded state, padding aside)."""
     p, r = comm.Get_size(), comm.Get_rank()
     dp = mpicomp.Comm(comm, codec="none")
     model = _model(r)  # different on every rank: the optimizer copies rank 0's
-    opt = mt.ShardedOptimizer(model.named_parameters(), torch.optim.Adam, comm=dp, lr=0.01)
+    opt = mt.ShardedOptimizer(model.named_parameters(), torch.optim.Adam, comm=dp, lr=0.01,
+                              bucket_mib=bucket_mib)
+    assert len(opt.buckets) == (1 if bucket_mib > 1 else 3)  # 66 values
     ref = _model(0)
     ref_opt = torch.optim.Adam(ref.parameters(), lr=0.01)
     assert _blob(model) == _blob(ref)
@@ -76,9 +80,9 @@ def test_codec_none_follows_the_unsharded_trajectory_on_identical_replicas(comm)
     unsharded = sum(w.numel() * 4 for w in ref.parameters()) + sum(
         v.numel() * v.element_size() for st in ref_opt.state.values() for v in st.values()
         if torch.is_tensor(v))
-    numel = sum(w.numel() for w in ref.parameters())
-    assert opt.state_bytes() == 3 * 4 * (-(-numel // p)) + 4  # (+ Adam's step count)
-    assert opt.state_bytes() <= unsharded / p + 3 * 4 + 4
+    parts = sum(-(-n // p) for _, n, _, _ in opt.buckets)  # this rank's values, padded
+    assert opt.state_bytes() == 3 * 4 * parts + 4  # (+ Adam's step count)
+    assert opt.state_bytes() <= unsharded / p + 3 * 4 * len(opt.buckets) + 4
 
 
 @pytest.mark.mpi(min_size=2)
@@ -105,11 +109,12 @@ def test_compressed_gradients_and_parameters_keep_replicas_identical(comm, feedb
     # the owner's master values are exact; the parameters it holds are their decoding
     mine = np.concatenate([w.detach().reshape(-1).numpy() for w in model.parameters()])
     master = opt.master.detach().numpy()
-    owned = mine[opt.mine]  # (the last rank's part ends in padding)
-    assert np.abs(owned - master[: owned.size]).max() > 0  # 8 bits lost something
+    in_flat, in_master = opt.owned()
+    owned, exact = mine[in_flat], master[in_master]
+    assert owned.size and np.abs(owned - exact).max() > 0  # 8 bits lost something
     c, a = bounds.codec_constants(get_codec({"id": "bitplane", "rate": 8.25}),
                                   np.dtype(np.float32))
-    assert np.abs(owned - master[: owned.size]).max() <= c * np.abs(master).max() + a
+    assert np.abs(owned - exact).max() <= c * np.abs(master).max() + a
     assert torch.nn.functional.mse_loss(model(x), t).item() < first
 
 
@@ -121,6 +126,8 @@ def test_bad_sharded_optimizer_settings_raise_on_every_rank(comm):
         mt.ShardedOptimizer(model.named_parameters(), comm=dp, error_feedback="sometimes")
     with pytest.raises(ValueError, match="error feedback needs a named codec"):
         mt.ShardedOptimizer(model.named_parameters(), comm=dp, error_feedback="loco")
+    with pytest.raises(ValueError, match="bucket_mib must be > 0"):
+        mt.ShardedOptimizer(model.named_parameters(), comm=dp, bucket_mib=0)
     with pytest.raises(TypeError, match="unexpected keyword argument 'momentum'"):
         mt.ShardedOptimizer(model.named_parameters(), torch.optim.Adam, comm=dp,
                             momentum=0.9)

@@ -8,19 +8,21 @@
     loss.backward(); opt.step()
 
 (the shape of PyTorch's ``ZeroRedundancyOptimizer``). The parameters, in the
-order given, are one flat float32 vector padded with zeros to a multiple of
-the communicator's size ``p`` (so any tensor sizes shard evenly); rank ``r``
-owns its ``r``-th part. ``step()`` after ``backward()``:
+order given, are one flat float32 vector cut into buckets of at most
+``bucket_mib`` MiB; each bucket is padded with zeros to a multiple of the
+communicator's size ``p`` (so any tensor sizes shard evenly) and rank ``r``
+owns the ``r``-th part of every bucket. ``step()`` after ``backward()``:
 
-1. reduce-scatters the flat gradient (``Reduce_scatter_block`` with the
-   gradient settings: ``codec``, ``rate``, ``threshold``, ``algorithm``),
-   this rank receiving the sum of its part, averaged over the ranks; with
+1. reduce-scatters each bucket of the flat gradient (``Reduce_scatter_block``
+   with the gradient settings: ``codec``, ``rate``, ``threshold``,
+   ``algorithm``), this rank receiving the sum of its part, averaged over
+   the ranks; with
    ``error_feedback`` (``"classic"`` or ``"loco"``, :mod:`mpicomp.training.feedback`)
    what compression lost of what this rank sent is added to its next step's
    gradient;
 2. steps ``optimizer_class`` on this rank's part alone (float32 master
    values: its state is ``1/p`` of the unsharded optimizer's);
-3. allgathers the updated parts into every rank's parameters: plain by
+3. allgathers each bucket's updated parts into every rank's parameters: plain by
    default, or compressed with ``param_settings`` (e.g. ``{"codec":
    "bitplane", "rate": 8.25}``, ZeRO++'s quantized weights), the owner
    keeping its exact master values. Every rank decodes every part, its own
@@ -54,7 +56,7 @@ class ShardedOptimizer:
     def __init__(self, named_parameters: Iterable[tuple[str, Any]],
                  optimizer_class: Any = torch.optim.Adam, comm: Any = None,
                  error_feedback: str = "none", beta: float = 0.8, reset_every: int = 1024,
-                 param_settings: Mapping[str, Any] | None = None,
+                 param_settings: Mapping[str, Any] | None = None, bucket_mib: float = 25.0,
                  **optimizer_defaults_and_settings: Any) -> None:
         self.comm = _world(comm)
         self.named = list(named_parameters)
@@ -79,17 +81,27 @@ class ShardedOptimizer:
         if len(set(map(repr, self.comm.allgather(layout)))) != 1:
             raise ValueError("ShardedOptimizer: the ranks hold different parameter names, "
                              "shapes or dtypes")
-        size, rank = self.comm.Get_size(), self.comm.Get_rank()
+        if not float(bucket_mib) > 0:
+            raise ValueError(f"bucket_mib must be > 0, got {bucket_mib!r}")
+        size = self.comm.Get_size()
         self.numel = sum(p.numel() for _, p in self.named)
-        self.part = -(-self.numel // size)  # values each rank owns (the last padded)
-        self.mine = slice(rank * self.part, (rank + 1) * self.part)
-        flat = np.zeros(self.part * size, np.float32)
+        per_bucket = max(size, int(float(bucket_mib) * (1 << 20)) // 4)  # float32 values
+        #: the buckets: (start, values) in the flat vector, (start, values) of this rank's
+        #: part in the master vector (each bucket's part padded to a multiple of p)
+        self.buckets: list[tuple[int, int, int, int]] = []
+        at = master_at = 0
+        while at < self.numel or not self.buckets:
+            n = min(per_bucket, self.numel - at)
+            part = -(-n // size)
+            self.buckets.append((at, n, master_at, part))
+            at, master_at = at + n, master_at + part
+        flat = np.zeros(self.numel, np.float32)
         self._fill(flat, [p for _, p in self.named])
         self.comm.Bcast(flat, root=0, codec="none")  # every replica starts alike
         self._params = flat  # the parameters as every rank holds them
         self._write_params()
         self._grad = np.zeros_like(flat)  # the flat gradient this rank sends
-        self.master = torch.nn.Parameter(torch.from_numpy(flat[self.mine].copy()))
+        self.master = torch.nn.Parameter(torch.from_numpy(self._gather_mine(flat)))
         self.optimizer = optimizer_class([self.master], **given)
         self.steps = 0
 
@@ -103,20 +115,27 @@ class ShardedOptimizer:
                 loss = closure()
         p = self.comm.Get_size()
         self._fill(self._grad, [q.grad for _, q in self.named])
-        sent = self.feedback.compensate("flat", self._grad, arrays.HOST)
-        shard = np.empty(self.part, np.float32)
-        before = self._compressed()
-        self.comm.Reduce_scatter_block(sent, shard, **self.gradient_settings)
-        if self.feedback.active:
-            pol = self.comm.resolved_policy(**self.gradient_settings)
-            carried = (arrays.HOST.roundtrip(pol.codec, sent)
-                       if self._compressed() > before else sent)
-            self.feedback.update("flat", sent, carried, arrays.HOST)
-            self.feedback.end_step()
-        shard /= p
-        self.master.grad = torch.from_numpy(shard)
+        grad = np.empty(self.master.numel(), np.float32)
+        for k, (start, n, at, part) in enumerate(self.buckets):
+            send = np.zeros(p * part, np.float32)
+            send[:n] = self._grad[start:start + n]
+            send = self.feedback.compensate(k, send, arrays.HOST)
+            before = self._compressed()
+            self.comm.Reduce_scatter_block(send, grad[at:at + part], **self.gradient_settings)
+            if self.feedback.active:
+                pol = self.comm.resolved_policy(**self.gradient_settings)
+                carried = (arrays.HOST.roundtrip(pol.codec, send)
+                           if self._compressed() > before else send)
+                self.feedback.update(k, send, carried, arrays.HOST)
+        self.feedback.end_step()
+        grad /= p
+        self.master.grad = torch.from_numpy(grad)
         self.optimizer.step()
-        self.comm.Allgather(self.master.detach().numpy(), self._params, **self.param_settings)
+        mine = self.master.detach().numpy()
+        for start, n, at, part in self.buckets:
+            gathered = np.empty(p * part, np.float32)
+            self.comm.Allgather(mine[at:at + part], gathered, **self.param_settings)
+            self._params[start:start + n] = gathered[:n]
         self._write_params()
         self.steps += 1
         return loss
@@ -142,12 +161,32 @@ class ShardedOptimizer:
     def param_groups(self) -> list[dict[str, Any]]:
         return self.optimizer.param_groups
 
+    def owned(self) -> tuple[np.ndarray, np.ndarray]:
+        """(positions in the flat parameter vector, positions in :attr:`master`) of the
+        values this rank owns (padding left out)."""
+        rank = self.comm.Get_rank()
+        flat, master = [], []
+        for start, n, at, part in self.buckets:
+            first, last = rank * part, min((rank + 1) * part, n)
+            if last > first:
+                flat.append(np.arange(start + first, start + last))
+                master.append(np.arange(at, at + last - first))
+        return (np.concatenate(flat) if flat else np.zeros(0, np.int64),
+                np.concatenate(master) if master else np.zeros(0, np.int64))
+
     # -- helpers -------------------------------------------------------------------------
+    def _gather_mine(self, flat: np.ndarray) -> np.ndarray:
+        """This rank's part of every bucket of ``flat``, one after another (padded)."""
+        mine = np.zeros(sum(part for *_, part in self.buckets), np.float32)
+        where_flat, where_master = self.owned()
+        mine[where_master] = flat[where_flat]
+        return mine
+
     def _compressed(self) -> int:
         return self.comm.stats().get("Reduce_scatter_block", {}).get("compressed", 0)
 
     def _fill(self, flat: np.ndarray, tensors: list[Any]) -> None:
-        """``flat`` := the tensors one after another as float32 (None: zeros), then zeros."""
+        """``flat`` := the tensors one after another as float32 (None: zeros)."""
         at = 0
         for (_, q), t in zip(self.named, tensors, strict=True):
             n = q.numel()
@@ -157,7 +196,6 @@ class ShardedOptimizer:
                 flat[at:at + n] = t.detach().reshape(-1).to(device="cpu",
                                                             dtype=torch.float32).numpy()
             at += n
-        flat[at:] = 0
 
     def _write_params(self) -> None:
         """Every parameter := its values in the flat vector every rank holds."""
