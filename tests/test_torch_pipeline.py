@@ -40,11 +40,13 @@ def _pipeline(comm):
 
 
 @pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
 @pytest.mark.parametrize("micro_batches", [1, 2, 3, 8])
-def test_a_pipeline_gives_the_unsplit_loss_and_gradients(comm, micro_batches):
-    """2 to 4 stages (as many as ranks), 1 to 8 micro-batches, codec none: the loss
-    returned on every stage and each stage's parameter gradients equal the unsplit
-    model's on the whole batch; no deadlock (the stage's timeout would catch one)."""
+def test_a_pipeline_gives_the_unsplit_loss_and_gradients(comm, micro_batches, schedule):
+    """2 to 4 stages (as many as ranks), 1 to 8 micro-batches, both schedules, codec
+    none: the loss returned on every stage and each stage's parameter gradients equal
+    the unsplit model's on the whole batch; no deadlock (the stage's timeout would catch
+    one)."""
     pp = _pipeline(comm)
     s, n = pp.Get_rank(), pp.Get_size()
     x, t = _batch()
@@ -53,8 +55,12 @@ def test_a_pipeline_gives_the_unsplit_loss_and_gradients(comm, micro_batches):
     want.backward()
     stage = mt.PipelineStage(_stage_of(_model(), s, n), pp)
     loss = stage.step(x if s == 0 else None, t if s == n - 1 else None,
-                      torch.nn.functional.mse_loss, micro_batches=micro_batches)
+                      torch.nn.functional.mse_loss, micro_batches=micro_batches,
+                      schedule=schedule)
     assert loss == pytest.approx(want.item(), rel=1e-12)
+    # GPipe holds every micro-batch's activations; 1F1B at most stages - stage
+    assert stage.peak_in_flight == (micro_batches if schedule == "gpipe"
+                                    else min(n - s, micro_batches))
     mine = list(stage.module.parameters())
     ref = list(_stage_of(whole, s, n).parameters())
     assert mine and len(mine) == len(ref)
@@ -62,7 +68,7 @@ def test_a_pipeline_gives_the_unsplit_loss_and_gradients(comm, micro_batches):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-10, atol=1e-12)
     # a second step accumulates, as backward() does
     stage.step(x if s == 0 else None, t if s == n - 1 else None,
-               torch.nn.functional.mse_loss, micro_batches=micro_batches)
+               torch.nn.functional.mse_loss, micro_batches=micro_batches, schedule=schedule)
     for a, b in zip(mine, ref, strict=True):
         torch.testing.assert_close(a.grad, 2 * b.grad, rtol=1e-10, atol=1e-12)
 
@@ -82,7 +88,7 @@ def test_a_compressing_pipeline_sends_frames_and_stays_close(comm):
     loss = stage.step(x if s == 0 else None, t if s == n - 1 else None,
                       torch.nn.functional.mse_loss, micro_batches=4)
     assert loss == pytest.approx(want, rel=1e-4)
-    sent = pp.stats().get("Send", {})
+    sent = pp.stats().get("Isend", {})
     assert sent.get("compressed", 0) == 4 * (2 if 0 < s < n - 1 else 1)
 
 
@@ -94,6 +100,8 @@ def test_bad_pipeline_calls_raise_before_anything_is_sent(comm):
     x, t = _batch(10)
     with pytest.raises(ValueError, match="micro_batches must be a positive integer"):
         stage.step(x, t, torch.nn.functional.mse_loss, micro_batches=0)
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        stage.step(x, t, torch.nn.functional.mse_loss, micro_batches=2, schedule="zb")
     if s == 0:
         with pytest.raises(ValueError, match="batch of 10 .* divisible by micro_batches=4"):
             stage.step(x, None, None, micro_batches=4)
