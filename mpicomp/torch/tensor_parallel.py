@@ -114,75 +114,44 @@ def _reduce_scatter(t: Any, comm: Any, dim: int) -> Any:
 
 # -- the autograd functions --------------------------------------------------------------
 
-class CopyToGroup(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: Any, comm: Any) -> Any:
-        ctx.comm = comm
-        return x.view_as(x)
+def _identity(t: Any, comm: Any, dim: int) -> Any:
+    return t.view_as(t)
 
-    @staticmethod
-    def backward(ctx: Any, grad: Any) -> Any:
-        return _allreduce(grad, ctx.comm), None
 
-class ReduceFromGroup(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: Any, comm: Any) -> Any:
-        return _allreduce(x, comm)
+def _sum(t: Any, comm: Any, dim: int) -> Any:
+    return _allreduce(t, comm)
 
-    @staticmethod
-    def backward(ctx: Any, grad: Any) -> Any:
-        return grad, None
 
-class ScatterToGroup(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: Any, comm: Any, dim: int) -> Any:
+def _function(name: str, forward: Any, backward: Any) -> type:
+    """An autograd function: ``forward(x, comm, dim)`` forward, ``backward(grad, comm,
+    dim)`` backward (each of the pairs in the module's table)."""
+    def fwd(ctx: Any, x: Any, comm: Any, dim: int) -> Any:
         ctx.comm, ctx.dim = comm, dim
-        return _slice(x, comm, dim)
+        return forward(x, comm, dim)
 
-    @staticmethod
-    def backward(ctx: Any, grad: Any) -> Any:
-        return _allgather(grad, ctx.comm, ctx.dim), None, None
+    def bwd(ctx: Any, grad: Any) -> Any:
+        return backward(grad, ctx.comm, ctx.dim), None, None
 
-class GatherFromGroup(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: Any, comm: Any, dim: int) -> Any:
-        ctx.comm, ctx.dim = comm, dim
-        return _allgather(x, comm, dim)
+    return type(name, (torch.autograd.Function,),
+                {"forward": staticmethod(fwd), "backward": staticmethod(bwd)})
 
-    @staticmethod
-    def backward(ctx: Any, grad: Any) -> Any:
-        return _slice(grad, ctx.comm, ctx.dim), None, None
 
-class GatherFromSequence(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: Any, comm: Any, dim: int) -> Any:
-        ctx.comm, ctx.dim = comm, dim
-        return _allgather(x, comm, dim)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Any) -> Any:
-        return _reduce_scatter(grad, ctx.comm, ctx.dim), None, None
-
-class ReduceScatterToSequence(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, x: Any, comm: Any, dim: int) -> Any:
-        ctx.comm, ctx.dim = comm, dim
-        return _reduce_scatter(x, comm, dim)
-
-    @staticmethod
-    def backward(ctx: Any, grad: Any) -> Any:
-        return _allgather(grad, ctx.comm, ctx.dim), None, None
-
+CopyToGroup = _function("CopyToGroup", _identity, _sum)
+ReduceFromGroup = _function("ReduceFromGroup", _sum, _identity)
+ScatterToGroup = _function("ScatterToGroup", _slice, _allgather)
+GatherFromGroup = _function("GatherFromGroup", _allgather, _slice)
+GatherFromSequence = _function("GatherFromSequence", _allgather, _reduce_scatter)
+ReduceScatterToSequence = _function("ReduceScatterToSequence", _reduce_scatter, _allgather)
 
 
 def copy_to_group(x: Any, comm: Any) -> Any:
     """Identity forward; the gradient summed over ``comm`` backward."""
-    return CopyToGroup.apply(x, comm)
+    return CopyToGroup.apply(x, comm, -1)
 
 
 def reduce_from_group(x: Any, comm: Any) -> Any:
     """``x`` summed over ``comm`` forward; identity backward."""
-    return ReduceFromGroup.apply(x, comm)
+    return ReduceFromGroup.apply(x, comm, -1)
 
 
 def scatter_to_group(x: Any, comm: Any, dim: int = -1) -> Any:
