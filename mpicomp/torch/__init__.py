@@ -121,7 +121,7 @@ class DistributedOptimizer:
 
     def __init__(self, optimizer: Any, named_parameters: Iterable[tuple[str, Any]],
                  comm: Any = None, **reducer_settings: Any) -> None:
-        from .training import GradientReducer
+        from ..training import GradientReducer
 
         _torch()
         self.optimizer = optimizer
