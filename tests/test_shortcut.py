@@ -170,6 +170,17 @@ def _take(mc: mpicomp.Comm, name: str) -> dict[int, int]:
     return mc._shortcut.take(shortcut.METHODS.index(name))
 
 
+def _default_pair(comm):
+    """A default-policy communicator on ``comm`` (made on every rank: the construction is
+    collective) with its point-to-point limits bound (no collective check), for a test of
+    ranks 0 and 1; None on the other ranks."""
+    mc = mpicomp.Comm(comm)
+    if comm.Get_rank() > 1:
+        return None
+    mc.resolved_policy()
+    return mc
+
+
 @pytest.fixture(params=["direct", "mpi4py"])
 def receive_path(request):
     """The receiving shortcuts both ways: calling MPI itself (bound, the default on
@@ -312,10 +323,9 @@ def test_a_frame_reaches_a_default_receiver_through_the_shortcut(comm, receive_p
     receives it as bytes into the buffer and decodes it there (any status form, a larger
     buffer, ANY_SOURCE), and an odd-length plain message of bytes stays exact."""
     r = comm.Get_rank()
-    mc = mpicomp.Comm(comm)  # collective: before the ranks beyond the pair leave
-    if r > 1:
+    mc = _default_pair(comm)
+    if mc is None:
         return
-    mc.resolved_policy()  # point to point: binds its limits (no collective check)
     x = np.sin(np.arange(4096, dtype=np.float64) / 50)
     odd = np.arange(13, dtype=np.uint8)
     if r == 0:
@@ -350,10 +360,9 @@ def test_a_frame_reaches_a_default_receiver_through_the_shortcut(comm, receive_p
 @pytest.mark.mpi(min_size=2)
 def test_sendrecv_under_the_default_is_plain_and_decodes_a_partners_frame(comm, receive_path):
     r = comm.Get_rank()
-    mc = mpicomp.Comm(comm)  # collective: before the ranks beyond the pair leave
-    if r > 1:
+    mc = _default_pair(comm)
+    if mc is None:
         return
-    mc.resolved_policy()  # point to point: binds its limits (no collective check)
     def values(rank: int) -> np.ndarray:
         return np.cos(np.arange(2048, dtype=np.float32) / 30) + rank
 
@@ -374,10 +383,9 @@ def test_sendrecv_under_the_default_is_plain_and_decodes_a_partners_frame(comm, 
 def test_point_to_point_without_the_extension_takes_the_python_fast_path(comm, monkeypatch):
     monkeypatch.setattr(shortcut, "COMPILED", False)
     r = comm.Get_rank()
-    mc = mpicomp.Comm(comm)  # collective: before the ranks beyond the pair leave
-    if r > 1:
+    mc = _default_pair(comm)
+    if mc is None:
         return
-    mc.resolved_policy()  # point to point: binds its limits (no collective check)
     assert mc._p2p_below == float("inf") and not hasattr(mc, "_shortcut")
     x = np.arange(10, dtype=np.float32)
     y = np.empty_like(x)
@@ -399,10 +407,9 @@ def test_point_to_point_without_the_extension_takes_the_python_fast_path(comm, m
 @pytest.mark.mpi(min_size=2)
 def test_sendrecv_positional_takes_the_shortcut_and_counts_its_receive(comm, receive_path):
     r = comm.Get_rank()
-    mc = mpicomp.Comm(comm)
-    if r > 1:
+    mc = _default_pair(comm)
+    if mc is None:
         return
-    mc.resolved_policy()  # point to point: binds its limits (no collective check)
     x = np.full(300, r, np.float64)
     y = np.empty_like(x)
     st = MPI.Status()
@@ -610,10 +617,9 @@ def test_receives_keep_mpi4pys_types_errors_and_status(comm, receive_path):
     pair in step, a strided receive buffer raises as mpi4py does, and a status reports
     source, tag and count."""
     r = comm.Get_rank()
-    mc = mpicomp.Comm(comm)  # collective: before the ranks beyond the pair leave
-    if r > 1:
+    mc = _default_pair(comm)
+    if mc is None:
         return
-    mc.resolved_policy()  # point to point: binds its limits (no collective check)
     peer = 1 - r
     before = shortcut._shortcut.direct_calls()
     for dtype in (np.float32, np.float64, np.int32, np.int64, np.uint8, np.bool_,
@@ -670,10 +676,9 @@ def test_receives_of_buffer_specs_take_the_shortcut(comm, receive_path):
     the shortcut does not read (a strided datatype, a count past the end) goes to the
     Python method, which gives mpi4py's result or mpicomp's error."""
     r = comm.Get_rank()
-    mc = mpicomp.Comm(comm)  # collective: before the ranks beyond the pair leave
-    if r > 1:
+    mc = _default_pair(comm)
+    if mc is None:
         return
-    mc.resolved_policy()  # point to point: binds its limits (no collective check)
     peer = 1 - r
     before = shortcut._shortcut.direct_calls()
     n, count, displ = 24, 10, 5

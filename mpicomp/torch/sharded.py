@@ -9,9 +9,9 @@
 
 (the shape of PyTorch's ``ZeroRedundancyOptimizer``). The parameters, in the
 order given, are one flat float32 vector cut into buckets of at most
-``bucket_mib`` MiB; each bucket is padded with zeros to a multiple of the
-communicator's size ``p`` (so any tensor sizes shard evenly) and rank ``r``
-owns the ``r``-th part of every bucket. ``step()`` after ``backward()``:
+``bucket_mib`` MiB, a multiple of the communicator's size ``p`` values each
+but the last, which is padded with zeros to one (so any tensor sizes shard
+evenly); rank ``r`` owns the ``r``-th part of every bucket. ``step()`` after ``backward()``:
 
 1. reduce-scatters each bucket of the flat gradient (``Reduce_scatter_block``
    with the gradient settings: ``codec``, ``rate``, ``threshold``,
@@ -85,9 +85,11 @@ class ShardedOptimizer:
             raise ValueError(f"bucket_mib must be > 0, got {bucket_mib!r}")
         size = self.comm.Get_size()
         self.numel = sum(p.numel() for _, p in self.named)
-        per_bucket = max(size, int(float(bucket_mib) * (1 << 20)) // 4)  # float32 values
+        # a bucket's values: a multiple of p, so that only the last bucket is padded and the
+        # buckets lie one after another in one padded flat vector
+        per_bucket = max(size, int(float(bucket_mib) * (1 << 20)) // 4 // size * size)
         #: the buckets: (start, values) in the flat vector, (start, values) of this rank's
-        #: part in the master vector (each bucket's part padded to a multiple of p)
+        #: part in the master vector
         self.buckets: list[tuple[int, int, int, int]] = []
         at = master_at = 0
         while at < self.numel or not self.buckets:
@@ -95,13 +97,15 @@ class ShardedOptimizer:
             part = -(-n // size)
             self.buckets.append((at, n, master_at, part))
             at, master_at = at + n, master_at + part
-        flat = np.zeros(self.numel, np.float32)
+        start, _, _, part = self.buckets[-1]
+        flat = np.zeros(start + size * part, np.float32)  # (zeros after the last value)
         self._fill(flat, [p for _, p in self.named])
         self.comm.Bcast(flat, root=0, codec="none")  # every replica starts alike
         self._params = flat  # the parameters as every rank holds them
         self._write_params()
         self._grad = np.zeros_like(flat)  # the flat gradient this rank sends
         self.master = torch.nn.Parameter(torch.from_numpy(self._gather_mine(flat)))
+        self._shard_grad = np.empty(self.master.numel(), np.float32)
         self.optimizer = optimizer_class([self.master], **given)
         self.steps = 0
 
@@ -115,12 +119,10 @@ class ShardedOptimizer:
                 loss = closure()
         p = self.comm.Get_size()
         self._fill(self._grad, [q.grad for _, q in self.named])
-        grad = np.empty(self.master.numel(), np.float32)
-        for k, (start, n, at, part) in enumerate(self.buckets):
-            send = np.zeros(p * part, np.float32)
-            send[:n] = self._grad[start:start + n]
-            send = self.feedback.compensate(k, send, arrays.HOST)
-            before = self._compressed()
+        grad = self._shard_grad
+        for k, (start, _, at, part) in enumerate(self.buckets):
+            send = self.feedback.compensate(k, self._grad[start:start + p * part], arrays.HOST)
+            before = self._compressed() if self.feedback.active else 0
             self.comm.Reduce_scatter_block(send, grad[at:at + part], **self.gradient_settings)
             if self.feedback.active:
                 pol = self.comm.resolved_policy(**self.gradient_settings)
@@ -132,10 +134,9 @@ class ShardedOptimizer:
         self.master.grad = torch.from_numpy(grad)
         self.optimizer.step()
         mine = self.master.detach().numpy()
-        for start, n, at, part in self.buckets:
-            gathered = np.empty(p * part, np.float32)
-            self.comm.Allgather(mine[at:at + part], gathered, **self.param_settings)
-            self._params[start:start + n] = gathered[:n]
+        for start, _, at, part in self.buckets:  # straight into every rank's parameters
+            self.comm.Allgather(mine[at:at + part], self._params[start:start + p * part],
+                                **self.param_settings)
         self._write_params()
         self.steps += 1
         return loss
@@ -186,7 +187,7 @@ class ShardedOptimizer:
         return self.comm.stats().get("Reduce_scatter_block", {}).get("compressed", 0)
 
     def _fill(self, flat: np.ndarray, tensors: list[Any]) -> None:
-        """``flat`` := the tensors one after another as float32 (None: zeros)."""
+        """``flat`` := the tensors one after another as float32 (None: zeros), then zeros."""
         at = 0
         for (_, q), t in zip(self.named, tensors, strict=True):
             n = q.numel()
@@ -196,6 +197,7 @@ class ShardedOptimizer:
                 flat[at:at + n] = t.detach().reshape(-1).to(device="cpu",
                                                             dtype=torch.float32).numpy()
             at += n
+        flat[at:] = 0
 
     def _write_params(self) -> None:
         """Every parameter := its values in the flat vector every rank holds."""

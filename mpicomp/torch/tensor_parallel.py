@@ -195,16 +195,39 @@ def _full_linear(in_features: int, out_features: int, bias: bool, comm: Any, dty
 
 
 class _ParallelLinear(torch.nn.Module):
-    """What both layers hold: the group, this rank's shard of the weight, the bias."""
+    """What both layers share: the group, this rank's shard of a whole layer's weight
+    and bias (made here, or given to :meth:`from_linear`), their sizes."""
 
-    def __init__(self, linear: torch.nn.Linear, weight: Any, bias: Any, comm: Any,
-                 sequence_parallel: bool) -> None:
+    #: the size the layer splits across the group (its subclass's)
+    SPLIT = ""
+
+    def __init__(self, in_features: int, out_features: int, comm: Any, bias: bool,
+                 sequence_parallel: bool, dtype: Any, device: Any, linear: Any) -> None:
         super().__init__()
+        p, r = comm.Get_size(), comm.Get_rank()
+        sizes = {"in_features": in_features, "out_features": out_features}
+        part = _split(sizes[self.SPLIT], p, self.SPLIT)
+        if linear is None:
+            linear = _full_linear(in_features, out_features, bias, comm, dtype, device)
+        weight, bias_part = self._shard(linear, slice(r * part, (r + 1) * part))
         self.comm = comm
-        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.in_features, self.out_features = in_features, out_features
         self.sequence_parallel = bool(sequence_parallel)
         self.weight = torch.nn.Parameter(weight.detach().clone())
-        self.bias = None if bias is None else torch.nn.Parameter(bias.detach().clone())
+        self.bias = (None if bias_part is None
+                     else torch.nn.Parameter(bias_part.detach().clone()))
+
+    @staticmethod
+    def _shard(linear: torch.nn.Linear, mine: slice) -> tuple[Any, Any]:
+        raise NotImplementedError
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear, comm: Any, **options: Any) -> Any:
+        """This rank's shard of a whole ``linear`` (the same on every rank of ``comm``);
+        ``options``: the layer's own (``gather_output``, ``input_is_parallel``,
+        ``sequence_parallel``)."""
+        return cls(linear.in_features, linear.out_features, comm, linear.bias is not None,
+                   _linear=linear, **options)
 
 
 class ColumnParallelLinear(_ParallelLinear):
@@ -218,25 +241,18 @@ class ColumnParallelLinear(_ParallelLinear):
     whole layer made on the group's rank 0 and cut into shards.
     """
 
+    SPLIT = "out_features"
+
     def __init__(self, in_features: int, out_features: int, comm: Any, bias: bool = True,
                  gather_output: bool = False, sequence_parallel: bool = False,
                  dtype: Any = None, device: Any = None, *, _linear: Any = None) -> None:
-        p, r = comm.Get_size(), comm.Get_rank()
-        part = _split(out_features, p, "out_features")
-        linear = (_linear if _linear is not None
-                  else _full_linear(in_features, out_features, bias, comm, dtype, device))
-        rows = slice(r * part, (r + 1) * part)
-        super().__init__(linear, linear.weight[rows],
-                         None if linear.bias is None else linear.bias[rows], comm,
-                         sequence_parallel)
+        super().__init__(in_features, out_features, comm, bias, sequence_parallel, dtype,
+                         device, _linear)
         self.gather_output = bool(gather_output)
 
-    @classmethod
-    def from_linear(cls, linear: torch.nn.Linear, comm: Any, gather_output: bool = False,
-                    sequence_parallel: bool = False) -> ColumnParallelLinear:
-        """This rank's shard of a whole ``linear`` (the same on every rank of ``comm``)."""
-        return cls(linear.in_features, linear.out_features, comm, linear.bias is not None,
-                   gather_output, sequence_parallel, _linear=linear)
+    @staticmethod
+    def _shard(linear: torch.nn.Linear, mine: slice) -> tuple[Any, Any]:
+        return linear.weight[mine], None if linear.bias is None else linear.bias[mine]
 
     def forward(self, x: Any) -> Any:
         x = (gather_from_sequence(x, self.comm) if self.sequence_parallel
@@ -263,25 +279,20 @@ class RowParallelLinear(_ParallelLinear):
     sum.
     """
 
+    SPLIT = "in_features"
+
     def __init__(self, in_features: int, out_features: int, comm: Any, bias: bool = True,
                  input_is_parallel: bool = True, sequence_parallel: bool = False,
                  dtype: Any = None, device: Any = None, *, _linear: Any = None) -> None:
-        p, r = comm.Get_size(), comm.Get_rank()
-        part = _split(in_features, p, "in_features")
-        linear = (_linear if _linear is not None
-                  else _full_linear(in_features, out_features, bias, comm, dtype, device))
-        super().__init__(linear, linear.weight[:, r * part:(r + 1) * part], linear.bias, comm,
-                         sequence_parallel)
+        super().__init__(in_features, out_features, comm, bias, sequence_parallel, dtype,
+                         device, _linear)
         self.input_is_parallel = bool(input_is_parallel)
         if self.bias is not None and self.sequence_parallel:
             self.bias.sequence_parallel = True
 
-    @classmethod
-    def from_linear(cls, linear: torch.nn.Linear, comm: Any, input_is_parallel: bool = True,
-                    sequence_parallel: bool = False) -> RowParallelLinear:
-        """This rank's shard of a whole ``linear`` (the same on every rank of ``comm``)."""
-        return cls(linear.in_features, linear.out_features, comm, linear.bias is not None,
-                   input_is_parallel, sequence_parallel, _linear=linear)
+    @staticmethod
+    def _shard(linear: torch.nn.Linear, mine: slice) -> tuple[Any, Any]:
+        return linear.weight[:, mine], linear.bias
 
     def forward(self, x: Any) -> Any:
         if not self.input_is_parallel:
