@@ -21,7 +21,8 @@
 #                  each host on cores of its own (PIN=0: placement left to the kernel)
 #   make test-gpu  where a GPU is: the tests marked gpu (serial) and device (under mpiexec -n 2
 #                  and 4), then the GPU benchmarks (bench-gpu); they skip without a CUDA device
-#   make bench-gpu codecs --buffer cupy, and allreduce-gpu (256 MiB CuPy buffers, 4 ranks)
+#   make bench-gpu codecs --buffer cupy, allreduce-gpu (256 MiB CuPy buffers, 4 ranks) and
+#                  train --buffer cupy (4 ranks); figures in docs/performance.md (GPU path)
 #   make gpu-wheels  download into .whl the wheels the lent GPU machine lacks (it has no
 #                  internet; its python3 is 3.12 with CuPy, Numba, PyTorch and pytest); carry
 #                  .whl there and run  make test-gpu WHEELS=.whl  (docs/performance.md)

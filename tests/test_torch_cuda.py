@@ -1,0 +1,121 @@
+"""The torch training layers on CUDA tensors: tensor-parallel layers, a pipeline and the
+sharded optimizer with their modules on the GPU (skipped without torch or a CUDA device;
+``make test-gpu`` runs them on 2 and 4 ranks sharing one GPU)."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import mpicomp  # noqa: E402
+import mpicomp.torch as mt  # noqa: E402
+
+pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.device]
+
+
+def _cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    return torch.device("cuda")
+
+
+def _mlp(seed: int, dev):
+    torch.manual_seed(seed)
+    return (torch.nn.Linear(32, 64).to(dev), torch.nn.Linear(64, 32).to(dev))
+
+
+@pytest.mark.parametrize("settings", [{"codec": "none"},
+                                      {"codec": "bitplane", "rate": 16.25, "threshold": 0,
+                                       "algorithm": "ring"}],
+                         ids=["none", "bitplane16"])
+def test_tensor_parallel_mlp_on_cuda(comm, settings):
+    """Column- then row-parallel on CUDA float32: codec none gives the unsplit output and
+    gradients (to float32 rounding); bitplane 16.25 sends compressed and stays within
+    1e-3 of the output's largest magnitude (16 bits per value, summed over <= 4 ranks)."""
+    dev = _cuda()
+    p, r = comm.Get_size(), comm.Get_rank()
+    if 64 % p:
+        pytest.skip("64 features split over 2 or 4 ranks")
+    tp = mpicomp.Comm(comm, **settings)
+    fc1, fc2 = _mlp(0, dev)
+    x = torch.randn(8, 5, 32, generator=torch.Generator().manual_seed(1)).to(dev)
+    xf = x.clone().requires_grad_(True)
+    yf = fc2(torch.nn.functional.gelu(fc1(xf)))
+    yf.square().sum().backward()
+    col = mt.ColumnParallelLinear.from_linear(fc1, tp)
+    row = mt.RowParallelLinear.from_linear(fc2, tp)
+    assert col.weight.device.type == "cuda" and row.weight.device.type == "cuda"
+    xs = x.clone().requires_grad_(True)
+    y = row(torch.nn.functional.gelu(col(xs)))
+    assert y.device.type == "cuda"
+    y.square().sum().backward()
+    if settings["codec"] == "none":
+        torch.testing.assert_close(y, yf.detach(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(xs.grad, xf.grad, rtol=1e-4, atol=1e-4)
+        rows = slice(r * 64 // p, (r + 1) * 64 // p)
+        torch.testing.assert_close(col.weight.grad, fc1.weight.grad[rows], rtol=1e-4,
+                                   atol=1e-4)
+    else:
+        scale = yf.detach().abs().max().item()
+        assert (y.detach() - yf.detach()).abs().max().item() <= 1e-3 * scale
+        stats = tp.stats()
+        assert sum(v.get("compressed", 0) for v in stats.values()
+                   if isinstance(v, dict)) > 0, stats
+
+
+def test_pipeline_on_cuda(comm):
+    """As many stages as ranks, 4 micro-batches, 1F1B, codec none, modules on the GPU:
+    the loss and each stage's gradients are the unsplit model's (float32 rounding)."""
+    dev = _cuda()
+    n, s = comm.Get_size(), comm.Get_rank()
+    pp = mpicomp.Comm(comm, codec="none")
+
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(*[m for _ in range(4)
+                                     for m in (torch.nn.Linear(16, 16), torch.nn.Tanh())]).to(dev)
+
+    def stage_of(m):
+        first, last = s * 4 // n, (s + 1) * 4 // n
+        return torch.nn.Sequential(*list(m)[2 * first:2 * last])
+
+    g = torch.Generator().manual_seed(3)
+    x, t = torch.randn(24, 16, generator=g).to(dev), torch.randn(24, 16, generator=g).to(dev)
+    whole = model()
+    want = torch.nn.functional.mse_loss(whole(x), t)
+    want.backward()
+    stage = mt.PipelineStage(stage_of(model()), pp)
+    assert stage.device.type == "cuda"
+    loss = stage.step(x if s == 0 else None, t if s == n - 1 else None,
+                      torch.nn.functional.mse_loss, micro_batches=4, schedule="1f1b")
+    assert loss == pytest.approx(want.item(), rel=1e-5)
+    for a, b in zip(stage.module.parameters(), stage_of(whole).parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_sharded_optimizer_on_cuda(comm):
+    """ShardedOptimizer over a CUDA model, gradients bitplane 8.25 with LoCo error
+    feedback: the replicas hold the same bits after every step, the parameters stay on
+    the GPU, and the loss falls."""
+    dev = _cuda()
+    r = comm.Get_rank()
+    dp = mpicomp.Comm(comm)
+    torch.manual_seed(r)  # different on every rank: the optimizer copies rank 0's
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(),
+                                torch.nn.Linear(7, 3)).to(dev)
+    opt = mt.ShardedOptimizer(model.named_parameters(), torch.optim.SGD, comm=dp, lr=0.05,
+                              codec="bitplane", rate=8.25, threshold=0,
+                              error_feedback="loco")
+    g = torch.Generator().manual_seed(r)
+    x, t = torch.randn(16, 5, generator=g).to(dev), torch.randn(16, 3, generator=g).to(dev)
+    first = None
+    for _ in range(20):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), t)
+        first = loss.item() if first is None else first
+        loss.backward()
+        opt.step()
+        assert all(w.device.type == "cuda" for w in model.parameters())
+        blob = b"".join(w.detach().cpu().numpy().tobytes() for w in model.parameters())
+        assert len(set(comm.allgather(blob))) == 1
+    assert torch.nn.functional.mse_loss(model(x), t).item() < first
