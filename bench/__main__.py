@@ -15,7 +15,9 @@ the OSU Micro-Benchmarks' conventions, ``mpicomp.bench.osu``), and
 ``model_check`` (their JSON records' predictions beside their measurements,
 ``mpicomp.bench.model_check``), and ``overhead`` (what the drop-in's default
 adds to calls that go plain, ``mpicomp.bench.overhead``), and ``first-call``
-(a new job's first compressed Allreduce per codec, ``mpicomp.bench.first_call``).
+(a new job's first compressed Allreduce per codec, ``mpicomp.bench.first_call``),
+and ``transformer`` (GPT training in hybrid-parallel layouts, plain and compressed,
+``mpicomp.bench.transformer``).
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from . import (
     overlap,
     soak,
     train,
+    transformer,
 )
 
 SUBCOMMANDS = {
@@ -54,6 +57,9 @@ SUBCOMMANDS = {
     **osu.subcommands(),
     "train": (train, "convergence study: data-parallel SGD on digits with compressed, "
                      "error-fed-back gradient reduction (run under mpiexec)"),
+    "transformer": (transformer, "transformer study: GPT training in data-, tensor- and "
+                                 "pipeline-parallel layouts of 4 ranks, plain, naive and hybrid "
+                                 "compression (run under mpiexec -n 4)"),
     "soak": (soak, "thousands of mixed compressed operations checked against plain MPI, "
                    "memory and threads watched (run under mpiexec)"),
     "first-call": (first_call, "how long a new job's first compressed Allreduce takes, per "

@@ -35,9 +35,11 @@ Importing ``mpicomp`` does not load Numba at all.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterator, Mapping
 
 __all__ = ["ENV", "budget", "describe", "local_ranks", "start_numba_workers", "usable_cores"]
 
@@ -113,7 +115,8 @@ def start_numba_workers() -> None:
     """Start Numba's thread pool, its idle OpenMP workers sleeping (see the module docs).
 
     If Numba's workers run already (the program started them) the policy is
-    theirs; under the CUDA simulator nothing starts. The environment is as before on return.
+    theirs; under the CUDA simulator nothing starts. The environment is as before on return,
+    and so is PyTorch's thread count (:func:`_torch_threads_kept`).
     """
     global _started
     if _started:
@@ -125,11 +128,29 @@ def start_numba_workers() -> None:
         return
     env = os.environ
     opt_out = env.get(PASSIVE_ENV, "1").strip().lower() in ("0", "no", "false", "off")
-    if opt_out or "OMP_WAIT_POLICY" in env:
-        numba.get_num_threads()
-        return
-    env["OMP_WAIT_POLICY"] = "PASSIVE"
+    with _torch_threads_kept():
+        if opt_out or "OMP_WAIT_POLICY" in env:
+            numba.get_num_threads()
+            return
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+        try:
+            numba.get_num_threads()  # loads the threading layer; its OpenMP reads the policy
+        finally:
+            del env["OMP_WAIT_POLICY"]
+
+
+@contextlib.contextmanager
+def _torch_threads_kept() -> Iterator[None]:
+    """PyTorch's intra-op thread count as the program left it. Numba's OpenMP layer sets
+    the calling thread's OpenMP thread count to Numba's (every core) as it starts, and
+    PyTorch's OpenMP, resolved to the same runtime, reads that count: a training rank that
+    had called ``torch.set_num_threads(1)`` ran its model on every core after its first
+    compressed call (4 ranks on 2 cores: steps up to 40 times slower)."""
+    torch = sys.modules.get("torch")
+    get = getattr(torch, "get_num_threads", None)
+    before = get() if callable(get) else None
     try:
-        numba.get_num_threads()  # loads the threading layer, whose OpenMP runtime reads the policy
+        yield
     finally:
-        del env["OMP_WAIT_POLICY"]
+        if before is not None and get() != before:
+            torch.set_num_threads(before)

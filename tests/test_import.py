@@ -46,3 +46,32 @@ def test_a_users_wait_policy_is_kept():
     assert got["changed_after_codec"] == [], got
     if got["layer"] == "omp":
         assert "OMP_WAIT_POLICY = 'ACTIVE'" in stderr, stderr[-2000:]
+
+
+TORCH_CHILD = r"""
+import json
+import numpy as np
+import torch
+import mpicomp
+torch.set_num_threads(1)
+torch.ones(256, 256) @ torch.ones(256, 256)  # PyTorch's threads start (as a model's would)
+c = mpicomp.get_codec("bitplane", rate=8.25)
+x = np.linspace(-1, 1, 1 << 17, dtype=np.float32)
+c.decode(c.encode(x), out=np.empty_like(x))
+print(json.dumps({"torch_threads": torch.get_num_threads()}))
+"""
+
+
+def test_pytorchs_thread_count_survives_the_first_codec_call():
+    """Numba's OpenMP layer, as it starts, sets the OpenMP thread count that PyTorch reads:
+    a program's torch.set_num_threads(1) stays 1 after mpicomp's first kernel ran."""
+    import pytest
+
+    pytest.importorskip("torch")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS",
+                                                            "NUMBA_NUM_THREADS")}
+    env["NUMBA_NUM_THREADS"] = "2"  # more than the program's 1, on any machine
+    proc = subprocess.run([sys.executable, "-c", TORCH_CHILD], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"torch_threads": 1}

@@ -108,3 +108,19 @@ def test_bad_pipeline_calls_raise_before_anything_is_sent(comm):
     if s == n - 1:
         with pytest.raises(ValueError, match="needs loss_fn"):
             stage.step(None, t, None, micro_batches=2)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("micro_batches", [1, 3])
+def test_evaluate_gives_the_unsplit_loss_and_touches_no_gradient(comm, micro_batches):
+    """Forward only: the unsplit model's loss on every stage, no ``.grad`` set."""
+    pp = _pipeline(comm)
+    s, n = pp.Get_rank(), pp.Get_size()
+    x, t = _batch()
+    with torch.no_grad():
+        want = torch.nn.functional.mse_loss(_model()(x), t).item()
+    stage = mt.PipelineStage(_stage_of(_model(), s, n), pp)
+    loss = stage.evaluate(x if s == 0 else None, t if s == n - 1 else None,
+                          torch.nn.functional.mse_loss, micro_batches=micro_batches)
+    assert loss == pytest.approx(want, rel=1e-12)
+    assert all(q.grad is None for q in stage.module.parameters())

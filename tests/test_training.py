@@ -251,3 +251,33 @@ def test_two_byte_residuals_are_clipped_not_infinite(store):
     assert kept[1] == np.float32(-65504.0 if store == "float16" else -3.3895313892515355e38)
     with pytest.raises(ValueError, match="residual_dtype"):
         ErrorFeedback("classic", residual_dtype="int8")
+
+
+@pytest.mark.mpi(min_size=4)
+def test_a_bucket_label_keeps_unsplit_gradients_identical_across_tensor_parallel_ranks(comm):
+    """4 ranks as 2 data-parallel groups x 2 tensor-parallel ranks: 'norm' has the same
+    gradient on both tensor-parallel ranks, 'weight' differs. In one bucket a
+    bitplane block straddles both, and the two groups' reduced 'norm' differ; with
+    'norm' labelled into a bucket of its own they are the same bits."""
+    if comm.Get_size() != 4:
+        pytest.skip("2 x 2 ranks")
+    r = comm.Get_rank()
+    tp_rank, dp_rank = r % 2, r // 2
+    dp = mpicomp.Comm(comm).Split(tp_rank, dp_rank)
+    rng = np.random.default_rng(dp_rank)
+    norm = rng.standard_normal(48).astype(np.float32)  # the same on both tp ranks
+    weight = (np.random.default_rng(10 + r).standard_normal(1000) * (1 + 3 * tp_rank)
+              ).astype(np.float32)  # another scale on each tp rank
+
+    def reduced(rules) -> bytes:
+        g = {"norm": norm.copy(), "weight": weight.copy()}
+        GradientReducer(dp, codec="bitplane", rate=4.25, threshold=0, rules=rules).reduce(g)
+        return g["norm"].tobytes()
+
+    mixed = comm.allgather(reduced([]))
+    labelled = comm.allgather(reduced([("norm", {"bucket": "unsplit"})]))
+    assert mixed[0] != mixed[1] and mixed[2] != mixed[3]  # tp ranks 0 and 1 drifted apart
+    assert len(set(labelled)) == 1
+    with pytest.raises(TypeError, match="bucket must be a label"):
+        GradientReducer(dp, rules=[("norm", {"bucket": 1})])
+    dp.Free()

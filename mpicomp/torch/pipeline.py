@@ -154,3 +154,28 @@ class PipelineStage:
         for req, _ in pending:
             req.Wait()
         return float(self.comm.bcast(total, root=self.stages - 1))
+
+    def evaluate(self, inputs: Any = None, targets: Any = None,
+                 loss_fn: Callable[[Any, Any], Any] | None = None,
+                 micro_batches: int = 1) -> float:
+        """The batch's loss without a backward pass (Megatron-LM's ``forward_only``): the
+        forward passes of every micro-batch under ``torch.no_grad()``, nothing kept, no
+        gradient touched (collective over the pipeline communicator). Arguments as
+        :meth:`step`; returns the mean of the micro-batches' losses on every stage."""
+        if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) \
+                or micro_batches < 1:
+            raise ValueError(f"micro_batches must be a positive integer, got {micro_batches!r}")
+        if self.last and loss_fn is None:
+            raise ValueError(f"PipelineStage.evaluate: the last stage ({self.stage}) needs "
+                             "loss_fn")
+        xs = self._micro(inputs, micro_batches, "inputs") if self.first else None
+        ts = self._micro(targets, micro_batches, "targets") if self.last else None
+        pending: list[Any] = []
+        total, peak = 0.0, self.peak_in_flight  # (the last step's figure stays)
+        with torch.no_grad():
+            for m in range(micro_batches):
+                total += self._forward(m, xs, ts, micro_batches, loss_fn, {}, pending)
+            for req, _ in pending:
+                req.Wait()
+        self.peak_in_flight = peak
+        return float(self.comm.bcast(total, root=self.stages - 1))

@@ -38,6 +38,9 @@ from .rules import Rule, check_rules, settings_for
 
 __all__ = ["GradientReducer"]
 
+#: a bucket's settings that say where and with what it is packed, not how it is sent
+NOT_CALL_SETTINGS = ("place", "bucket")
+
 
 class GradientReducer:
     """See the module docstring. ``comm`` is an ``mpicomp.Comm`` (or an MPI communicator,
@@ -61,6 +64,9 @@ class GradientReducer:
                                           ("algorithm", algorithm), ("threshold", threshold))
                         if v is not None}
         self.comm.resolved_policy(**self.default)  # bad settings: an error now, on every rank
+        for _, settings in self.rules:
+            self.comm.resolved_policy(**{**self.default, **{
+                k: v for k, v in settings.items() if k not in NOT_CALL_SETTINGS}})
         self.feedback = ErrorFeedback(error_feedback, beta, reset_every, residual_dtype)
         self._plan: list[bucketing.Bucket] | None = None
         self._plan_fp: int | None = None
@@ -79,7 +85,7 @@ class GradientReducer:
         pending = []
         for b in self._plan:
             on = places.DEVICE if b.settings.get("place") == "device" else places.HOST
-            call = {k: v for k, v in b.settings.items() if k != "place"}
+            call = {k: v for k, v in b.settings.items() if k not in NOT_CALL_SETTINGS}
             x, y = self._buffers(b, on)
             for name, off, size in zip(b.names, b.offsets, b.sizes):
                 on.copy(x[off: off + size], arrays[name])

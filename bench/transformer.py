@@ -1,0 +1,460 @@
+"""Transformer study: hybrid-parallel training over compressed collectives.
+
+``mpiexec -n 4 python -m mpicomp.bench transformer``: the byte-level GPT of
+:mod:`mpicomp.bench.gpt` trained on the standard library's own sources
+(:mod:`mpicomp.bench.stdlib_text`; held-out files for validation) in every
+layout of 4 ranks and with every policy, one run after another in one job:
+
+layouts (``parallel_groups``: tensor-parallel ranks are neighbours)
+    ``dp4`` (data parallel, replicated: ``DistributedOptimizer``),
+    ``dp4-sharded`` (``ShardedOptimizer``: gradients reduce-scattered,
+    parameters allgathered), ``dp2xtp2``, ``dp2xpp2`` and ``tp2xpp2``
+    (Megatron-LM tensor parallelism, ``PipelineStage`` with 1F1B over
+    ``--micro-batches``);
+policies
+    ``plain`` (codec none everywhere); ``naive`` (one aggressive setting,
+    bitplane 4.25, on every group, without error feedback); ``hybrid``
+    (data-parallel gradients bitplane 4.25 with LoCo error feedback, norms
+    and tensors under 4096 values plain; tensor- and pipeline-parallel
+    activations and gradients, and a sharded optimizer's parameters, bitplane
+    16.25).
+
+Every run starts from the same weights (``--seed``), sees the same global
+batch at every step (each data-parallel replica its slice of it), takes the
+same ``--steps`` Adam steps (linear warm-up, then cosine decay) and is
+evaluated on the same held-out sequences. Printed per run (rank 0): tokens
+per second and the speedup over plain in the same layout; the step split
+into compute (forward, backward, optimizer), communication (inside the
+communicators' calls, waits for other ranks included, codecs excluded) and
+codec (encode and decode in those calls, error-feedback round trips); the
+bytes each rank hands MPI per step in its data-, tensor- and
+pipeline-parallel group (``comm.stats()``); the final training loss (on a
+fixed sample of training sequences) and validation loss, and their gap to
+plain's; whether the parameters ended the same bits on every replica (and
+the tensor-parallel ranks' unsplit parameters on every rank of the group).
+The first ``--skip`` steps are not timed (a new job loads its kernels).
+
+``--json FILE`` keeps the records; ``--report A.json [B.json ...]`` (no MPI)
+reads records back, prints the table and, with ``--plot PREFIX``, writes
+``PREFIX-loss.png`` (validation loss curves per layout) and
+``PREFIX-throughput.png`` (tokens/s per layout, policy and link rate).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import time
+from typing import Any
+
+import numpy as np
+
+from .report import command_line, machine_lines, progress
+
+__all__ = ["LAYOUTS", "POLICIES", "add_arguments", "main", "policy_settings"]
+
+#: layout: (data-, tensor-, pipeline-parallel ranks, sharded optimizer)
+LAYOUTS = {
+    "dp4": (4, 1, 1, False),
+    "dp4-sharded": (4, 1, 1, True),
+    "dp2xtp2": (2, 2, 1, False),
+    "dp2xpp2": (2, 1, 2, False),
+    "tp2xpp2": (1, 2, 2, False),
+}
+POLICIES = ("plain", "naive", "hybrid")
+PLAIN = {"codec": "none"}
+AGGRESSIVE = {"codec": "bitplane", "rate": 4.25, "threshold": 0}
+MILD = {"codec": "bitplane", "rate": 16.25, "threshold": 0}
+#: gradients of fewer values than this go plain under the hybrid policy
+SMALL_TENSOR = 4096
+
+
+def _small(name: str, array: Any) -> bool:
+    return array.size < SMALL_TENSOR
+
+
+def policy_settings(policy: str) -> dict[str, Any]:
+    """The settings of each kind of traffic under ``policy``."""
+    if policy == "plain":
+        return {"tp": PLAIN, "pp": PLAIN, "grad": PLAIN, "feedback": "none", "rules": [],
+                "params": PLAIN}
+    if policy == "naive":
+        return {"tp": AGGRESSIVE, "pp": AGGRESSIVE, "grad": AGGRESSIVE, "feedback": "none",
+                "rules": [], "params": AGGRESSIVE}
+    if policy == "hybrid":
+        return {"tp": MILD, "pp": MILD, "grad": AGGRESSIVE, "feedback": "loco",
+                "rules": [("*norm*", PLAIN), (_small, PLAIN)], "params": MILD}
+    raise ValueError(f"policy must be one of {list(POLICIES)}, got {policy!r}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--layouts", default=",".join(LAYOUTS),
+                        help=f"comma-separated, of {','.join(LAYOUTS)} (all)")
+    parser.add_argument("--policies", default=",".join(POLICIES),
+                        help=f"comma-separated, of {','.join(POLICIES)} (all)")
+    parser.add_argument("--steps", type=int, default=300, help="Adam steps per run (300)")
+    parser.add_argument("--skip", type=int, default=10, help="untimed first steps (10)")
+    parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (2e-3)")
+    parser.add_argument("--warmup", type=int, default=20, help="warm-up steps (20)")
+    parser.add_argument("--global-batch", type=int, default=32,
+                        help="sequences per step over all replicas (32)")
+    parser.add_argument("--micro-batches", type=int, default=4,
+                        help="micro-batches per pipeline step (4)")
+    parser.add_argument("--context", type=int, default=64, help="bytes per sequence (64)")
+    parser.add_argument("--d", type=int, default=128, help="model width (128)")
+    parser.add_argument("--heads", type=int, default=4, help="attention heads (4)")
+    parser.add_argument("--layers", type=int, default=4, help="transformer blocks (4)")
+    parser.add_argument("--eval-every", type=int, default=25, help="steps between evaluations")
+    parser.add_argument("--eval-seqs", type=int, default=64,
+                        help="validation (and training-sample) sequences (64)")
+    parser.add_argument("--train-mib", type=float, default=4.0,
+                        help="MiB of training text (4)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per rank (1)")
+    parser.add_argument("--label", default="", help="the network, for the report (e.g. '1 Gbit/s')")
+    parser.add_argument("--json", help="write the records to this JSON file")
+    parser.add_argument("--markdown", help="(rank 0) also write the table as Markdown")
+    parser.add_argument("--plot", metavar="PREFIX",
+                        help="write PREFIX-loss.png and PREFIX-throughput.png")
+    parser.add_argument("--report", nargs="+", metavar="JSON",
+                        help="no training: the table (and plots) of earlier --json files")
+
+
+# -- one run -----------------------------------------------------------------------------
+
+def _hash(params: list[Any]) -> str:
+    h = hashlib.sha256()
+    for p in params:
+        h.update(p.detach().numpy().tobytes())
+    return h.hexdigest()
+
+
+def _unsplit_names(module: Any) -> list[str]:
+    """The parameters tensor parallelism does not split: the same on every rank of the
+    tensor-parallel group (all but the parallel layers' weights and column biases)."""
+    import mpicomp.torch as mt
+
+    out = []
+    for prefix, m in module.named_modules():
+        for name, _ in m.named_parameters(prefix=prefix, recurse=False):
+            if not isinstance(m, (mt.ColumnParallelLinear, mt.RowParallelLinear)) or (
+                    isinstance(m, mt.RowParallelLinear) and name.endswith(".bias")):
+                out.append(name)
+    return out
+
+
+def _batch(text: np.ndarray, starts: np.ndarray, context: int) -> tuple[Any, Any]:
+    import torch
+
+    idx = starts[:, None] + np.arange(context + 1)[None, :]
+    seq = torch.from_numpy(text[idx].astype(np.int64))
+    return seq[:, :-1], seq[:, 1:]
+
+
+def _lr(step: int, args: argparse.Namespace) -> float:
+    if step < args.warmup:
+        return args.lr * (step + 1) / args.warmup
+    done = (step - args.warmup) / max(1, args.steps - args.warmup)
+    return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * done)))
+
+
+def _wire_and_codec(comm: Any) -> tuple[int, float]:
+    stats = comm.stats()
+    return (sum(s["wire_bytes"] for s in stats.values()),
+            sum(s["codec_seconds"] for s in stats.values()))
+
+
+def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: dict[str, Any],
+        clock: Any) -> dict[str, Any]:
+    """Train one layout under one policy; the record (the same on every rank)."""
+    import torch
+
+    import mpicomp.torch as mt
+    from mpicomp.training import parallel_groups
+
+    from . import gpt
+
+    dp, tp, pp, sharded = LAYOUTS[layout]
+    s = policy_settings(policy)
+    g = parallel_groups(world, dp=dp, tp=tp, pp=pp,
+                        policies={"dp": PLAIN, "tp": s["tp"], "pp": s["pp"]})
+    torch.manual_seed(args.seed)
+    config = gpt.GPTConfig(context=args.context, d=args.d, heads=args.heads, layers=args.layers)
+    model = gpt.split_tensors(gpt.GPT(config), g.tp)
+    module = gpt.stage_of(model, g.pp_rank, pp) if pp > 1 else model
+    stage = mt.PipelineStage(module, g.pp) if pp > 1 else None
+    first, last = g.pp_rank == 0, g.pp_rank == pp - 1
+    named = list(module.named_parameters())
+    grad = dict(s["grad"])
+    if sharded:
+        opt = mt.ShardedOptimizer(named, torch.optim.Adam, comm=g.dp, lr=args.lr,
+                                  error_feedback=s["feedback"], param_settings=s["params"],
+                                  **grad)
+        clock.wrap(g.dp, "Reduce_scatter_block", "comm")
+        clock.wrap(g.dp, "Allgather", "comm")
+    elif dp > 1:
+        rules = list(s["rules"])
+        if tp > 1:  # the unsplit parameters' gradients in buckets of their own (see rules)
+            unsplit = set(_unsplit_names(module))
+            rules.append((lambda name, a: name in unsplit, {"bucket": "unsplit"}))
+        opt = mt.DistributedOptimizer(torch.optim.Adam([p for _, p in named], lr=args.lr),
+                                      named_parameters=named, comm=g.dp,
+                                      error_feedback=s["feedback"], rules=rules, **grad)
+        clock.wrap(opt, "synchronize", "comm")
+    else:
+        opt = torch.optim.Adam([p for _, p in named], lr=args.lr)
+    if tp > 1:
+        for method in ("Allreduce", "Allgather", "Reduce_scatter_block"):
+            clock.wrap(g.tp, method, "comm")
+    if pp > 1:
+        for method in ("Isend", "Recv", "isend", "recv", "bcast"):
+            clock.wrap(g.pp, method, "comm")
+
+    rows = args.global_batch // dp  # this replica's sequences per step
+    mine = slice(g.dp_rank * rows, (g.dp_rank + 1) * rows)
+    text, val_text = data["train"], data["val"]
+
+    def loss_of(x: Any, y: Any, train: bool) -> float:
+        if stage is not None:
+            call = stage.step if train else stage.evaluate
+            return call(x if first else None, y if last else None, gpt.loss_fn,
+                        micro_batches=args.micro_batches)
+        if train:
+            loss = gpt.loss_fn(model(x), y)
+            loss.backward()
+            return float(loss.detach())
+        with torch.no_grad():
+            return float(gpt.loss_fn(model(x), y))
+
+    def evaluate(starts: np.ndarray, source: np.ndarray) -> float:
+        x, y = _batch(source, starts[g.dp_rank::dp], args.context)
+        return g.dp.allreduce(loss_of(x, y, False)) / dp
+
+    eval_starts = np.linspace(0, val_text.size - args.context - 2, args.eval_seqs).astype(int)
+    train_sample = np.random.default_rng([args.seed, 1]).integers(
+        0, text.size - args.context - 1, args.eval_seqs)
+    groups = {"dp": g.dp, "tp": g.tp, "pp": g.pp}
+    timed = {"wall": 0.0, "compute": 0.0, "comm": 0.0, "codec": 0.0}
+    wire0: dict[str, int] = {}
+    curve, val_curve = [], []
+    for step in range(args.steps):
+        for group in opt.param_groups:
+            group["lr"] = _lr(step, args)
+        starts = np.random.default_rng([args.seed, 0, step]).integers(
+            0, text.size - args.context - 1, args.global_batch)
+        x, y = _batch(text, starts[mine], args.context)
+        if step == args.skip:
+            wire0 = {k: _wire_and_codec(c)[0] for k, c in groups.items()}
+        codec0 = sum(_wire_and_codec(c)[1] for c in groups.values())
+        clock.take()
+        t = time.perf_counter()
+        opt.zero_grad()
+        loss = loss_of(x, y, True)
+        opt.step()
+        wall = time.perf_counter() - t
+        regions = clock.take()
+        in_calls = sum(_wire_and_codec(c)[1] for c in groups.values()) - codec0
+        if step >= args.skip:
+            codec = regions.get("codec", 0.0) + in_calls
+            comm = regions.get("comm", 0.0) - in_calls
+            timed["wall"] += wall
+            timed["codec"] += codec
+            timed["comm"] += comm
+            timed["compute"] += wall - codec - comm
+        curve.append(g.dp.allreduce(loss) / dp)
+        if (step + 1) % args.eval_every == 0 or step == args.steps - 1:
+            val_curve.append((step + 1, evaluate(eval_starts, val_text)))
+            if world.Get_rank() == 0:
+                progress(f"transformer: {layout} {policy} step {step + 1}/{args.steps} "
+                         f"loss {curve[-1]:.4f} val {val_curve[-1][1]:.4f}")
+    n_timed = args.steps - args.skip
+    wire = {k: (_wire_and_codec(c)[0] - wire0[k]) / n_timed if c.Get_size() > 1 else 0.0
+            for k, c in groups.items()}
+    final_train = evaluate(train_sample, text)
+    # identical replicas: the same bits on every rank with this tensor and pipeline rank;
+    # the parameters tensor parallelism does not split, the same on the whole tp group
+    params = [p for _, p in module.named_parameters()]
+    kept = set(_unsplit_names(module))
+    whole = [p for name, p in module.named_parameters() if name in kept]
+    seen = world.allgather((g.dp_rank, g.tp_rank, g.pp_rank, _hash(params), _hash(whole)))
+    replicas: dict[tuple[int, int], set[str]] = {}  # by (tp rank, pp rank): every dp rank
+    unsplit: dict[tuple[int, int], set[str]] = {}  # by (dp rank, pp rank): every tp rank
+    for d, t, q, full, kept in seen:
+        replicas.setdefault((t, q), set()).add(full)
+        unsplit.setdefault((d, q), set()).add(kept)
+    identical = all(len(v) == 1 for v in (*replicas.values(), *unsplit.values()))
+    per_rank = world.allgather({k: v / n_timed for k, v in timed.items()})
+    mean = {k: float(np.mean([r[k] for r in per_rank])) for k in timed}
+    wires = world.allgather(wire)
+    record = {
+        "layout": layout, "policy": policy, "label": args.label, "dp": dp, "tp": tp, "pp": pp,
+        "sharded": sharded, "settings": json.loads(json.dumps(
+            s, default=lambda o: f"fewer than {SMALL_TENSOR} values")),
+        "steps": args.steps, "timed_steps": n_timed,
+        "tokens_per_step": args.global_batch * args.context,
+        "step_s": mean["wall"], "compute_s": mean["compute"], "comm_s": mean["comm"],
+        "codec_s": mean["codec"],
+        "tokens_per_s": args.global_batch * args.context / mean["wall"],
+        "wire_mib_per_step": {k: float(np.mean([w[k] for w in wires])) / (1 << 20)
+                              for k in groups},
+        "train_curve": curve, "val_curve": val_curve,
+        "final_train_loss": final_train, "final_val_loss": val_curve[-1][1],
+        "identical": bool(identical),
+        "parameters": gpt.count_parameters(gpt.GPT(config)),
+    }
+    g.free()
+    return record
+
+
+# -- the report --------------------------------------------------------------------------
+
+def _with_gaps(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    base = {(r["label"], r["layout"]): r for r in records if r["policy"] == "plain"}
+    rows = []
+    for r in records:
+        b = base.get((r["label"], r["layout"]))
+        w = r["wire_mib_per_step"]
+        rows.append({**r, "speedup": r["tokens_per_s"] / b["tokens_per_s"] if b else None,
+                     "val_gap": (r["final_val_loss"] / b["final_val_loss"] - 1) * 100
+                     if b else None,
+                     "wire": "/".join(f"{w[k]:.2f}" if w[k] else "-" for k in ("dp", "tp", "pp")),
+                     "ms": "/".join(f"{r[k] * 1e3:.0f}" for k in ("compute_s", "comm_s",
+                                                                   "codec_s"))})
+    return rows
+
+
+def table(records: list[dict[str, Any]], header: list[str]) -> str:
+    from .report import Column, format_markdown
+
+    columns = [
+        Column("label", "network"), Column("layout", "layout"), Column("policy", "policy"),
+        Column("tokens_per_s", "tokens/s", "{:.0f}"), Column("speedup", "vs plain", "{:.2f}x"),
+        Column("step_s", "step ms", lambda v: f"{v * 1e3:.0f}"),
+        Column("ms", "compute/comm/codec ms"),
+        Column("wire", "MiB/step dp/tp/pp"),
+        Column("final_train_loss", "train loss", "{:.4f}"),
+        Column("final_val_loss", "val loss", "{:.4f}"),
+        Column("val_gap", "val vs plain", "{:+.2f}%"),
+        Column("identical", "identical", lambda v: "yes" if v else "NO"),
+    ]
+    return format_markdown("Transformer study", columns, _with_gaps(records), header)
+
+
+def plot(records: list[dict[str, Any]], prefix: str) -> list[str]:
+    from .plot import _pyplot
+
+    plt = _pyplot()
+    layouts = [k for k in LAYOUTS if any(r["layout"] == k for r in records)]
+    labels = list(dict.fromkeys(r["label"] for r in records))
+    colors = {"plain": "black", "naive": "tab:red", "hybrid": "tab:blue"}
+    fig, axes = plt.subplots(1, len(layouts), figsize=(4 * len(layouts), 3.4), sharey=True,
+                             squeeze=False)
+    for ax, layout in zip(axes[0], layouts, strict=True):
+        for r in records:
+            if r["layout"] == layout and r["label"] == labels[0]:
+                steps, vals = zip(*r["val_curve"], strict=True)
+                ax.plot(steps, vals, color=colors.get(r["policy"]), label=r["policy"])
+        ax.set_title(layout)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("validation loss (nats/byte)")
+    axes[0][0].legend()
+    fig.tight_layout()
+    loss_png = f"{prefix}-loss.png"
+    fig.savefig(loss_png, dpi=120)
+    plt.close(fig)
+    fig, axes = plt.subplots(1, len(labels), figsize=(6 * len(labels), 3.6), squeeze=False)
+    for ax, label in zip(axes[0], labels, strict=True):
+        width = 0.8 / len(POLICIES)
+        for i, policy in enumerate(POLICIES):
+            ys = [next((r["tokens_per_s"] for r in records if r["layout"] == k
+                        and r["policy"] == policy and r["label"] == label), 0.0)
+                  for k in layouts]
+            ax.bar(np.arange(len(layouts)) + (i - 1) * width, ys, width, label=policy,
+                   color=colors.get(policy))
+        ax.set_xticks(np.arange(len(layouts)), layouts)
+        ax.set_ylabel("tokens/s")
+        ax.set_title(f"4 ranks, {label}" if label else "4 ranks")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].legend()
+    fig.tight_layout()
+    bars_png = f"{prefix}-throughput.png"
+    fig.savefig(bars_png, dpi=120)
+    plt.close(fig)
+    return [loss_png, bars_png]
+
+
+def _finish(records: list[dict[str, Any]], args: argparse.Namespace, argv: list[str],
+            header: list[str]) -> None:
+    text = table(records, [h.removeprefix("# ") for h in header])
+    print(text)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(text)
+    if args.plot:
+        for path in plot(records, args.plot):
+            progress(f"transformer: wrote {path}")
+
+
+def main(args: argparse.Namespace, argv: list[str]) -> int:
+    if args.report:
+        records = []
+        for path in args.report:
+            with open(path) as f:
+                records += json.load(f)
+        _finish(records, args, argv, [f"# transformer study: {len(records)} runs from "
+                                      f"{', '.join(args.report)}"])
+        return 0
+    import torch
+
+    import mpicomp
+    from mpicomp.training import arrays
+
+    from . import stdlib_text
+    from .step_clock import StepClock
+
+    layouts = [v.strip() for v in args.layouts.split(",") if v.strip()]
+    policies = [v.strip() for v in args.policies.split(",") if v.strip()]
+    for v in layouts:
+        if v not in LAYOUTS:
+            raise SystemExit(f"--layouts: unknown layout {v!r} (known: {', '.join(LAYOUTS)})")
+    for v in policies:
+        policy_settings(v)
+    if not 0 <= args.skip < args.steps:
+        raise SystemExit(f"--skip must be in [0, --steps), got {args.skip} (steps {args.steps})")
+    world = mpicomp.Comm(mpicomp.COMM_WORLD)
+    if world.Get_size() != 4:
+        raise SystemExit(f"the transformer study runs on 4 ranks, got {world.Get_size()}")
+    if args.global_batch % 4 or (args.global_batch // 2) % args.micro_batches \
+            or args.global_batch % args.micro_batches:
+        raise SystemExit("--global-batch must be a multiple of 4 and, per pipeline replica, "
+                         f"of --micro-batches: got {args.global_batch} and "
+                         f"{args.micro_batches}")
+    torch.set_num_threads(args.threads)
+    train, val, about = stdlib_text.corpus(int(args.train_mib * (1 << 20)), 256 << 10)
+    clock = StepClock()
+    clock.wrap(arrays.HOST, "roundtrip", "codec")  # error feedback's round trips
+    records = []
+    for layout in layouts:
+        for policy in policies:
+            if world.Get_rank() == 0:
+                progress(f"transformer: {layout} {policy} ...")
+            records.append(run(world, layout, policy, args,
+                               {"train": train, "val": val}, clock))
+            if world.Get_rank() == 0 and args.json:
+                with open(args.json, "w") as f:  # after every run: a long job keeps its runs
+                    json.dump(records, f, indent=1)
+    if world.Get_rank() == 0:
+        r = records[0]
+        header = [f"# transformer study: GPT {args.layers} blocks, d {args.d}, {args.heads} "
+                  f"heads, context {args.context}, {r['parameters']:,} parameters; "
+                  f"{args.global_batch} sequences per step, {args.steps} Adam steps "
+                  f"(lr {args.lr:g}, {args.warmup} warm-up, cosine), seed {args.seed}",
+                  f"# data: {about['files']} standard-library sources, "
+                  f"{about['train_bytes']:,} training bytes, {about['val_bytes']:,} held out",
+                  f"# network: {args.label or 'as launched'}; times: mean over ranks of "
+                  f"steps {args.skip + 1}-{args.steps}",
+                  *machine_lines(), f"# command: {command_line(argv)}"]
+        _finish(records, args, argv, header)
+    return 0 if all(r["identical"] for r in records) else 1

@@ -1,0 +1,75 @@
+"""The transformer study (mpicomp.bench.transformer) on 4 ranks, a tiny model, a few steps:
+every layout computes the same model, compression sends fewer bytes, replicas stay
+identical (skipped without torch; runs in the 4-rank stage)."""
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import mpicomp  # noqa: E402
+from mpicomp.bench import stdlib_text, transformer  # noqa: E402
+from mpicomp.bench.step_clock import StepClock  # noqa: E402
+
+
+def _args(**over) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    transformer.add_arguments(p)
+    args = p.parse_args(["--steps", "4", "--skip", "1", "--eval-every", "2", "--d", "32",
+                         "--layers", "2", "--context", "16", "--global-batch", "16",
+                         "--eval-seqs", "16", "--micro-batches", "2"])
+    for k, v in over.items():
+        setattr(args, k, v)
+    return args
+
+
+@pytest.mark.mpi(min_size=4)
+def test_every_layout_trains_the_same_model_and_compression_sends_less(comm, tmp_path_factory):
+    if comm.Get_size() != 4:
+        pytest.skip("the study runs on 4 ranks")
+    world = mpicomp.Comm(comm)
+    args = _args()
+    train, val, _ = stdlib_text.corpus(1 << 18, 1 << 14)
+    data = {"train": train, "val": val}
+    clock = StepClock()
+    records = [transformer.run(world, layout, policy, args, data, clock)
+               for layout in transformer.LAYOUTS for policy in ("plain", "naive", "hybrid")]
+    assert all(r["identical"] for r in records)
+    plain = [r for r in records if r["policy"] == "plain"]
+    # the split models compute the unsplit one's losses (float32 sums in another order)
+    want = plain[0]["val_curve"]
+    for r in plain[1:]:
+        got = r["val_curve"]
+        assert [s for s, _ in got] == [s for s, _ in want]
+        np.testing.assert_allclose([v for _, v in got], [v for _, v in want], rtol=2e-4)
+    by = {(r["layout"], r["policy"]): r for r in records}
+    for layout, (dp, tp, pp, _) in transformer.LAYOUTS.items():
+        for policy in ("naive", "hybrid"):
+            w = by[layout, policy]["wire_mib_per_step"]
+            w0 = by[layout, "plain"]["wire_mib_per_step"]
+            for group, size in (("dp", dp), ("tp", tp), ("pp", pp)):
+                if size > 1:
+                    assert 0 < w[group] < w0[group], (layout, policy, group, w, w0)
+        for r in (by[layout, p] for p in transformer.POLICIES):
+            assert r["step_s"] > 0 and r["compute_s"] > 0 and r["comm_s"] >= 0
+            assert np.isfinite(r["final_val_loss"]) and np.isfinite(r["final_train_loss"])
+    if comm.Get_rank() == 0:
+        out = tmp_path_factory.mktemp("study")
+        (out / "r.json").write_text(json.dumps(records))
+        text = transformer.table(records, ["test"])
+        assert text.count("| yes |") == len(records)
+        for png in transformer.plot(records, str(out / "study")):
+            assert (out / png).stat().st_size > 1000
+
+
+def test_policies_name_their_settings():
+    assert transformer.policy_settings("plain")["grad"] == {"codec": "none"}
+    hybrid = transformer.policy_settings("hybrid")
+    assert hybrid["feedback"] == "loco" and hybrid["grad"]["rate"] == 4.25
+    assert hybrid["tp"]["rate"] == hybrid["pp"]["rate"] == 16.25
+    with pytest.raises(ValueError, match="policy must be one of"):
+        transformer.policy_settings("gentle")
