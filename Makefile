@@ -19,6 +19,10 @@
 #   make bench-net (root) the benchmark in ARGS on a simulated cluster (bench/netcluster.sh):
 #                  HOSTS network namespaces (4) x PPN ranks (1), links shaped to RATE (1gbit),
 #                  each host on cores of its own (PIN=0: placement left to the kernel)
+#   make bench-transformer (root) the transformer study (python -m mpicomp.bench transformer):
+#                  on the simulated cluster of 4 hosts at STUDY_RATE (400mbit) and at 1gbit,
+#                  then the table (transformer.md) and docs/transformer-{loss,throughput}.png;
+#                  options in STUDY_ARGS (STUDY_ARGS="--steps 40": minutes instead of about an hour)
 #   make test-gpu  where a GPU is: the tests marked gpu (serial) and device (under mpiexec -n 2
 #                  and 4), then the GPU benchmarks (bench-gpu); they skip without a CUDA device
 #   make bench-gpu codecs --buffer cupy, allreduce-gpu (256 MiB CuPy buffers, 4 ranks) and
@@ -44,7 +48,7 @@ ARGS   ?=
 VENV_ARGS ?=
 WHEELS ?=
 
-.PHONY: all venv venv-ompi warmup test test-ompi bench bench-codecs bench-comm bench-net test-gpu bench-gpu gpu-wheels clean distclean
+.PHONY: all venv venv-ompi warmup test test-ompi bench bench-codecs bench-comm bench-net bench-transformer test-gpu bench-gpu gpu-wheels clean distclean
 
 all: test
 
@@ -135,6 +139,19 @@ bench-net: venv
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" MPIEXEC="$(CURDIR)/$(VENV)/bin/mpiexec" OMP_WAIT_POLICY=PASSIVE \
 	  PIN=$(PIN) bench/netcluster.sh --hosts $(HOSTS) --ppn $(PPN) --rate $(RATE) -- \
 	  $(VPY) -m mpicomp.bench $(or $(strip $(ARGS)),$(NET_ARGS_DEFAULT))
+
+STUDY_RATE ?= 400mbit
+STUDY_ARGS ?=
+STUDY_PLOT ?= docs/transformer
+STUDY_TIMEOUT ?= 7200
+
+bench-transformer: venv
+	MPIEXEC_TIMEOUT=$(STUDY_TIMEOUT) $(MAKE) --no-print-directory bench-net RATE=$(STUDY_RATE) \
+	  ARGS="transformer --label $(STUDY_RATE) --json transformer-$(STUDY_RATE).json $(STUDY_ARGS)"
+	MPIEXEC_TIMEOUT=$(STUDY_TIMEOUT) $(MAKE) --no-print-directory bench-net RATE=1gbit \
+	  ARGS="transformer --label 1gbit --json transformer-1gbit.json $(STUDY_ARGS)"
+	$(VPY) -m mpicomp.bench transformer --report transformer-$(STUDY_RATE).json \
+	  transformer-1gbit.json --plot $(STUDY_PLOT) --markdown transformer.md
 
 test-gpu: venv
 	@$(VPY) -c "import cupy" 2>/dev/null || { echo "test-gpu needs CuPy in $(VENV): pip install 'mpicomp[gpu]' (cupy-cuda12x; cupy-cuda13x for CUDA 13), or, where $(PYTHON) has CuPy and no internet (the lent GPU machine), make gpu-wheels here and make test-gpu WHEELS=.whl there"; exit 1; }

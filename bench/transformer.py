@@ -21,7 +21,8 @@ policies
 
 Every run starts from the same weights (``--seed``), sees the same global
 batch at every step (each data-parallel replica its slice of it), takes the
-same ``--steps`` Adam steps (linear warm-up, then cosine decay) and is
+same ``--steps`` Adam steps (betas 0.9 and ``--beta2``; linear warm-up, then
+cosine decay to a tenth) and is
 evaluated on the same held-out sequences. Printed per run (rank 0): tokens
 per second and the speedup over plain in the same layout; the step split
 into compute (forward, backward, optimizer), communication (inside the
@@ -93,10 +94,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"comma-separated, of {','.join(LAYOUTS)} (all)")
     parser.add_argument("--policies", default=",".join(POLICIES),
                         help=f"comma-separated, of {','.join(POLICIES)} (all)")
-    parser.add_argument("--steps", type=int, default=300, help="Adam steps per run (300)")
+    parser.add_argument("--steps", type=int, default=600, help="Adam steps per run (600)")
     parser.add_argument("--skip", type=int, default=10, help="untimed first steps (10)")
-    parser.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (2e-3)")
-    parser.add_argument("--warmup", type=int, default=20, help="warm-up steps (20)")
+    parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (1e-3)")
+    parser.add_argument("--beta2", type=float, default=0.95, help="Adam's beta2 (0.95)")
+    parser.add_argument("--warmup", type=int, default=30, help="warm-up steps (30)")
     parser.add_argument("--global-batch", type=int, default=32,
                         help="sequences per step over all replicas (32)")
     parser.add_argument("--micro-batches", type=int, default=4,
@@ -105,7 +107,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--d", type=int, default=128, help="model width (128)")
     parser.add_argument("--heads", type=int, default=4, help="attention heads (4)")
     parser.add_argument("--layers", type=int, default=4, help="transformer blocks (4)")
-    parser.add_argument("--eval-every", type=int, default=25, help="steps between evaluations")
+    parser.add_argument("--eval-every", type=int, default=50,
+                        help="steps between evaluations (50)")
     parser.add_argument("--eval-seqs", type=int, default=64,
                         help="validation (and training-sample) sequences (64)")
     parser.add_argument("--train-mib", type=float, default=4.0,
@@ -189,6 +192,7 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
     grad = dict(s["grad"])
     if sharded:
         opt = mt.ShardedOptimizer(named, torch.optim.Adam, comm=g.dp, lr=args.lr,
+                                  betas=(0.9, args.beta2),
                                   error_feedback=s["feedback"], param_settings=s["params"],
                                   **grad)
         clock.wrap(g.dp, "Reduce_scatter_block", "comm")
@@ -198,12 +202,13 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
         if tp > 1:  # the unsplit parameters' gradients in buckets of their own (see rules)
             unsplit = set(_unsplit_names(module))
             rules.append((lambda name, a: name in unsplit, {"bucket": "unsplit"}))
-        opt = mt.DistributedOptimizer(torch.optim.Adam([p for _, p in named], lr=args.lr),
+        opt = mt.DistributedOptimizer(torch.optim.Adam([p for _, p in named], lr=args.lr,
+                                                       betas=(0.9, args.beta2)),
                                       named_parameters=named, comm=g.dp,
                                       error_feedback=s["feedback"], rules=rules, **grad)
         clock.wrap(opt, "synchronize", "comm")
     else:
-        opt = torch.optim.Adam([p for _, p in named], lr=args.lr)
+        opt = torch.optim.Adam([p for _, p in named], lr=args.lr, betas=(0.9, args.beta2))
     if tp > 1:
         for method in ("Allreduce", "Allgather", "Reduce_scatter_block"):
             clock.wrap(g.tp, method, "comm")
@@ -348,17 +353,24 @@ def plot(records: list[dict[str, Any]], prefix: str) -> list[str]:
     layouts = [k for k in LAYOUTS if any(r["layout"] == k for r in records)]
     labels = list(dict.fromkeys(r["label"] for r in records))
     colors = {"plain": "black", "naive": "tab:red", "hybrid": "tab:blue"}
-    fig, axes = plt.subplots(1, len(layouts), figsize=(4 * len(layouts), 3.4), sharey=True,
-                             squeeze=False)
-    for ax, layout in zip(axes[0], layouts, strict=True):
-        for r in records:
-            if r["layout"] == layout and r["label"] == labels[0]:
-                steps, vals = zip(*r["val_curve"], strict=True)
-                ax.plot(steps, vals, color=colors.get(r["policy"]), label=r["policy"])
-        ax.set_title(layout)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
+    fig, axes = plt.subplots(2, len(layouts), figsize=(4 * len(layouts), 6), sharey="row",
+                             sharex=True, squeeze=False)
+    for col, layout in enumerate(layouts):
+        runs = {r["policy"]: r for r in records
+                if r["layout"] == layout and r["label"] == labels[0]}
+        base = dict(runs["plain"]["val_curve"]) if "plain" in runs else None
+        for policy, r in runs.items():
+            steps, vals = zip(*r["val_curve"], strict=True)
+            axes[0][col].plot(steps, vals, color=colors.get(policy), label=policy)
+            if base is not None:  # the gap to plain at the same step, in percent
+                axes[1][col].plot(steps, [(v / base[k] - 1) * 100 for k, v in zip(
+                    steps, vals, strict=True)], color=colors.get(policy), label=policy)
+        axes[0][col].set_title(layout)
+        axes[1][col].set_xlabel("step")
+        for row in (0, 1):
+            axes[row][col].grid(alpha=0.3)
     axes[0][0].set_ylabel("validation loss (nats/byte)")
+    axes[1][0].set_ylabel("validation loss vs plain (%)")
     axes[0][0].legend()
     fig.tight_layout()
     loss_png = f"{prefix}-loss.png"
@@ -450,7 +462,8 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         header = [f"# transformer study: GPT {args.layers} blocks, d {args.d}, {args.heads} "
                   f"heads, context {args.context}, {r['parameters']:,} parameters; "
                   f"{args.global_batch} sequences per step, {args.steps} Adam steps "
-                  f"(lr {args.lr:g}, {args.warmup} warm-up, cosine), seed {args.seed}",
+                  f"(lr {args.lr:g}, betas 0.9/{args.beta2:g}, {args.warmup} warm-up, "
+                  f"cosine to 10%), seed {args.seed}",
                   f"# data: {about['files']} standard-library sources, "
                   f"{about['train_bytes']:,} training bytes, {about['val_bytes']:,} held out",
                   f"# network: {args.label or 'as launched'}; times: mean over ranks of "
