@@ -6,26 +6,19 @@ the serial stage of ``tests/run_tests.py``. Speed is not asserted.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from launcher import find_mpiexec  # tests/launcher.py
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 300
 
 
-def _mpiexec() -> str | None:
-    local = Path(sys.executable).parent / "mpiexec"  # the venv's (mpich wheel)
-    if local.is_file() and os.access(local, os.X_OK):
-        return str(local)
-    return shutil.which("mpiexec")
-
-
 def _run_bench(*args: str) -> list[str]:
-    mpiexec = _mpiexec()
+    mpiexec = find_mpiexec()
     if mpiexec is None:
         pytest.skip("no mpiexec next to the interpreter or on PATH")
     env = dict(os.environ, MPIEXEC_TIMEOUT=str(TIMEOUT_S), OMP_WAIT_POLICY="PASSIVE")

@@ -18,12 +18,12 @@ import json
 import math
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from launcher import find_mpiexec  # tests/launcher.py
 
 from mpicomp.bench import headline
 from mpicomp.codecs import get_codec
@@ -42,13 +42,6 @@ HEADINGS = ["collective", "size/rank", "case", "ran as", "calls", "best ms", "me
             "speedup", "ratio", "rel L2", "check"]
 
 
-def _mpiexec() -> str | None:
-    local = Path(sys.executable).parent / "mpiexec"  # the venv's (mpich wheel)
-    if local.is_file() and os.access(local, os.X_OK):
-        return str(local)
-    return shutil.which("mpiexec")
-
-
 def _rel_l2_limit(case: str, quantizations: int) -> float:
     """The relative L2 error the documented per-value bound allows a bitplane case."""
     rate = float(case.split(":")[1])
@@ -60,7 +53,7 @@ def _rel_l2_limit(case: str, quantizations: int) -> float:
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
     """(stdout lines, JSON run, PNG path) of one quick run on 2 local ranks."""
-    mpiexec = _mpiexec()
+    mpiexec = find_mpiexec()
     if mpiexec is None:
         pytest.skip("no mpiexec next to the interpreter or on PATH")
     tmp = tmp_path_factory.mktemp("headline")

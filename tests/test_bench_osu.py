@@ -13,17 +13,17 @@ import importlib.util
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from launcher import find_mpiexec  # tests/launcher.py
 
 from mpicomp.bench import osu
-from mpicomp.codecs import get_codec
 from mpicomp.bench.osu_cases import BENCHMARKS
+from mpicomp.codecs import get_codec
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 120
@@ -42,16 +42,9 @@ TITLES = {
 }
 
 
-def _mpiexec() -> str | None:
-    local = Path(sys.executable).parent / "mpiexec"  # the venv's (mpich wheel)
-    if local.is_file() and os.access(local, os.X_OK):
-        return str(local)
-    return shutil.which("mpiexec")
-
-
 def _run(*args: str, n: int = 2,
          entry: tuple[str, ...] = ("-m", "mpicomp.bench")) -> subprocess.CompletedProcess:
-    mpiexec = _mpiexec()
+    mpiexec = find_mpiexec()
     if mpiexec is None:
         pytest.skip("no mpiexec next to the interpreter or on PATH")
     env = dict(os.environ, MPIEXEC_TIMEOUT=str(TIMEOUT_S), OMP_WAIT_POLICY="PASSIVE",

@@ -55,10 +55,6 @@ def parse_examples(text: str) -> list[dict]:
 EXAMPLES = parse_examples(USAGE.read_text())
 
 
-def find_mpiexec() -> Path:
-    return Path(sys.executable).parent / "mpiexec"
-
-
 def test_usage_has_examples():
     names = [e["name"] for e in EXAMPLES]
     assert len(names) == len(set(names)), f"duplicate example names: {names}"
@@ -79,9 +75,9 @@ def test_parse_examples():
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[e["name"] for e in EXAMPLES])
 def test_usage_example(example, tmp_path):
-    mpiexec = find_mpiexec()
-    if not mpiexec.is_file():
-        pytest.skip(f"no mpiexec next to {sys.executable}")
+    mpiexec = launcher.find_mpiexec()
+    if mpiexec is None:
+        pytest.skip(f"no mpiexec next to {sys.executable} or on PATH")
     script = tmp_path / f"{example['name']}.py"
     script.write_text(example["code"])
     # the example's own settings only; no process-manager variables of an enclosing mpiexec

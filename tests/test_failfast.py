@@ -13,8 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from launcher import find_mpiexec  # tests/launcher.py
 
-MPIEXEC = str(Path(sys.executable).parent / "mpiexec")
+MPIEXEC = find_mpiexec() or "mpiexec"
 LIMIT_S = 120  # a hang is killed here; a job that aborts ends in seconds
 BOUND_S = 45   # "within a bounded time": generous for a loaded 2-core machine
 

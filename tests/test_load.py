@@ -12,6 +12,7 @@ import threading
 
 import numpy as np
 import pytest
+from launcher import find_mpiexec  # tests/launcher.py
 from mpi4py import MPI
 
 import mpicomp
@@ -123,9 +124,8 @@ def test_soak_short():
     The long one is ``mpiexec -n 4 python -m mpicomp.bench soak --ops 10000``."""
     import subprocess
     import sys
-    from pathlib import Path
 
-    mpiexec = str(Path(sys.executable).parent / "mpiexec")
+    mpiexec = find_mpiexec() or "mpiexec"
     proc = subprocess.run([mpiexec, "-n", "4", sys.executable, "-m", "mpicomp.bench", "soak",
                            "--ops", "300", "--max-mib", "1", "--quiet"],
                           capture_output=True, text=True, timeout=600)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from launcher import find_mpiexec  # tests/launcher.py
 
 TIMEOUT_S = 180
 
@@ -34,10 +35,10 @@ def _env() -> dict[str, str]:
 def _run(args: list[str], cwd: Path, ranks: int = 0) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "mpicomp", *args]
     if ranks:
-        mpiexec = Path(sys.executable).parent / "mpiexec"
-        if not mpiexec.is_file():
-            pytest.skip("no mpiexec next to the interpreter")
-        cmd = [str(mpiexec), "-n", str(ranks), *cmd]
+        mpiexec = find_mpiexec()
+        if mpiexec is None:
+            pytest.skip("no mpiexec next to the interpreter or on PATH")
+        cmd = [mpiexec, "-n", str(ranks), *cmd]
     return subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True,
                           timeout=TIMEOUT_S + 30)
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from launcher import find_mpiexec  # tests/launcher.py
 
 import mpicomp
 from mpicomp import shortcut
@@ -58,11 +58,6 @@ def test_equal_settings_pass_and_open_the_fast_path(comm):
     assert np.all(out == comm.Get_size())
 
 
-def _mpiexec() -> str | None:
-    local = Path(sys.executable).parent / "mpiexec"
-    return str(local) if local.is_file() else None
-
-
 CHILD = """
 import sys, numpy as np, mpicomp
 x = np.ones(1 << 16, np.float32)
@@ -79,7 +74,7 @@ with open(f"{sys.argv[1]}/{mpicomp.COMM_WORLD.Get_rank()}.txt", "w") as f:
 def test_a_per_rank_environment_is_named(comm, tmp_path):
     if comm.Get_size() > 1:
         pytest.skip("starts its own 2-rank job")
-    mpiexec = _mpiexec()
+    mpiexec = find_mpiexec()
     if mpiexec is None:
         pytest.skip("no mpiexec next to the interpreter")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MPICOMP_", "PMI_", "MPI_"))}

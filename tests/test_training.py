@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from launcher import find_mpiexec  # tests/launcher.py
 from mpi4py import MPI
 
 import mpicomp
@@ -180,11 +181,10 @@ def test_train_study_runs(tmp_path):
     import json
     import subprocess
     import sys
-    from pathlib import Path
 
     pytest.importorskip("sklearn")
     out = tmp_path / "train.json"
-    mpiexec = str(Path(sys.executable).parent / "mpiexec")
+    mpiexec = find_mpiexec() or "mpiexec"
     proc = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "mpicomp.bench", "train",
                            "--steps", "6", "--eval-every", "3",
                            "--cases", "plain,bitplane:4.25+classic,zfp:8+loco",

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from launcher import find_mpiexec  # tests/launcher.py
 
 JOB = r"""
 import numpy as np
@@ -57,9 +58,9 @@ def _files(root: Path) -> set[str]:
 def test_after_warmup_a_job_compiles_nothing(comm, tmp_path):
     if comm.Get_size() > 1:
         pytest.skip("starts processes of its own")
-    mpiexec = Path(sys.executable).parent / "mpiexec"
-    if not mpiexec.is_file():
-        pytest.skip("no mpiexec next to the interpreter")
+    mpiexec = find_mpiexec()
+    if mpiexec is None:
+        pytest.skip("no mpiexec next to the interpreter or on PATH")
     cache = tmp_path / "cache"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MPICOMP_", "PMI_", "MPI_"))}
     env.update(NUMBA_CACHE_DIR=str(cache), MPIEXEC_TIMEOUT="600")
