@@ -31,6 +31,3 @@ class Scratch:
             buf = self._alloc(max(nbytes, 64) + (nbytes >> 3))
             self._buffers[name] = buf
         return buf[:nbytes].view(dt)
-
-    def clear(self) -> None:
-        self._buffers.clear()
