@@ -184,7 +184,9 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
                         policies={"dp": PLAIN, "tp": s["tp"], "pp": s["pp"]})
     torch.manual_seed(args.seed)
     config = gpt.GPTConfig(context=args.context, d=args.d, heads=args.heads, layers=args.layers)
-    model = gpt.split_tensors(gpt.GPT(config), g.tp)
+    model = gpt.GPT(config)
+    parameters = gpt.count_parameters(model)  # the whole model's, before the split
+    model = gpt.split_tensors(model, g.tp)
     module = gpt.stage_of(model, g.pp_rank, pp) if pp > 1 else model
     stage = mt.PipelineStage(module, g.pp) if pp > 1 else None
     first, last = g.pp_rank == 0, g.pp_rank == pp - 1
@@ -306,7 +308,7 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
         "train_curve": curve, "val_curve": val_curve,
         "final_train_loss": final_train, "final_val_loss": val_curve[-1][1],
         "identical": bool(identical),
-        "parameters": gpt.count_parameters(gpt.GPT(config)),
+        "parameters": parameters,
     }
     g.free()
     return record

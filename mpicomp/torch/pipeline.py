@@ -66,11 +66,11 @@ class PipelineStage:
     def last(self) -> bool:
         return self.stage == self.stages - 1
 
-    def _micro(self, batch: Any, micro_batches: int, what: str) -> list[Any]:
+    def _micro(self, batch: Any, micro_batches: int, what: str, call: str) -> list[Any]:
         if batch is None:
-            raise ValueError(f"PipelineStage.step: stage {self.stage} needs {what}")
+            raise ValueError(f"PipelineStage.{call}: stage {self.stage} needs {what}")
         if batch.shape[0] % micro_batches:
-            raise ValueError(f"PipelineStage.step: the batch of {batch.shape[0]} ({what}) "
+            raise ValueError(f"PipelineStage.{call}: the batch of {batch.shape[0]} ({what}) "
                              f"must be divisible by micro_batches={micro_batches}")
         return list(batch.chunk(micro_batches, dim=0))
 
@@ -87,7 +87,7 @@ class PipelineStage:
         pending.append((self.comm.Isend(_buffer(data), dest, tag), data))
 
     def _forward(self, m: int, xs: Any, ts: Any, micro_batches: int, loss_fn: Any,
-                 kept: dict[int, tuple[Any, Any]], pending: list[Any]) -> float:
+                 kept: dict[int, tuple[Any, Any]] | None, pending: list[Any]) -> float:
         """Micro-batch ``m`` forward; returns its share of the loss (0 off the last stage)."""
         x = xs[m] if self.first else self._receive_activation(m)
         y = self.module(x)
@@ -100,8 +100,9 @@ class PipelineStage:
             pending.append((self.comm.isend((tuple(y.shape), dtype), dest=self.stage + 1,
                                             tag=TAGS * m + HEADER), None))
             self._send(y, self.stage + 1, TAGS * m + ACTIVATION, pending)
-        kept[m] = (x, y)
-        self.peak_in_flight = max(self.peak_in_flight, len(kept))
+        if kept is not None:  # (None: evaluate keeps nothing for a backward pass)
+            kept[m] = (x, y)
+            self.peak_in_flight = max(self.peak_in_flight, len(kept))
         return share
 
     def _backward(self, m: int, kept: dict[int, tuple[Any, Any]], pending: list[Any]) -> None:
@@ -129,15 +130,9 @@ class PipelineStage:
         most that many micro-batches' activations held at once). Returns the batch's loss
         (the mean of the micro-batches' losses) on every stage; the parameters' gradients
         are accumulated into ``.grad`` as ``backward()`` does."""
-        if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) \
-                or micro_batches < 1:
-            raise ValueError(f"micro_batches must be a positive integer, got {micro_batches!r}")
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {list(SCHEDULES)}, got {schedule!r}")
-        if self.last and loss_fn is None:
-            raise ValueError(f"PipelineStage.step: the last stage ({self.stage}) needs loss_fn")
-        xs = self._micro(inputs, micro_batches, "inputs") if self.first else None
-        ts = self._micro(targets, micro_batches, "targets") if self.last else None
+        xs, ts = self._batches("step", inputs, targets, loss_fn, micro_batches)
         kept: dict[int, tuple[Any, Any]] = {}  # (input, output) of each micro-batch in flight
         pending: list[Any] = []  # (request, buffer) of the sends
         total = 0.0
@@ -151,9 +146,7 @@ class PipelineStage:
             self._backward(m, kept, pending)
         for m in sorted(kept, reverse=schedule == "gpipe"):
             self._backward(m, kept, pending)
-        for req, _ in pending:
-            req.Wait()
-        return float(self.comm.bcast(total, root=self.stages - 1))
+        return self._finish(total, pending)
 
     def evaluate(self, inputs: Any = None, targets: Any = None,
                  loss_fn: Callable[[Any, Any], Any] | None = None,
@@ -162,20 +155,30 @@ class PipelineStage:
         forward passes of every micro-batch under ``torch.no_grad()``, nothing kept, no
         gradient touched (collective over the pipeline communicator). Arguments as
         :meth:`step`; returns the mean of the micro-batches' losses on every stage."""
+        xs, ts = self._batches("evaluate", inputs, targets, loss_fn, micro_batches)
+        pending: list[Any] = []
+        total = 0.0
+        with torch.no_grad():
+            for m in range(micro_batches):
+                total += self._forward(m, xs, ts, micro_batches, loss_fn, None, pending)
+            return self._finish(total, pending)
+
+    def _batches(self, call: str, inputs: Any, targets: Any, loss_fn: Any,
+                 micro_batches: Any) -> tuple[Any, Any]:
+        """The checked arguments of :meth:`step` and :meth:`evaluate`: this stage's
+        micro-batches of the inputs (first stage) and of the targets (last stage)."""
         if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) \
                 or micro_batches < 1:
             raise ValueError(f"micro_batches must be a positive integer, got {micro_batches!r}")
         if self.last and loss_fn is None:
-            raise ValueError(f"PipelineStage.evaluate: the last stage ({self.stage}) needs "
+            raise ValueError(f"PipelineStage.{call}: the last stage ({self.stage}) needs "
                              "loss_fn")
-        xs = self._micro(inputs, micro_batches, "inputs") if self.first else None
-        ts = self._micro(targets, micro_batches, "targets") if self.last else None
-        pending: list[Any] = []
-        total, peak = 0.0, self.peak_in_flight  # (the last step's figure stays)
-        with torch.no_grad():
-            for m in range(micro_batches):
-                total += self._forward(m, xs, ts, micro_batches, loss_fn, {}, pending)
-            for req, _ in pending:
-                req.Wait()
-        self.peak_in_flight = peak
+        xs = self._micro(inputs, micro_batches, "inputs", call) if self.first else None
+        ts = self._micro(targets, micro_batches, "targets", call) if self.last else None
+        return xs, ts
+
+    def _finish(self, total: float, pending: list[Any]) -> float:
+        """The sends completed; the batch's loss, from the last stage, on every stage."""
+        for req, _ in pending:
+            req.Wait()
         return float(self.comm.bcast(total, root=self.stages - 1))
