@@ -418,7 +418,7 @@ spec_host(PyObject *obj, PyTypeObject *array)
 /* the bytes of a v-spec's largest count, read without parsing it: [a, counts],
  * [a, (counts, displs)], [a, counts, datatype], [a, (counts, displs), datatype] or
  * [a, counts, displs, datatype] (counts a list of ints; a list or tuple in a pair), the
- * array exactly `array`, as mpicomp.comm._largest_count reads it: >= 0, -1 for any other
+ * array exactly `array`, as mpicomp.shortcut.largest_count reads it: >= 0, -1 for any other
  * form */
 static long long
 largest_count(PyObject *spec, PyTypeObject *array)

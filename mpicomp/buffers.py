@@ -26,7 +26,7 @@ from mpi4py.util import dtlib
 
 from . import device, placement
 
-__all__ = ["COMPRESSIBLE_DTYPES", "Buf", "is_in_place", "parse", "parse_v"]
+__all__ = ["COMPRESSIBLE_DTYPES", "Buf", "is_in_place", "parse", "parse_v", "same_count"]
 
 #: dtypes the compressed paths handle
 COMPRESSIBLE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -82,6 +82,14 @@ class Buf:
 def is_in_place(spec: Any) -> bool:
     """``MPI.IN_PLACE``, or ``None`` where a buffer may be in place (as mpi4py reads it)."""
     return spec is None or spec is MPI.IN_PLACE
+
+
+def same_count(sbuf: Buf, rbuf: Buf, name: str) -> None:
+    """ValueError when a call's send and receive buffers hold different counts."""
+    if sbuf.compressible and rbuf.compressible and sbuf.count != rbuf.count:
+        raise ValueError(
+            f"{name}: sendbuf has {sbuf.count} values, recvbuf {rbuf.count}; they must match"
+        )
 
 
 def parse(spec: Any, name: str = "buffer", blocks: int = 1) -> Buf:

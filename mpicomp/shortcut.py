@@ -15,7 +15,8 @@ mpi4py's own methods, and :func:`update` gives a communicator a
 exactly a ``numpy.ndarray`` of fewer bytes than the limit (and whose other
 buffer, if any, is one too or None) is counted by size and handed to
 mpi4py's method; every other call, and every call on a communicator without
-a state, runs the Python method, which decides as before. A subclass that overrides one of these methods keeps its override.
+a state, runs the Python method, which decides as before. A subclass that
+overrides one of these methods keeps its override.
 ``Recv`` cannot know whether its sender compressed: it receives the message
 as bytes straight into the buffer and hands a message of odd length (a
 compressed frame, :mod:`mpicomp.p2p`) to ``Comm._received_frame``, which
@@ -55,19 +56,19 @@ except ImportError:  # built without a C compiler (setup.py marks the extension 
     _shortcut = PlainMethod = ShortcutState = None
 
 __all__ = ["COLLECTIVES", "COMPILED", "METHODS", "RECEIVES", "SENDS", "PlainMethod",
-           "ShortcutState", "bind_mpi", "install", "update"]
+           "ShortcutState", "bind_mpi", "fast_size", "install", "largest_count", "update"]
 
 #: whether the compiled shortcut is there
 COMPILED = PlainMethod is not None
 
 #: the collectives whose first buffer (a bare NumPy array; Scatter: its receive buffer)
-#: gives the call's size, as in the Python methods' own fast path (comm._fast_size):
+#: gives the call's size, as in the Python methods' own fast path (fast_size):
 #: plain below the state's ``limit``
 COLLECTIVES = ("Allreduce", "Iallreduce", "Reduce_scatter_block", "Allgather", "Alltoall",
                "Bcast", "Reduce", "Gather", "Ibcast", "Iallgather", "Ialltoall", "Scatter",
                "Reduce_scatter", "Allgatherv")
 #: collectives sized by the largest count of a v-spec (its argument), read as
-#: mpicomp.comm._largest_count reads it: the same size on every rank
+#: largest_count reads it: the same size on every rank
 VSPEC = {"Allgatherv": 2}
 #: collectives of a single buffer
 ONE_BUFFER = ("Bcast", "Ibcast")
@@ -205,3 +206,50 @@ def update(comm: Any, limit: float, p2p_limit: float) -> Any:
     state.limit = max(limit, 0.0)
     state.p2p_limit = max(p2p_limit, 0.0)
     return state
+
+
+def fast_size(comm: Any, name: str, sendbuf: Any, recvbuf: Any, per_rank: bool = False) -> bool:
+    """The fast plain path for bare NumPy buffers (see ``mpicomp.Comm._fast_plain``).
+
+    ``per_rank``: the call's size is one rank's part of ``recvbuf`` when
+    ``sendbuf`` is ``MPI.IN_PLACE`` (Allgather, Gather; Scatter passes its
+    receive buffer as ``sendbuf`` and its send buffer as ``recvbuf``).
+    """
+    if sendbuf is MPI.IN_PLACE:
+        if type(recvbuf) is not np.ndarray:
+            return False
+        nbytes = recvbuf.nbytes // comm.Get_size() if per_rank else recvbuf.nbytes
+    elif type(sendbuf) is np.ndarray and (recvbuf is None or type(recvbuf) is np.ndarray):
+        nbytes = sendbuf.nbytes  # (both in host memory, or the other one absent)
+    else:
+        return False
+    return comm._fast_plain(name, nbytes)
+
+
+def largest_count(spec: Any) -> int | None:
+    """The bytes of the largest count of a v-spec's host array, read without parsing it:
+    ``[array, counts]``, ``[array, (counts, displs)]``, ``[array, counts, datatype]``,
+    ``[array, (counts, displs), datatype]`` or ``[array, counts, displs, datatype]``
+    (counts a list of ints, a list or tuple in a pair; the datatype an ``MPI.Datatype``
+    or a type character, the counts' unit; else the array's items), as the compiled
+    shortcut reads it; None for any other form (device memory, counts in an array)."""
+    if (type(spec) not in (list, tuple) or not 2 <= len(spec) <= 4
+            or type(spec[0]) is not np.ndarray):
+        return None
+    unit = spec[0].itemsize
+    if len(spec) > 2:
+        datatype = spec[-1]
+        if type(datatype) is str:
+            datatype = MPI._typedict.get(datatype)
+        if not isinstance(datatype, MPI.Datatype):
+            return None
+        unit = datatype.size
+    counts = spec[1]
+    if (len(spec) <= 3 and type(counts) is tuple and len(counts) == 2
+            and type(counts[0]) in (list, tuple)):
+        counts = counts[0]  # (counts, displs)
+    elif type(counts) is not list:
+        return None  # (a tuple of two ints reads as (count, displacement) to mpi4py)
+    if not counts or not all(type(c) is int and c >= 0 for c in counts):
+        return None
+    return max(counts) * unit

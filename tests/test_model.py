@@ -15,7 +15,7 @@ from mpicomp import calibration, model, threads, topology
 from mpicomp.algorithms import bounds
 from mpicomp.calibration import Calibration, Fit
 from mpicomp.codecs import get_codec
-from mpicomp.comm import ONE_NODE
+from mpicomp.decision import ONE_NODE
 from mpicomp.topology import Layout
 
 
@@ -331,11 +331,11 @@ def test_auto_compresses_when_the_model_predicts_a_gain(comm):
     p, r = comm.Get_size(), comm.Get_rank()
     mc = mpicomp.Comm(comm)
     slow, speed = synthetic(p, p, gbs=0.01)
-    mc._model.layout = slow.layout  # as if every rank were on a node of its own
-    mc._model.cal = slow
+    mc._decision.layout = slow.layout  # as if every rank were on a node of its own
+    mc._decision.cal = slow
     pol = mc.resolved_policy()
     key = (json.dumps(pol.codec.get_config(), sort_keys=True), "float32", False)
-    mc._model.speeds[key] = speed
+    mc._decision.speeds[key] = speed
     x = (np.random.default_rng(r).standard_normal(1 << 18)).astype(np.float32)
     y = np.empty_like(x)
     mc.Allreduce(x, y)
@@ -351,7 +351,7 @@ def test_auto_compresses_when_the_model_predicts_a_gain(comm):
     assert float(np.abs(y - exact).max()) <= bound
     assert len(set(comm.allgather(y.tobytes()))) == 1
     # on a network faster than the codec the same call goes plain, exact
-    mc._model.cal = synthetic(p, p, gbs=100.0)[0]
+    mc._decision.cal = synthetic(p, p, gbs=100.0)[0]
     mc.Allreduce(x, y)
     assert mc.stats()["Allreduce"]["fallbacks"] == {"model: plain MPI predicted faster": 1}
     want = np.empty_like(x)

@@ -50,7 +50,7 @@ def test_equal_settings_pass_and_open_the_fast_path(comm):
     mc = mpicomp.Comm(comm, codec="bitplane", rate=8.25, threshold=4096)
     tiny = np.ones(8, np.float32)
     mc.Allreduce(tiny, np.empty_like(tiny))  # the check runs here, once
-    assert mc._model.settings_agreed
+    assert mc._decision.settings_agreed
     if shortcut.COMPILED:
         assert mc._shortcut.limit == 4096
     out = np.empty(1 << 12, np.float32)

@@ -7,7 +7,7 @@ from mpi4py import MPI
 
 import mpicomp
 from mpicomp import shortcut
-from mpicomp.comm import ONE_NODE, P2P_AUTO
+from mpicomp.decision import ONE_NODE, P2P_AUTO
 
 #: the compiled shortcut calls MPI itself only on MPICH (bind_mpi: C int handles); on any
 #: other MPI (Open MPI: pointer handles) every call goes through mpi4py's methods
@@ -462,20 +462,31 @@ def test_reduce_gather_and_the_nonblocking_collectives_take_the_shortcut(comm):
         assert mc.stats()["Reduce"]["fallbacks"] == {"below threshold (24 B < 65536 B)": 1}
 
 
-@pytest.mark.mpi(min_size=2)
-def test_scatter_and_reduce_scatter_take_a_fast_path(comm, monkeypatch):
-    """Small calls of the default skip parsing (a parse would raise here) and stay exact,
-    the root in place included."""
-    import mpicomp.comm as comm_module
+def _forbid_parsing(monkeypatch, name: str) -> None:
+    """Make every method module's ``name`` (``parse`` or ``parse_v``) raise: a call that
+    parses its buffers fails."""
+    import importlib
+    import pkgutil
 
-    p, r = comm.Get_size(), comm.Get_rank()
-    mc = mpicomp.Comm(comm)
-    mc.check_settings()
+    import mpicomp.calls
 
     def no_parse(*args, **kwargs):
         raise AssertionError("the fast path parsed a buffer")
 
-    monkeypatch.setattr(comm_module, "parse", no_parse)
+    for info in pkgutil.iter_modules(mpicomp.calls.__path__):
+        module = importlib.import_module(f"mpicomp.calls.{info.name}")
+        if hasattr(module, name):
+            monkeypatch.setattr(module, name, no_parse)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_scatter_and_reduce_scatter_take_a_fast_path(comm, monkeypatch):
+    """Small calls of the default skip parsing (a parse would raise here) and stay exact,
+    the root in place included."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    mc = mpicomp.Comm(comm)
+    mc.check_settings()
+    _forbid_parsing(monkeypatch, "parse")
     send = np.arange(3 * p, dtype=np.float32)
     y = np.empty(3, np.float32)
     mc.Scatter(send if r == 0 else None, y, root=0)
@@ -498,18 +509,12 @@ def test_scatter_and_reduce_scatter_take_a_fast_path(comm, monkeypatch):
 def test_without_the_extension_every_fast_path_skips_parsing(comm, monkeypatch):
     """The Python fast paths (no compiled shortcut): small calls of the default on bare
     arrays go to mpi4py without parsing (a parse would raise) and stay exact."""
-    import mpicomp.comm as comm_module
-
     monkeypatch.setattr(shortcut, "COMPILED", False)
     p, r = comm.Get_size(), comm.Get_rank()
     mc = mpicomp.Comm(comm)
     mc.check_settings()
     assert not hasattr(mc, "_shortcut")
-
-    def no_parse(*args, **kwargs):
-        raise AssertionError("the fast path parsed a buffer")
-
-    monkeypatch.setattr(comm_module, "parse", no_parse)
+    _forbid_parsing(monkeypatch, "parse")
     x = np.arange(4, dtype=np.float64) + r
     total = sum(np.arange(4) + q for q in range(p))
     y = np.zeros_like(x)
@@ -543,18 +548,13 @@ def test_without_the_extension_every_fast_path_skips_parsing(comm, monkeypatch):
 
 @pytest.mark.mpi(min_size=2)
 def test_allgatherv_skips_parsing_where_every_size_goes_plain(comm, monkeypatch):
-    import mpicomp.comm as comm_module
-
     p, r = comm.Get_size(), comm.Get_rank()
     mc = mpicomp.Comm(comm)
     big = np.ones(1 << 18, np.float32)
     mc.Allreduce(big, np.empty_like(big))  # finds the job on one node: every size plain
     assert mc._fast_below == float("inf")
 
-    def no_parse(*args, **kwargs):
-        raise AssertionError("the fast path parsed a buffer")
-
-    monkeypatch.setattr(comm_module, "parse_v", no_parse)
+    _forbid_parsing(monkeypatch, "parse_v")
     counts = [q + 1 for q in range(p)]
     out = np.zeros(sum(counts), np.float32)
     mc.Allgatherv(np.full(r + 1, r, np.float32), [out, counts])
@@ -567,7 +567,7 @@ def test_allgatherv_skips_parsing_where_every_size_goes_plain(comm, monkeypatch)
     mc2.Allgatherv(np.full(r + 1, r, np.float32), [out, counts])  # settles the limit
     assert 0 < mc2._fast_below < float("inf")
     displs = [sum(counts[:q]) for q in range(p)]
-    monkeypatch.setattr(comm_module, "parse_v", no_parse)
+    _forbid_parsing(monkeypatch, "parse_v")
     for spec in ([out, counts], [out, (counts, displs)], (out, (tuple(counts), displs))):
         out[:] = -1
         mc2.Allgatherv(np.full(r + 1, r, np.float32), spec)

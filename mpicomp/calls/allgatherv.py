@@ -1,0 +1,45 @@
+"""Allgatherv: the pipelined ring allgather of compressed blocks of any counts."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mpi4py import MPI
+
+from .. import collectives
+from ..algorithms.common import Ctx
+from ..buffers import is_in_place, parse, parse_v
+from ..pipeline import Call
+
+if TYPE_CHECKING:
+    from ..comm import Comm
+    from ..engine import Engine
+
+__all__ = ["allgatherv"]
+
+
+def allgatherv(comm: Comm, sendbuf: Any, recvbuf: Any, settings: dict[str, Any]) -> None:
+    """``comm.Allgatherv``; its size is the largest count (the same on every rank)."""
+    pol = comm.resolved_policy(**settings)
+    p, r = comm.Get_size(), comm.Get_rank()
+    rbuf = parse_v(recvbuf, p, "recvbuf")
+    counts, displs = list(rbuf.counts or ()), list(rbuf.displs or ())
+    if is_in_place(sendbuf):
+        sbuf = rbuf
+        x = None
+    else:
+        sbuf = parse(sendbuf, "sendbuf")
+        x = sbuf.data() if sbuf.compressible else None
+        if x is not None and rbuf.compressible and x.size != counts[r]:
+            raise ValueError(
+                f"Allgatherv: sendbuf has {x.size} values, counts[{r}] is {counts[r]}"
+            )
+    local = x if x is not None or not rbuf.compressible else (
+        rbuf.array[displs[r] : displs[r] + counts[r]])
+
+    def body(ctx: Ctx, engine: Engine) -> None:
+        collectives.allgatherv(ctx, local, rbuf.array, counts, displs)
+
+    comm._pipeline.collective(Call(
+        "Allgatherv", "Allgatherv", pol, [sbuf, rbuf], max(counts, default=0) * rbuf.itemsize,
+        MPI.Intracomm.Allgatherv, (sendbuf, recvbuf), local=local,
+        settings=f"Allgatherv counts={counts}", body=body))

@@ -1,0 +1,39 @@
+"""Bcast and Ibcast: a pipelined chain of compressed pieces from the root (node-aware on a
+job whose nodes hold several ranks: compressed between nodes, plain inside each)."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mpi4py import MPI
+
+from .. import collectives
+from ..algorithms.common import Ctx
+from ..buffers import parse
+from ..pipeline import Call
+
+if TYPE_CHECKING:
+    from ..comm import Comm
+    from ..engine import Engine
+
+__all__ = ["bcast"]
+
+
+def bcast(comm: Comm, buf: Any, root: int, settings: dict[str, Any],
+          nonblocking: bool = False) -> Any:
+    """``comm.Bcast`` (or, ``nonblocking``, ``comm.Ibcast``: returns the request)."""
+    pol = comm.resolved_policy(**settings)
+    b = parse(buf, "buf")
+    local = b.data() if (b.compressible and comm.Get_rank() == root) else None
+
+    def body(ctx: Ctx, engine: Engine) -> str | None:
+        if engine.local_ranks(pol, b.on_device):
+            collectives.bcast_nodes(ctx, b.data(), root, engine.layout().node_of,
+                                    *engine.node_comms())
+            return "bcast-hierarchical"
+        collectives.bcast(ctx, b.data(), root)
+        return None
+
+    call = Call("Ibcast" if nonblocking else "Bcast", "Bcast", pol, [b], b.nbytes,
+                MPI.Intracomm.Bcast, (buf, root), local=local,
+                settings=f"Bcast n={b.count} root={root}", body=body)
+    return comm._pipeline.collective(call, MPI.Intracomm.Ibcast if nonblocking else None)

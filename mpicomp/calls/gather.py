@@ -1,0 +1,44 @@
+"""Gather: every rank's compressed block to the root."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mpi4py import MPI
+
+from .. import collectives
+from ..algorithms.common import Ctx
+from ..buffers import is_in_place, parse
+from ..pipeline import Call
+
+if TYPE_CHECKING:
+    from ..comm import Comm
+    from ..engine import Engine
+
+__all__ = ["gather"]
+
+
+def gather(comm: Comm, sendbuf: Any, recvbuf: Any, root: int, settings: dict[str, Any]) -> None:
+    """``comm.Gather``."""
+    pol = comm.resolved_policy(**settings)
+    p, r = comm.Get_size(), comm.Get_rank()
+    rbuf = parse(recvbuf, "recvbuf", blocks=p) if r == root else None
+    if is_in_place(sendbuf):
+        if rbuf is None:
+            raise ValueError("Gather: MPI.IN_PLACE is only valid as the root's sendbuf")
+        n = rbuf.count
+        sbuf = rbuf
+        x = rbuf.array[r * n : (r + 1) * n] if rbuf.compressible else None
+    else:
+        sbuf = parse(sendbuf, "sendbuf")
+        x = sbuf.data() if sbuf.compressible else None
+        n = sbuf.count
+    if rbuf is not None and rbuf.compressible and sbuf.compressible and rbuf.count != n:
+        raise ValueError(f"Gather: sendbuf has {n} values, recvbuf {rbuf.count} per rank")
+
+    def body(ctx: Ctx, engine: Engine) -> None:
+        collectives.gather(ctx, x, rbuf.array if rbuf is not None else None, root)
+
+    comm._pipeline.collective(Call(
+        "Gather", "Gather", pol, [sbuf] + ([rbuf] if rbuf is not None else []), sbuf.nbytes,
+        MPI.Intracomm.Gather, (sendbuf, recvbuf, root), local=x,
+        settings=f"Gather n={n} root={root}", body=body))

@@ -1,0 +1,235 @@
+"""Send, Isend, Recv, Irecv and Sendrecv: one self-describing compressed frame per message.
+
+A sender screens its message as a collective would (:mod:`mpicomp.decision`,
+without the model: under the codec ``auto`` messages stay plain) and checks
+its own values (there is no one to agree with); a message that passes goes
+as a frame (:mod:`mpicomp.p2p`), never longer than the plain message. A
+receiver cannot know what its sender did: a float buffer may receive a
+frame, whatever this side's policy, and the message's length says whether
+it is one.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from mpi4py import MPI
+from mpi4py.util import dtlib
+
+from .. import device, p2p, shortcut
+from .. import plain as plain_mpi
+from ..buffers import Buf, parse
+from ..cuda_aware import cuda_aware
+from ..decision import P2P_AUTO, local_check
+from ..memory import DeviceMemory, DevicePools, HostMemory
+from ..requests import Request
+from ..scratch import Scratch
+from ..stats import Recorder
+
+if TYPE_CHECKING:
+    from ..comm import Comm
+
+__all__ = ["irecv", "received_frame", "recv", "send", "sendrecv", "sendrecv_received"]
+
+
+def send(comm: Comm, name: str, fn: Callable[..., Any], buf: Any, dest: int, tag: int,
+         settings: dict[str, Any]) -> Any:
+    """``comm.Send`` or ``comm.Isend`` (``fn``: mpi4py's method); returns what ``fn`` does."""
+    msg, rec = _frame_for(comm, name, buf, settings)
+    result = _send_on(comm, fn, rec, (msg, dest, tag))
+    rec.commit()
+    return result
+
+
+def recv(comm: Comm, buf: Any, source: int, tag: int, status: MPI.Status | None,
+         settings: dict[str, Any]) -> None:
+    """``comm.Recv``."""
+    comm.resolved_policy(**settings)  # validates the settings; the sender's codec decides
+    b = parse(buf, "buf")
+    rec = comm._pipeline.recorder("Recv", b.nbytes)
+    if not b.compressible:
+        return comm._pipeline.plain(rec, b.reason, MPI.Intracomm.Recv, (buf, source, tag, status),
+                                    bufs=(b,), sent=0)
+    st = status if status is not None else MPI.Status()
+    memory = _memory(comm, b.on_device)
+    if not b.on_device:
+        # host memory: received as bytes straight into the buffer (a frame is never
+        # longer than the plain message), a frame then decoded from a copy
+        with rec.mpi():
+            MPI.Intracomm.Recv(comm, [b.data().view(np.uint8), MPI.BYTE], source, tag, st)
+        return _take_received(b, rec, st, memory)
+    with rec.mpi():
+        msg = MPI.Intracomm.Mprobe(comm, source, tag, st)
+    nbytes = st.Get_count(MPI.BYTE)
+
+    def receive(_comm: Any, into: Any, st_: MPI.Status) -> None:
+        msg.Recv(into, st_)
+
+    if not p2p.is_frame_length(nbytes):
+        rec.plain("sender sent plain data")
+        with rec.mpi():
+            _, where = plain_mpi.call(receive, None, (buf, st), written=lambda i: i == 0)
+        rec.where(where)
+    else:
+        frame = _landing(memory, nbytes)
+        with rec.mpi():
+            plain_mpi.call(receive, None, ([frame, MPI.BYTE], st))
+        _unframe(frame, b, rec, st, memory)
+    rec.commit()
+
+
+def received_frame(comm: Comm, buf: Any, status: MPI.Status) -> None:
+    """Decode the frame that the compiled ``Recv`` shortcut received as bytes into
+    ``buf`` (a NumPy array; a message of odd length)."""
+    comm._state_ok()
+    b = parse(buf, "buf")
+    rec = comm._pipeline.recorder("Recv", b.nbytes)
+    _take_received(b, rec, status, _memory(comm, False))
+
+
+def irecv(comm: Comm, buf: Any, source: int, tag: int, settings: dict[str, Any]) -> MPI.Request:
+    """``comm.Irecv``: posted now (MPI keeps its matching order), decoded when it completes."""
+    pol = comm.resolved_policy(**settings)
+    b = parse(buf, "buf")
+    rec = comm._pipeline.recorder("Irecv", b.nbytes)
+    if not (pol.enabled and b.compressible) or b.nbytes < pol.threshold or pol.auto:
+        why = "codec none" if not pol.enabled else (
+            b.reason or (f"below threshold ({b.nbytes} B < {pol.threshold} B)"
+                         if b.nbytes < pol.threshold else
+                         P2P_AUTO))
+        return comm._pipeline.plain(rec, why, MPI.Intracomm.Irecv, (buf, source, tag),
+                                    bufs=(b,), sent=0)
+    # a frame is never longer than the plain message, so the plain size is enough
+    memory = _memory(comm, b.on_device, own_pools=True)
+    landing = _landing(memory, b.nbytes)
+    status = MPI.Status()
+    with rec.mpi():
+        inner, _ = plain_mpi.call(MPI.Intracomm.Irecv, comm, ([landing, MPI.BYTE], source, tag))
+    where = device.capture() if b.on_device else (None, None)
+
+    def work() -> None:
+        inner.Wait(status)
+        nbytes = status.Get_count(MPI.BYTE)
+        with device.using_stream(*where):
+            if p2p.is_frame_length(nbytes):
+                _unframe(landing[:nbytes], b, rec, status, memory)
+            else:
+                rec.plain("sender sent plain data")
+                rec.where(memory.label)
+                target = b.array.view(np.uint8)[:nbytes]
+                if b.on_device:
+                    device.copy_to_device(target, landing[:nbytes], memory.stream)
+                else:
+                    target[...] = landing[:nbytes]
+            # complete only when the data is in place (and before this request's
+            # landing and stage buffers go back to the pool)
+            memory.synchronize()
+        rec.commit()
+
+    return Request.start(work)
+
+
+def sendrecv(comm: Comm, sendbuf: Any, dest: int, sendtag: int, recvbuf: Any, source: int,
+             recvtag: int, status: MPI.Status | None, settings: dict[str, Any]) -> None:
+    """``comm.Sendrecv``: the send posted first, then the receive."""
+    # a receive buffer that Recv refuses is refused before anything is sent, as
+    # mpi4py's Sendrecv refuses it (a send posted first would never be matched)
+    parse(recvbuf, "recvbuf")
+    req = send(comm, "Sendrecv", MPI.Intracomm.Isend, sendbuf, dest, sendtag, settings)
+    comm.Recv(recvbuf, source, recvtag, status, **settings)  # (the compiled shortcut's)
+    req.Wait()
+
+
+def sendrecv_received(comm: Comm, sendbuf: Any, dest: int, sendtag: int, recvbuf: np.ndarray,
+                      source: int, recvtag: int, status: MPI.Status | None) -> None:
+    """Sendrecv's fast path (its send plain by size): received as bytes, as the compiled
+    ``Recv`` does, a frame (odd length) decoded in place."""
+    st = status if status is not None else MPI.Status()
+    MPI.Intracomm.Sendrecv(comm, sendbuf, dest, sendtag, (recvbuf, MPI.BYTE), source,
+                           recvtag, st)
+    if p2p.is_frame_length(st.Get_count(MPI.BYTE)):
+        return received_frame(comm, recvbuf, st)
+    return comm._stats.fast_plain("Recv", recvbuf.nbytes, shortcut.RECEIVED_PLAIN)
+
+
+def _memory(comm: Comm, on_device: bool, own_pools: bool = False) -> HostMemory | DeviceMemory:
+    """Memory for a point-to-point call (device: the current stream; ``own_pools`` for
+    work finished on another thread)."""
+    if not on_device:
+        return HostMemory(Scratch())
+    if own_pools:
+        pools = DevicePools()
+    else:
+        if getattr(comm, "_p2p_pools", None) is None:
+            comm._p2p_pools = DevicePools()
+        pools = comm._p2p_pools
+    return DeviceMemory(pools, device.current_stream(), cuda_aware()[0])
+
+
+def _frame_for(comm: Comm, name: str, buf: Any, settings: dict[str, Any]) -> tuple[Any, Recorder]:
+    """The message to send: a compressed frame, or ``buf`` itself (plain)."""
+    pol = comm.resolved_policy(**settings)
+    b = parse(buf, "buf")
+    rec = comm._pipeline.recorder(name, b.nbytes)
+    reason = comm._decision.screen(pol, [b], b.nbytes, collective=False)
+    memory = _memory(comm, b.on_device)
+    if reason is None:
+        reason = local_check(pol, b.data(), memory)
+    if reason is None and p2p.frame_nbytes(pol.codec, b.data()) >= b.nbytes:
+        # never longer than the plain message: receivers size their landing buffers by it
+        reason = "no gain (compressed frame not smaller than the data)"
+    if reason is not None:
+        rec.plain(reason)
+        rec.sent(b.nbytes)
+        return buf, rec
+    with rec.codec():
+        frame = p2p.build(pol.codec, b.data(), memory)
+    memory.synchronize()  # MPI reads the frame next
+    rec.where(memory.label)
+    rec.compressed("frame", pol.codec.codec_id)
+    rec.sent(frame.nbytes)
+    return frame, rec
+
+
+def _send_on(comm: Comm, fn: Callable[..., Any], rec: Recorder, args: tuple[Any, ...]) -> Any:
+    with rec.mpi():
+        result, where = plain_mpi.call(fn, comm, args)
+    if rec.path == "plain":
+        rec.where(where)
+    return result
+
+
+def _take_received(b: Buf, rec: Recorder, status: MPI.Status,
+                   memory: HostMemory | DeviceMemory) -> None:
+    """A message received as bytes into host buffer ``b``: decode it there if it is a
+    frame (odd length), else count it as plain data."""
+    nbytes = status.Get_count(MPI.BYTE)
+    if b.compressible and p2p.is_frame_length(nbytes):
+        _unframe(b.data().view(np.uint8)[:nbytes].copy(), b, rec, status, memory)
+    else:
+        rec.plain(shortcut.RECEIVED_PLAIN)
+        rec.where("host")
+    rec.commit()
+
+
+def _landing(memory: HostMemory | DeviceMemory, nbytes: int) -> Any:
+    """A new buffer a message lands in: on the device for a CUDA-aware MPI, else host."""
+    if memory.wire_on_device:
+        return device.as_device(device.empty(nbytes, np.uint8), "landing", sync=False)
+    return np.empty(nbytes, dtype=np.uint8)
+
+
+def _unframe(frame: Any, b: Buf, rec: Recorder, status: MPI.Status,
+             memory: HostMemory | DeviceMemory) -> None:
+    """Decode a received frame into ``b``; the status then counts values, not frame bytes."""
+    codec, count, dtype, stream = p2p.parse(frame)
+    if dtype != b.dtype:
+        raise TypeError(f"received {dtype} values into a {b.dtype} buffer")
+    if count > b.count:
+        raise ValueError(f"message of {count} values does not fit the receive buffer of {b.count}")
+    with rec.codec():
+        memory.decode(codec, stream, b.array[:count])
+    status.Set_elements(dtlib.from_numpy_dtype(dtype), count)
+    rec.where(memory.label)
+    rec.compressed("frame", codec.codec_id)

@@ -1,0 +1,56 @@
+"""Reduce: the ring reduce-scatter with recompression, then the pieces gathered at the root
+(:func:`mpicomp.algorithms.ring.reduce`); SUM only."""
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from mpi4py import MPI
+
+from ..algorithms import ring
+from ..algorithms.common import Ctx
+from ..buffers import is_in_place, parse, same_count
+from ..decision import op_name
+from ..pipeline import Call
+
+if TYPE_CHECKING:
+    from ..comm import Comm
+    from ..engine import Engine
+    from ..stats import Recorder
+
+__all__ = ["reduce"]
+
+
+def reduce(comm: Comm, sendbuf: Any, recvbuf: Any, op: MPI.Op, root: int,
+           settings: dict[str, Any]) -> None:
+    """``comm.Reduce``."""
+    pol = comm.resolved_policy(**settings)
+    is_root = comm.Get_rank() == root
+    rbuf = parse(recvbuf, "recvbuf") if is_root else None
+    if is_in_place(sendbuf):
+        if not is_root or rbuf is None:
+            raise ValueError("Reduce: MPI.IN_PLACE is only valid as the root's sendbuf")
+        sbuf = rbuf
+    else:
+        sbuf = parse(sendbuf, "sendbuf")
+    if rbuf is not None:
+        same_count(sbuf, rbuf, "Reduce")
+    bufs = [sbuf] + ([rbuf] if rbuf is not None else [])
+
+    def plan(call: Call, rec: Recorder) -> Call | str:
+        if op_name(op) != "SUM":
+            return f"op {op_name(op)}: Reduce compresses only SUM"
+        x = sbuf.data()
+        out = rbuf.data() if rbuf is not None else None
+
+        def body(ctx: Ctx, engine: Engine) -> str:
+            ring.reduce(ctx, x, out, root)
+            return "ring"
+
+        return dataclasses.replace(call, local=x, body=body,
+                                   settings=f"Reduce n={x.size} root={root}")
+
+    comm._pipeline.collective(Call(
+        "Reduce", "Reduce", pol, bufs, sbuf.nbytes, MPI.Intracomm.Reduce,
+        (sendbuf, recvbuf, op, root), op=op, summands=comm.Get_size(), guarded=False,
+        plan=plan))

@@ -1,0 +1,169 @@
+"""The one sequence every compressed call runs: screen, agree, run, verdict, fallback, commit.
+
+A method of :class:`mpicomp.Comm` parses mpi4py's arguments and describes
+its call as a :class:`Call` (its module in :mod:`mpicomp.calls` says how);
+:class:`Pipeline` then runs it the same way for every collective, blocking
+or not:
+
+1. **screen** (:meth:`mpicomp.decision.Decider.screen`, on the caller's
+   thread, in its program order): a rank-consistent reason to go plain, or
+   on; then the call's ``plan`` (an algorithm chosen, arguments checked that
+   matter only when compressing);
+2. **plain**: mpi4py's own method on the caller's communicator, now (the
+   nonblocking method for a nonblocking call);
+3. **agree** (:meth:`~mpicomp.decision.Decider.agree`) on the private
+   communicator of an :class:`~mpicomp.engine.Engine`: the caller's thread's
+   engine, or the worker thread's for a nonblocking call (which returns an
+   :class:`mpicomp.requests.Request` at once);
+4. **run** the call's ``body`` (a compressed algorithm) in a
+   :class:`~mpicomp.algorithms.common.Ctx`;
+5. **verdict** (speculative calls whose encoders found unsafe data), and the
+   **fallback** to plain MPI on the private communicator, on every rank alike;
+6. **commit** the call's :class:`~mpicomp.stats.Recorder` to ``comm.stats()``.
+
+Point-to-point messages have no agreement (nothing to agree with): they
+screen here too, then frame their data (:mod:`mpicomp.calls.point_to_point`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from mpi4py import MPI
+
+from . import device, model
+from . import plain as plain_mpi
+from .algorithms.common import Ctx
+from .buffers import Buf
+from .requests import Request
+from .stats import Recorder
+
+if TYPE_CHECKING:
+    from .comm import Comm
+    from .engine import Engine
+    from .policy import Resolved
+
+__all__ = ["Body", "Call", "Pipeline", "plain_on"]
+
+#: a compressed algorithm run in ``ctx`` on ``engine``; returns None, the algorithm's
+#: name (the stats' key; None: the method's name) or (name, detail)
+Body = Callable[[Ctx, "Engine"], "str | tuple[str, str] | None"]
+
+
+@dataclasses.dataclass
+class Call:
+    """One call of a collective, as its :mod:`mpicomp.calls` module describes it."""
+
+    #: the method (the stats' key: ``"Iallreduce"``)
+    name: str
+    #: its blocking collective (``"Allreduce"``): the model's and the agreement's name
+    collective: str
+    pol: Resolved
+    #: the parsed buffers (screened; the first says host or device)
+    bufs: Sequence[Buf]
+    #: the raw bytes the stats, the threshold and the model count
+    nbytes: int
+    #: mpi4py's method and its arguments after the communicator: the plain call
+    plain: Callable[..., Any]
+    args: tuple[Any, ...]
+    op: MPI.Op | None = None
+    #: the values this rank's agreement scans (None: none)
+    local: Any = None
+    #: how many ranks' values a result adds (the overflow rule)
+    summands: int = 1
+    #: what every rank must pass alike (the dtype is added)
+    settings: str = ""
+    #: the compressed algorithm
+    body: Body | None = None
+    #: speculative screening (the encoders check what they send, the agreement scans
+    #: nothing); None: where the codec screens in its encoder
+    guarded: bool | None = None
+    #: after screening, before agreeing: the call completed (an algorithm chosen,
+    #: arguments checked), or the plain-MPI reason
+    plan: Callable[[Call, Recorder], Call | str] | None = None
+
+
+class Pipeline:
+    """Runs :class:`Call` s for one communicator (see the module docs)."""
+
+    def __init__(self, comm: Comm) -> None:
+        self.comm = comm
+
+    def recorder(self, name: str, raw_bytes: int) -> Recorder:
+        return Recorder(self.comm._stats, name, self.comm.Get_rank(), raw_bytes)
+
+    def collective(self, call: Call, nonblocking: Callable[..., Any] | None = None) -> Any:
+        """Run ``call``: blocking, or (``nonblocking``: mpi4py's nonblocking method for the
+        plain case) on the worker thread, returning a request."""
+        rec = self.recorder(call.name, call.nbytes)
+        reason = self.comm._decision.screen(call.pol, call.bufs, call.nbytes, call.op,
+                                            method=call.collective, rec=rec)
+        if reason is None and call.plan is not None:
+            planned = call.plan(call, rec)
+            if isinstance(planned, str):
+                reason = planned
+            else:
+                call = planned
+        if reason is not None:
+            return self.plain(rec, reason, nonblocking or call.plain, call.args, call.bufs)
+        if nonblocking is None:
+            self.run(self.comm._main_engine(), call, rec)
+            return None
+        engine, executor = self.comm._async()
+        where = device.capture() if call.bufs[0].on_device else (None, None)
+
+        def work() -> None:
+            with device.using_stream(*where):
+                self.run(engine, call, rec)
+
+        req = Request.start(work, executor)
+        req.record = rec  # read only once the request is complete
+        return req
+
+    def run(self, engine: Engine, call: Call, rec: Recorder) -> None:
+        """Steps 3 to 6 (see the module docs) on ``engine``."""
+        decider, pol = self.comm._decision, call.pol
+        dtype = next(b.dtype for b in call.bufs if b.dtype is not None)
+        on_device = call.bufs[0].on_device
+        memory = engine.memory(on_device)
+        settings = f"{call.settings} {dtype}"
+        guarded = (model.screens_in_encoder(pol.codec, on_device) if call.guarded is None
+                   else call.guarded)
+        reason = decider.agree(engine, call.collective, pol, None if guarded else call.local,
+                               dtype, settings, call.summands, memory)
+        if reason is None:
+            ctx = engine.ctx(pol.codec, rec, memory)
+            ctx.guarded, ctx.protect = guarded, call.local
+            assert call.body is not None
+            ran = call.body(ctx, engine)
+            reason = decider.verdict(engine, ctx, call.collective, pol, call.local, dtype,
+                                     settings, call.summands)
+            if reason is None:
+                algorithm, detail = ran if isinstance(ran, tuple) else (ran, "")
+                rec.compressed(algorithm or call.collective.lower(),
+                               detail or pol.codec.codec_id)
+        if reason is not None:
+            plain_on(engine.comm, rec, reason, call.plain, call.args)
+            rec.sent(rec.raw_bytes)
+        rec.commit()
+
+    def plain(self, rec: Recorder, reason: str, fn: Callable[..., Any], args: tuple[Any, ...],
+              bufs: Sequence[Buf] = (), sent: int | None = None) -> Any:
+        """Record and run the plain call ``fn(comm, *args)`` on the caller's communicator."""
+        result = plain_on(self.comm, rec, reason, fn, args, bufs)
+        rec.sent(rec.raw_bytes if sent is None else sent)
+        rec.commit()
+        return result
+
+
+def plain_on(comm: Any, rec: Recorder, reason: str, fn: Callable[..., Any],
+             args: tuple[Any, ...], bufs: Sequence[Buf] = ()) -> Any:
+    """Record and run ``fn(comm, *args)`` as plain MPI (device buffers: see mpicomp.plain);
+    ``bufs``: the call's parsed buffers, whose placement is known already."""
+    rec.plain(reason)
+    places = {id(plain_mpi.spec_object(b.spec)): b.place for b in bufs} if bufs else None
+    with rec.mpi():
+        result, where = plain_mpi.call(fn, comm, args, places=places)
+    rec.where(where)
+    return result
