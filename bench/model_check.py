@@ -58,10 +58,10 @@ def rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
 def ring_rows(doc: dict[str, Any], cal: Any) -> list[dict[str, Any]]:
     """Per record of an ``osu_allreduce`` file: the ring's terms (microseconds) from ``cal``,
     the calibration its job ran on."""
-    from mpicomp.algorithms.common import pieces_of
+    from mpicomp.algorithms.common import pieces_of, screens_in_encoder
     from mpicomp.calibration import speed_key
     from mpicomp.codecs import get_codec
-    from mpicomp.model import ring_terms, screens_in_encoder
+    from mpicomp.model import ring_terms
 
     if doc["benchmark"] != "osu_allreduce":
         raise ValueError(f"--calibration: the ring's terms are an Allreduce's; "
@@ -169,7 +169,7 @@ def main(args: argparse.Namespace, argv: list[str] | None = None) -> int:
 
 def _terms(doc: dict[str, Any], path: str) -> tuple[float, list[dict[str, Any]]]:
     """The overlap of the calibration file at ``path``, and :func:`ring_rows` from it."""
-    from mpicomp.calibration import Calibration
+    from mpicomp.model import Calibration
 
     with open(path) as f:
         cal = Calibration.from_dict(json.load(f), path)

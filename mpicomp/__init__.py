@@ -9,7 +9,7 @@ from mpi4py import MPI
 from . import codecs, failfast
 from .codecs import get_codec
 from .comm import Comm
-from .errors import MpicompError, UncompressibleError, UnknownCodecError
+from .errors import MpicompError, RankDisagreement, UncompressibleError, UnknownCodecError
 from .policy import DEFAULT, Policy
 from .requests import Request
 
@@ -26,6 +26,7 @@ __all__ = [
     "Comm",
     "MpicompError",
     "Policy",
+    "RankDisagreement",
     "Request",
     "UncompressibleError",
     "UnknownCodecError",

@@ -103,7 +103,7 @@ def parse(spec: Any, name: str = "buffer", blocks: int = 1) -> Buf:
     (mpi4py) judges it.
     """
     obj, count, displ, datatype = _split_simple(spec, name)
-    where = placement.of(obj)
+    where = placement.HOST if type(obj) is np.ndarray else placement.of(obj)
     array, reason = _as_array(obj, datatype, name, where)
     if array is None:
         return Buf(spec, None, 0, reason, raw=_raw_nbytes(obj, where, count, blocks),

@@ -26,16 +26,14 @@ the decisions are :class:`mpicomp.decision.Decider`'s.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import math
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
-from . import calibration, model, shortcut
+from . import model, shortcut
 from .calls import (
     allgather,
     allgatherv,
@@ -49,7 +47,7 @@ from .calls import (
     scatter,
 )
 from .decision import P2P_AUTO, Decider
-from .engine import Engine
+from .engine import Engine, Engines
 from .pipeline import Pipeline
 from .policy import Policy, Resolved, environment_policy, resolve
 from .stats import Stats, debug_enabled
@@ -114,14 +112,11 @@ class Comm(MPI.Intracomm):
         self._policy = policy
         self._env_policy = environment_policy()
         self._default: Resolved | None = None
-        self._decision = Decider(self)
-        self._pipeline = Pipeline(self)
         self._debug = debug_enabled()
         self._stats = Stats()
-        self._lock = threading.Lock()
-        self._engine: Engine | None = None
-        self._worker_engine: Engine | None = None
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._engines = Engines(self)
+        self._decision = Decider(self, self._engines)
+        self._pipeline = Pipeline(self, self._decision, self._engines, self._stats)
         #: (bytes, reason): calls without settings on NumPy arrays of fewer bytes go to
         #: plain MPI at once, without parsing or screening (see _fast_plain); None until
         #: the default policy is known (and in debug mode)
@@ -130,6 +125,15 @@ class Comm(MPI.Intracomm):
     def _state_ok(self) -> None:
         if not hasattr(self, "_policy"):  # made by mpi4py without __new__'s arguments
             self._setup(Policy())
+
+    def _ready(self) -> Pipeline:
+        """The pipeline the methods hand their calls to (set up here if mpi4py made this
+        communicator without ``__new__``)."""
+        try:
+            return self._pipeline
+        except AttributeError:
+            self._setup(Policy())
+            return self._pipeline
 
     # -- policy, stats, derived communicators ---------------------------------
     @property
@@ -160,7 +164,7 @@ class Comm(MPI.Intracomm):
         return self._default
 
     def check_settings(self) -> None:
-        """Raise the same :class:`~mpicomp.agreement.RankDisagreement` on every rank if the
+        """Raise the same :class:`~mpicomp.errors.RankDisagreement` on every rank if the
         ranks' communicator-level settings (``Comm(...)`` arguments over ``MPICOMP_*``)
         differ, naming each differing setting with its values.
 
@@ -230,13 +234,13 @@ class Comm(MPI.Intracomm):
 
     # -- the performance model ----------------------------------------------------
     @property
-    def calibration(self) -> calibration.Calibration | None:
+    def calibration(self) -> model.Calibration | None:
         """The measured speeds the model uses (None until a call or :meth:`calibrate`
         needed them)."""
         self._state_ok()
         return self._decision.cal
 
-    def calibrate(self, force: bool = False, **settings: Any) -> calibration.Calibration:
+    def calibrate(self, force: bool = False, **settings: Any) -> model.Calibration:
         """Measure (or load, see ``MPICOMP_CALIBRATION``) this job's MPI and codec speeds.
 
         Collective. Runs by itself at the first call that needs the model;
@@ -301,37 +305,13 @@ class Comm(MPI.Intracomm):
     def Free(self) -> None:  # noqa: N802
         """Free the private communicators, the worker thread and this communicator."""
         self._state_ok()
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
-        for engine in (self._engine, self._worker_engine):
-            if engine is not None:
-                engine.free()
-        self._engine = self._worker_engine = None
+        self._engines.free()
         MPI.Intracomm.Free(self)
 
-    # -- the private engines ----------------------------------------------------------
     def _main_engine(self) -> Engine:
-        """The engine of calls on the caller's thread."""
+        """The engine of calls on the caller's thread (see :mod:`mpicomp.engine`)."""
         self._state_ok()
-        if self._engine is None:
-            self._engine = Engine(self)
-        return self._engine
-
-    def _async(self) -> tuple[Engine, concurrent.futures.Executor]:
-        """The worker thread's engine and the worker (one thread, started on first use)."""
-        with self._lock:
-            if self._worker_engine is None:
-                engine = Engine(self)
-                # its layout here, in the caller's program order (collective), so that
-                # the worker thread does not find it while this thread runs collectives
-                engine.layout()
-                self._worker_engine = engine
-                self._executor = concurrent.futures.ThreadPoolExecutor(
-                    max_workers=1, thread_name_prefix="mpicomp-worker"
-                )
-            assert self._executor is not None
-            return self._worker_engine, self._executor
+        return self._engines.main()
 
     # -- the methods: the fast path, else the call's module -----------------------------
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,  # noqa: N802
@@ -339,39 +319,45 @@ class Comm(MPI.Intracomm):
         if type(sendbuf) is _NDARRAY and sendbuf.nbytes < self._fast_below and not settings:
             self._stats.fast_plain("Allreduce", sendbuf.nbytes, self._fast_reason)
             return _MPI_ALLREDUCE(self, sendbuf, recvbuf, op)
-        if not settings and shortcut.fast_size(self, "Allreduce", sendbuf, recvbuf):
+        if not settings and _fast_size(self, "Allreduce", sendbuf, recvbuf):
             return _MPI_ALLREDUCE(self, sendbuf, recvbuf, op)
-        allreduce.allreduce(self, sendbuf, recvbuf, op, settings)
+        p = self._ready()
+        return p.collective(allreduce.call(p, sendbuf, recvbuf, op, settings))
 
     def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,  # noqa: N802
                    **settings: Any) -> MPI.Request:
-        if not settings and shortcut.fast_size(self, "Iallreduce", sendbuf, recvbuf):
+        if not settings and _fast_size(self, "Iallreduce", sendbuf, recvbuf):
             return MPI.Intracomm.Iallreduce(self, sendbuf, recvbuf, op)
-        return allreduce.allreduce(self, sendbuf, recvbuf, op, settings, nonblocking=True)
+        p = self._ready()
+        return p.collective(allreduce.call(p, sendbuf, recvbuf, op, settings, nonblocking=True))
 
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0,  # noqa: N802
                **settings: Any) -> None:
-        if not settings and shortcut.fast_size(self, "Reduce", sendbuf, recvbuf):
+        if not settings and _fast_size(self, "Reduce", sendbuf, recvbuf):
             return MPI.Intracomm.Reduce(self, sendbuf, recvbuf, op, root)
-        reduce.reduce(self, sendbuf, recvbuf, op, root, settings)
+        p = self._ready()
+        return p.collective(reduce.call(p, sendbuf, recvbuf, op, root, settings))
 
     def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,  # noqa: N802
                              **settings: Any) -> None:
-        if not settings and shortcut.fast_size(self, "Reduce_scatter_block", sendbuf, recvbuf):
+        if not settings and _fast_size(self, "Reduce_scatter_block", sendbuf, recvbuf):
             return MPI.Intracomm.Reduce_scatter_block(self, sendbuf, recvbuf, op)
-        reduce_scatter.reduce_scatter_block(self, sendbuf, recvbuf, op, settings)
+        p = self._ready()
+        return p.collective(reduce_scatter.call_block(p, sendbuf, recvbuf, op, settings))
 
     def Reduce_scatter(self, sendbuf: Any, recvbuf: Any,  # noqa: N802
                        recvcounts: Sequence[int] | None = None, op: MPI.Op = MPI.SUM,
                        **settings: Any) -> None:
-        if not settings and shortcut.fast_size(self, "Reduce_scatter", sendbuf, recvbuf):
+        if not settings and _fast_size(self, "Reduce_scatter", sendbuf, recvbuf):
             return MPI.Intracomm.Reduce_scatter(self, sendbuf, recvbuf, recvcounts, op)
-        reduce_scatter.reduce_scatter(self, sendbuf, recvbuf, recvcounts, op, settings)
+        p = self._ready()
+        return p.collective(reduce_scatter.call(p, sendbuf, recvbuf, recvcounts, op, settings))
 
     def Allgather(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> None:  # noqa: N802
-        if not settings and shortcut.fast_size(self, "Allgather", sendbuf, recvbuf, per_rank=True):
+        if not settings and _fast_size(self, "Allgather", sendbuf, recvbuf, per_rank=True):
             return MPI.Intracomm.Allgather(self, sendbuf, recvbuf)
-        allgather.allgather(self, sendbuf, recvbuf, settings)
+        p = self._ready()
+        return p.collective(allgather.call(p, sendbuf, recvbuf, settings))
 
     def Allgatherv(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> None:  # noqa: N802
         # its size is the largest count, which a rank cannot see without parsing the
@@ -387,78 +373,104 @@ class Comm(MPI.Intracomm):
             if largest is not None and largest < self._fast_below:
                 self._stats.fast_plain("Allgatherv", largest, self._fast_reason)
                 return MPI.Intracomm.Allgatherv(self, sendbuf, recvbuf)
-        allgatherv.allgatherv(self, sendbuf, recvbuf, settings)
+        p = self._ready()
+        return p.collective(allgatherv.call(p, sendbuf, recvbuf, settings))
 
     def Alltoall(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> None:  # noqa: N802
-        if not settings and shortcut.fast_size(self, "Alltoall", sendbuf, recvbuf):
+        if not settings and _fast_size(self, "Alltoall", sendbuf, recvbuf):
             return MPI.Intracomm.Alltoall(self, sendbuf, recvbuf)
-        alltoall.alltoall(self, sendbuf, recvbuf, settings)
+        p = self._ready()
+        return p.collective(alltoall.call(p, sendbuf, recvbuf, settings))
 
     def Bcast(self, buf: Any, root: int = 0, **settings: Any) -> None:  # noqa: N802
-        if not settings and shortcut.fast_size(self, "Bcast", buf, buf):
+        if not settings and _fast_size(self, "Bcast", buf, buf):
             return MPI.Intracomm.Bcast(self, buf, root)
-        bcast.bcast(self, buf, root, settings)
+        p = self._ready()
+        return p.collective(bcast.call(p, buf, root, settings))
 
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0, **settings: Any) -> None:  # noqa: N802
-        if not settings and shortcut.fast_size(self, "Gather", sendbuf, recvbuf, per_rank=True):
+        if not settings and _fast_size(self, "Gather", sendbuf, recvbuf, per_rank=True):
             return MPI.Intracomm.Gather(self, sendbuf, recvbuf, root)
-        gather.gather(self, sendbuf, recvbuf, root, settings)
+        p = self._ready()
+        return p.collective(gather.call(p, sendbuf, recvbuf, root, settings))
 
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0, **settings: Any) -> None:  # noqa: N802
         # the size is one rank's block: the receive buffer (the root's send buffer / p in place)
-        if not settings and shortcut.fast_size(self, "Scatter", recvbuf, sendbuf, per_rank=True):
+        if not settings and _fast_size(self, "Scatter", recvbuf, sendbuf, per_rank=True):
             return MPI.Intracomm.Scatter(self, sendbuf, recvbuf, root)
-        scatter.scatter(self, sendbuf, recvbuf, root, settings)
+        p = self._ready()
+        return p.collective(scatter.call(p, sendbuf, recvbuf, root, settings))
 
     def Iallgather(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> MPI.Request:  # noqa: N802
-        if not settings and shortcut.fast_size(self, "Iallgather", sendbuf, recvbuf, per_rank=True):
+        if not settings and _fast_size(self, "Iallgather", sendbuf, recvbuf, per_rank=True):
             return MPI.Intracomm.Iallgather(self, sendbuf, recvbuf)
-        return allgather.allgather(self, sendbuf, recvbuf, settings, nonblocking=True)
+        p = self._ready()
+        return p.collective(allgather.call(p, sendbuf, recvbuf, settings, nonblocking=True))
 
     def Ialltoall(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> MPI.Request:  # noqa: N802
-        if not settings and shortcut.fast_size(self, "Ialltoall", sendbuf, recvbuf):
+        if not settings and _fast_size(self, "Ialltoall", sendbuf, recvbuf):
             return MPI.Intracomm.Ialltoall(self, sendbuf, recvbuf)
-        return alltoall.alltoall(self, sendbuf, recvbuf, settings, nonblocking=True)
+        p = self._ready()
+        return p.collective(alltoall.call(p, sendbuf, recvbuf, settings, nonblocking=True))
 
     def Ibcast(self, buf: Any, root: int = 0, **settings: Any) -> MPI.Request:  # noqa: N802
-        if not settings and shortcut.fast_size(self, "Ibcast", buf, buf):
+        if not settings and _fast_size(self, "Ibcast", buf, buf):
             return MPI.Intracomm.Ibcast(self, buf, root)
-        return bcast.bcast(self, buf, root, settings, nonblocking=True)
+        p = self._ready()
+        return p.collective(bcast.call(p, buf, root, settings, nonblocking=True))
 
     def Send(self, buf: Any, dest: int, tag: int = 0, **settings: Any) -> None:  # noqa: N802
         if self._fast_send("Send", buf, settings):
             return MPI.Intracomm.Send(self, buf, dest, tag)
-        point_to_point.send(self, "Send", MPI.Intracomm.Send, buf, dest, tag, settings)
+        point_to_point.send(self._ready(), "Send", MPI.Intracomm.Send, buf, dest, tag, settings)
 
     def Isend(self, buf: Any, dest: int, tag: int = 0, **settings: Any) -> MPI.Request:  # noqa: N802
         if self._fast_send("Isend", buf, settings):
             return MPI.Intracomm.Isend(self, buf, dest, tag)
-        return point_to_point.send(self, "Isend", MPI.Intracomm.Isend, buf, dest, tag, settings)
+        return point_to_point.send(self._ready(), "Isend", MPI.Intracomm.Isend, buf, dest, tag,
+                                   settings)
 
     def Recv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG,  # noqa: N802
              status: MPI.Status | None = None, **settings: Any) -> None:
-        point_to_point.recv(self, buf, source, tag, status, settings)
+        point_to_point.recv(self._ready(), buf, source, tag, status, settings)
 
     def _received_frame(self, buf: Any, status: MPI.Status) -> None:
         """The compiled ``Recv`` shortcut's way back (a frame received into ``buf``)."""
-        point_to_point.received_frame(self, buf, status)
+        point_to_point.received_frame(self._ready(), buf, status)
 
     def Irecv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG,  # noqa: N802
               **settings: Any) -> MPI.Request:
         if self._fast_send("Irecv", buf, settings):
             return MPI.Intracomm.Irecv(self, buf, source, tag)
         self._state_ok()
-        return point_to_point.irecv(self, buf, source, tag, settings)
+        return point_to_point.irecv(self._ready(), buf, source, tag, settings)
 
     def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,  # noqa: N802
                  source: int = MPI.ANY_SOURCE, recvtag: int = MPI.ANY_TAG,
                  status: MPI.Status | None = None, **settings: Any) -> None:
         if type(recvbuf) is _NDARRAY and self._fast_send("Sendrecv", sendbuf, settings):
-            return point_to_point.sendrecv_received(self, sendbuf, dest, sendtag, recvbuf,
+            return point_to_point.sendrecv_received(self._ready(), sendbuf, dest, sendtag, recvbuf,
                                                     source, recvtag, status)
-        self._state_ok()
-        point_to_point.sendrecv(self, sendbuf, dest, sendtag, recvbuf, source, recvtag, status,
-                                settings)
+        point_to_point.sendrecv(self._ready(), sendbuf, dest, sendtag, recvbuf, source, recvtag,
+                                status, settings)
+
+
+def _fast_size(comm: Comm, name: str, sendbuf: Any, recvbuf: Any, per_rank: bool = False) -> bool:
+    """The fast plain path for bare NumPy buffers (see ``Comm._fast_plain``).
+
+    ``per_rank``: the call's size is one rank's part of ``recvbuf`` when
+    ``sendbuf`` is ``MPI.IN_PLACE`` (Allgather, Gather; Scatter passes its
+    receive buffer as ``sendbuf`` and its send buffer as ``recvbuf``).
+    """
+    if sendbuf is MPI.IN_PLACE:
+        if type(recvbuf) is not np.ndarray:
+            return False
+        nbytes = recvbuf.nbytes // comm.Get_size() if per_rank else recvbuf.nbytes
+    elif type(sendbuf) is np.ndarray and (recvbuf is None or type(recvbuf) is np.ndarray):
+        nbytes = sendbuf.nbytes  # (both in host memory, or the other one absent)
+    else:
+        return False
+    return comm._fast_plain(name, nbytes)
 
 
 def _collective_limit(pol: Resolved, size1: bool) -> tuple[float, str]:

@@ -9,7 +9,7 @@ the order a call meets them:
    ``auto`` or the algorithm ``auto``, the performance model
    (:mod:`mpicomp.model` on this job's :mod:`mpicomp.calibration`, measured
    at the same call on every rank);
-2. :meth:`~Decider.agree`, the agreement step (:mod:`mpicomp.agreement`): one
+2. :meth:`~Decider.agree`, the agreement step (:func:`agree`, below): one
    MAX allreduce finds NaN/Inf or values that could overflow on any rank, and
    settings that differ between ranks;
 3. :meth:`~Decider.verdict`, after a speculative call whose encoders
@@ -17,9 +17,25 @@ the order a call meets them:
 
 Each step returns None (go on compressed) or the plain-MPI reason that
 ``comm.stats()`` and ``MPICOMP_DEBUG`` report.
+
+**The agreement step.** Whether a collective can be compressed depends on
+data only one rank sees (a NaN, a value so large that a sum of ``p`` of them
+overflows) and on arguments every rank passes for itself (count, dtype, op,
+codec, rate). If ranks decided alone, one could take the compressed path
+while another took plain MPI, and both would wait forever. So before a
+compressed collective the ranks make one MAX allreduce of three float64
+numbers: the largest magnitude in this rank's input (+Inf for NaN/Inf), and
+a 48-bit fingerprint of the call's settings and its negation (so that
+``max`` and ``-max(-x)`` give the largest and the smallest fingerprint: they
+differ exactly when two ranks disagree). Every rank gets the same numbers
+back and therefore takes the same decision or raises the same error. A
+speculative algorithm (the ring allreduce with a guarded codec, see
+``Ctx.guarded``) passes no input (0): only the settings are agreed on, and
+the encoders find unsafe data while it runs.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Sequence
@@ -29,9 +45,9 @@ import numpy as np
 from mpi4py import MPI
 
 from . import calibration, model, topology
-from .agreement import RankDisagreement, agree, fingerprint
 from .algorithms.common import Ctx
 from .buffers import Buf
+from .errors import RankDisagreement
 from .memory import DeviceMemory, HostMemory
 from .placement import Place
 from .policy import Resolved
@@ -39,9 +55,10 @@ from .stats import Recorder
 
 if TYPE_CHECKING:
     from .comm import Comm
-    from .engine import Engine
+    from .engine import Engine, Engines
 
-__all__ = ["GUARD_TRIPPED", "ONE_NODE", "P2P_AUTO", "Decider", "local_check", "op_name"]
+__all__ = ["GUARD_TRIPPED", "ONE_NODE", "P2P_AUTO", "Decider", "agree", "fingerprint",
+           "local_check", "op_name"]
 
 #: why the codec ``auto`` leaves host buffers of a one-node communicator to plain MPI
 ONE_NODE = "codec auto: one node (plain MPI through shared memory is faster)"
@@ -53,6 +70,12 @@ GUARD_TRIPPED = "overflow risk (an encoder met a value within the codec's headro
 
 _OP_NAMES = ("SUM", "MAX", "MIN", "PROD", "LAND", "LOR", "LXOR", "BAND", "BOR", "BXOR",
              "MAXLOC", "MINLOC", "REPLACE", "NO_OP")
+
+#: how many distinct per-call settings a communicator keeps resolved
+RESOLVED_KEPT = 64
+
+#: how many of the model's predictions a communicator keeps
+PREDICTIONS_KEPT = 256
 
 #: largest finite value of each cast target
 _CAST_MAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}
@@ -75,22 +98,54 @@ class Decider:
     engine and fast path).
     """
 
-    def __init__(self, comm: Comm) -> None:
+    def __init__(self, comm: Comm, engines: Engines) -> None:
         self.comm = comm
-        self.cal: calibration.Calibration | None = None
+        self.engines = engines
+        #: per-call settings resolved before (by their items), at most RESOLVED_KEPT
+        self._resolved: dict[tuple[tuple[str, Any], ...], Resolved] = {}
+        self._cal: model.Calibration | None = None
+        #: the model's predictions by (method, bytes, dtype, device, settings): a call of a
+        #: size seen before asks the model nothing (cleared with a new calibration)
+        self._predictions: dict[tuple[Any, ...], model.Prediction] = {}
         self.speeds: dict[tuple[str, str, bool], tuple[float, float]] = {}
         self.layout: topology.Layout | None = None
         #: the ranks found their communicator-level settings equal (check_settings);
         #: until then no collective takes the fast path
         self.settings_agreed = False
 
-    # -- the settings every rank must share --------------------------------------------
+    @property
+    def cal(self) -> model.Calibration | None:
+        """The calibration the model uses (None until a call or ``calibrate`` needed it)."""
+        return self._cal
+
+    @cal.setter
+    def cal(self, cal: model.Calibration | None) -> None:
+        self._cal = cal
+        self._predictions.clear()
+
+    # -- the settings: a call's, and those every rank must share --------------------------
+    def policy(self, settings: dict[str, Any]) -> Resolved:
+        """The settings a call with these keyword overrides uses (checked; resolved once per
+        distinct hashable settings)."""
+        if not settings:
+            return self.comm._default or self.comm.resolved_policy()
+        try:
+            key = tuple(sorted(settings.items()))
+            pol = self._resolved.get(key)
+        except TypeError:  # an unhashable setting (a codec given as a dict)
+            return self.comm.resolved_policy(**settings)
+        if pol is None:
+            pol = self.comm.resolved_policy(**settings)
+            if len(self._resolved) < RESOLVED_KEPT:
+                self._resolved[key] = pol
+        return pol
+
     def check_settings(self) -> None:
         """See :meth:`mpicomp.Comm.check_settings`."""
         comm = self.comm
         pol = comm.resolved_policy()
         if comm.Get_size() > 1:
-            private = comm._main_engine().comm
+            private = self.engines.main().comm
             settings = pol.settings()
             fp = fingerprint(sorted(settings.items()))
             vec = np.array([fp, -fp], np.float64)
@@ -148,7 +203,7 @@ class Decider:
         """Ask the model (collective the first time); the plain-MPI reason or None."""
         if pol.auto and not on_device:
             if self.layout is None:
-                self.layout = topology.layout(self.comm._main_engine().comm)
+                self.layout = topology.layout(self.engines.main().comm)
             if not self.layout.spans_nodes:
                 # shared memory moves bytes faster than a CPU codec encodes them: no probe
                 if pol is self.comm._default:
@@ -158,8 +213,14 @@ class Decider:
         # the agreement reports): so the codec speed used here is that of the
         # communicator's own codec, which every rank measured at the same call (a
         # per-call codec enters through its compression ratio).
-        pred = self.predict(method, self.comm.resolved_policy(), nbytes, dtype, on_device,
-                            codec=pol.codec, algorithm=pol.algorithm)
+        key = (method, nbytes, dtype.name, on_device, pol.description)
+        pred = self._predictions.get(key)
+        if pred is None:
+            pred = self.predict(method, self.policy({}), nbytes, dtype, on_device,
+                                codec=pol.codec, algorithm=pol.algorithm)
+            if len(self._predictions) >= PREDICTIONS_KEPT:
+                self._predictions.clear()
+            self._predictions[key] = pred
         if rec is not None:
             rec.predicted(pred)
         if pol.auto and not pred.compress:
@@ -167,9 +228,9 @@ class Decider:
         return None
 
     # -- the model and what it rests on -----------------------------------------------
-    def calibrate(self, pol: Resolved, force: bool = False) -> calibration.Calibration:
+    def calibrate(self, pol: Resolved, force: bool = False) -> model.Calibration:
         """See :meth:`mpicomp.Comm.calibrate`."""
-        private = self.comm._main_engine().comm
+        private = self.engines.main().comm
         if force or self.cal is None:
             self.cal = calibration.obtain(private, topology.layout(private), force=force)
             self.speeds.clear()
@@ -182,7 +243,7 @@ class Decider:
                 algorithm: str | None = None) -> model.Prediction:
         """The model's prediction with ``pol``'s codec speed (collective if not measured yet)."""
         if self.cal is None:
-            self.calibrate(self.comm.resolved_policy())
+            self.calibrate(self.policy({}))
         speed = self.codec_speed(pol, np.dtype(dtype), on_device)
         assert self.cal is not None
         return model.predict(self.cal, method, nbytes, codec or pol.codec, dtype, speed,
@@ -193,7 +254,7 @@ class Decider:
         key = (json.dumps(pol.codec.get_config(), sort_keys=True), dtype.name, on_device)
         speed = self.speeds.get(key)
         if speed is None:
-            engine = self.comm._main_engine()
+            engine = self.engines.main()
             assert self.cal is not None
             speed = calibration.codec_speed(engine.comm, self.cal, pol.codec, dtype,
                                             engine.memory(on_device))
@@ -205,10 +266,10 @@ class Decider:
               settings: str, summands: int, memory: HostMemory | DeviceMemory) -> str | None:
         """The agreement step: None to go ahead compressed, else the plain-MPI reason."""
         local_max = memory.max_abs(local) if local is not None else 0.0
-        ag = agree(engine.comm, name, local_max, f"{settings} {pol.describe()}")
-        if not math.isfinite(ag.max_abs):
+        max_abs = agree(engine.comm, name, local_max, f"{settings} {pol.description}")
+        if not math.isfinite(max_abs):
             return "nonfinite (NaN or Inf on some rank)"
-        return _overflow_risk(pol, dtype, ag.max_abs, summands)
+        return _overflow_risk(pol, dtype, max_abs, summands)
 
     def verdict(self, engine: Engine, ctx: Ctx, name: str, pol: Resolved, local: Any,
                 dtype: np.dtype, settings: str, summands: int) -> str | None:
@@ -222,6 +283,28 @@ class Decider:
             return None
         return self.agree(engine, name, pol, local, dtype, settings, summands,
                           ctx.memory) or GUARD_TRIPPED
+
+
+def agree(comm: MPI.Intracomm, op: str, local_max_abs: float, settings: str) -> float:
+    """The agreement allreduce on ``comm`` (see the module docs): the largest magnitude over
+    all ranks (+Inf: some rank holds NaN/Inf); the same :class:`RankDisagreement` on every
+    rank where their ``settings`` differ."""
+    fp = fingerprint(settings)
+    vec = np.array([local_max_abs, fp, -fp], np.float64)
+    out = np.empty_like(vec)
+    comm.Allreduce(vec, out, op=MPI.MAX)
+    if out[1] != -out[2]:
+        raise RankDisagreement(
+            f"{op}: the ranks disagree on count, dtype, op or compression settings; "
+            f"this rank (rank {comm.Get_rank()}) has {settings}"
+        )
+    return float(out[0])
+
+
+def fingerprint(*parts: object) -> float:
+    """A 48-bit hash of ``parts`` as a float64 (exact: below 2**53)."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=6).digest()
+    return float(int.from_bytes(digest, "little"))
 
 
 def local_check(pol: Resolved, values: Any, memory: HostMemory | DeviceMemory) -> str | None:

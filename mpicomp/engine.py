@@ -9,19 +9,17 @@ engine for calls on the caller's thread and one for its worker thread
 """
 from __future__ import annotations
 
-from typing import Any
+import concurrent.futures
+import threading
 
 from mpi4py import MPI
 
 from . import device, topology
-from .algorithms.common import Ctx
 from .cuda_aware import cuda_aware
-from .memory import DeviceMemory, DevicePools, HostMemory
+from .memory import DeviceMemory, DevicePools, HostMemory, Scratch
 from .policy import Resolved
-from .scratch import Scratch
-from .stats import Recorder
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "Engines"]
 
 
 class Engine:
@@ -32,6 +30,8 @@ class Engine:
         # private communicator must never compress its own (agreement) traffic
         self.comm: MPI.Intracomm = MPI.Intracomm(MPI.Intracomm.Dup(parent))
         self.scratch = Scratch()
+        #: where the values and streams of a call on host buffers live
+        self.host = HostMemory(self.scratch)
         self.pools: DevicePools | None = None
         self._nodes: tuple[MPI.Intracomm, MPI.Intracomm] | None = None
         self._rail: MPI.Intracomm | None = None
@@ -74,18 +74,56 @@ class Engine:
     def memory(self, on_device: bool) -> HostMemory | DeviceMemory:
         """Where this call's values and streams live (device: on the current stream)."""
         if not on_device:
-            return HostMemory(self.scratch)
+            return self.host
         if self.pools is None:
             self.pools = DevicePools()
         return DeviceMemory(self.pools, device.current_stream(), cuda_aware()[0])
-
-    def ctx(self, codec: Any, rec: Recorder, memory: HostMemory | DeviceMemory) -> Ctx:
-        """The context a compressed algorithm runs in (recording where the data lives)."""
-        rec.where(memory.label)
-        return Ctx(self.comm, codec, rec, memory)
 
     def free(self) -> None:
         for c in (*(self._nodes or ()), self._rail, self.comm):
             if c is not None and c != MPI.COMM_NULL:
                 c.Free()
         self._nodes = self._rail = None
+
+
+class Engines:
+    """A communicator's engines: the caller's thread's, and the worker thread's with the
+    worker (one thread, started by the first nonblocking call that compresses)."""
+
+    def __init__(self, parent: MPI.Intracomm) -> None:
+        self.parent = parent
+        self._main: Engine | None = None
+        self._worker: Engine | None = None
+        self.executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def main(self) -> Engine:
+        """The engine of calls on the caller's thread (collective the first time)."""
+        if self._main is None:
+            self._main = Engine(self.parent)
+        return self._main
+
+    def worker(self) -> tuple[Engine, concurrent.futures.Executor]:
+        """The worker thread's engine and the worker (collective the first time)."""
+        with self._lock:
+            if self._worker is None:
+                engine = Engine(self.parent)
+                # its layout here, in the caller's program order (collective), so that
+                # the worker thread does not find it while this thread runs collectives
+                engine.layout()
+                self._worker = engine
+                self.executor = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="mpicomp-worker"
+                )
+            assert self.executor is not None
+            return self._worker, self.executor
+
+    def free(self) -> None:
+        """Stop the worker (after its work) and free the private communicators."""
+        if self.executor is not None:
+            self.executor.shutdown(wait=True)
+            self.executor = None
+        for engine in (self._main, self._worker):
+            if engine is not None:
+                engine.free()
+        self._main = self._worker = None

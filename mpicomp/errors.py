@@ -6,7 +6,7 @@ and the value received.
 """
 from __future__ import annotations
 
-__all__ = ["MpicompError", "UncompressibleError", "UnknownCodecError"]
+__all__ = ["MpicompError", "RankDisagreement", "UncompressibleError", "UnknownCodecError"]
 
 
 class MpicompError(Exception):
@@ -31,7 +31,7 @@ class UncompressibleError(MpicompError, ValueError):
     block codecs, whose formats have no escape for them), or finite values
     that the target format cannot represent (e.g. 1e5 cast to float16).
     The communicator never lets it happen in a call: it scans the buffers
-    first (for a collective, on every rank, see ``mpicomp/agreement.py``) and
+    first (for a collective, on every rank, see ``mpicomp/decision.py``) and
     sends such a buffer uncompressed, counting the fallback and its reason
     in its statistics.
     """
@@ -40,3 +40,8 @@ class UncompressibleError(MpicompError, ValueError):
         self.codec_id = codec_id
         self.reason = reason
         super().__init__(f"codec {codec_id!r} cannot encode this buffer ({reason}): {detail}")
+
+
+class RankDisagreement(MpicompError, ValueError):
+    """The ranks passed different counts, dtypes, ops or compression settings to one call
+    (raised on every rank alike by the agreement step, :mod:`mpicomp.decision`)."""

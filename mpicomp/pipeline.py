@@ -32,16 +32,17 @@ from typing import TYPE_CHECKING, Any
 
 from mpi4py import MPI
 
-from . import device, model
+from . import device
 from . import plain as plain_mpi
-from .algorithms.common import Ctx
+from .algorithms.common import Ctx, screens_in_encoder
 from .buffers import Buf
 from .requests import Request
-from .stats import Recorder
+from .stats import Recorder, Stats
 
 if TYPE_CHECKING:
     from .comm import Comm
-    from .engine import Engine
+    from .decision import Decider
+    from .engine import Engine, Engines
     from .policy import Resolved
 
 __all__ = ["Body", "Call", "Pipeline", "plain_on"]
@@ -82,22 +83,33 @@ class Call:
     #: after screening, before agreeing: the call completed (an algorithm chosen,
     #: arguments checked), or the plain-MPI reason
     plan: Callable[[Call, Recorder], Call | str] | None = None
+    #: mpi4py's nonblocking method for a nonblocking call (its plain case): the call then
+    #: runs on the worker thread and returns a request
+    nonblocking: Callable[..., Any] | None = None
 
 
 class Pipeline:
     """Runs :class:`Call` s for one communicator (see the module docs)."""
 
-    def __init__(self, comm: Comm) -> None:
+    def __init__(self, comm: Comm, decision: Decider, engines: Engines, stats: Stats) -> None:
         self.comm = comm
+        self.decision = decision
+        self.engines = engines
+        self.stats = stats
+        #: the engine of calls on the caller's thread, once made
+        self.main: Engine | None = None
+        #: device pools of point-to-point calls on the caller's thread (made on first use)
+        self.p2p_pools: Any = None
 
     def recorder(self, name: str, raw_bytes: int) -> Recorder:
-        return Recorder(self.comm._stats, name, self.comm.Get_rank(), raw_bytes)
+        """The record of one call, for ``comm.stats()``."""
+        return Recorder(self.stats, name, self.comm.Get_rank(), raw_bytes)
 
-    def collective(self, call: Call, nonblocking: Callable[..., Any] | None = None) -> Any:
-        """Run ``call``: blocking, or (``nonblocking``: mpi4py's nonblocking method for the
-        plain case) on the worker thread, returning a request."""
+    def collective(self, call: Call) -> Any:
+        """Run ``call``: blocking, or (``call.nonblocking``) on the worker thread, returning
+        a request."""
         rec = self.recorder(call.name, call.nbytes)
-        reason = self.comm._decision.screen(call.pol, call.bufs, call.nbytes, call.op,
+        reason = self.decision.screen(call.pol, call.bufs, call.nbytes, call.op,
                                             method=call.collective, rec=rec)
         if reason is None and call.plan is not None:
             planned = call.plan(call, rec)
@@ -106,11 +118,11 @@ class Pipeline:
             else:
                 call = planned
         if reason is not None:
-            return self.plain(rec, reason, nonblocking or call.plain, call.args, call.bufs)
-        if nonblocking is None:
-            self.run(self.comm._main_engine(), call, rec)
+            return self.plain(rec, reason, call.nonblocking or call.plain, call.args, call.bufs)
+        if call.nonblocking is None:
+            self.run(self.main or self._main(), call, rec)
             return None
-        engine, executor = self.comm._async()
+        engine, executor = self.engines.worker()
         where = device.capture() if call.bufs[0].on_device else (None, None)
 
         def work() -> None:
@@ -121,20 +133,24 @@ class Pipeline:
         req.record = rec  # read only once the request is complete
         return req
 
+    def _main(self) -> Engine:
+        self.main = self.engines.main()
+        return self.main
+
     def run(self, engine: Engine, call: Call, rec: Recorder) -> None:
         """Steps 3 to 6 (see the module docs) on ``engine``."""
-        decider, pol = self.comm._decision, call.pol
+        decider, pol = self.decision, call.pol
         dtype = next(b.dtype for b in call.bufs if b.dtype is not None)
         on_device = call.bufs[0].on_device
-        memory = engine.memory(on_device)
+        memory = engine.memory(True) if on_device else engine.host
         settings = f"{call.settings} {dtype}"
-        guarded = (model.screens_in_encoder(pol.codec, on_device) if call.guarded is None
+        guarded = (screens_in_encoder(pol.codec, on_device) if call.guarded is None
                    else call.guarded)
         reason = decider.agree(engine, call.collective, pol, None if guarded else call.local,
                                dtype, settings, call.summands, memory)
         if reason is None:
-            ctx = engine.ctx(pol.codec, rec, memory)
-            ctx.guarded, ctx.protect = guarded, call.local
+            rec.where(memory.label)
+            ctx = Ctx(engine.comm, pol.codec, rec, memory, guarded=guarded, protect=call.local)
             assert call.body is not None
             ran = call.body(ctx, engine)
             reason = decider.verdict(engine, ctx, call.collective, pol, call.local, dtype,

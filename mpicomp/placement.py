@@ -42,10 +42,11 @@ class Placement:
 
     place: Place
     reason: str = ""
+    #: whether mpicomp works on it as device memory
+    on_device: bool = dataclasses.field(init=False)
 
-    @property
-    def on_device(self) -> bool:
-        return self.place is Place.DEVICE
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "on_device", self.place is Place.DEVICE)
 
 
 HOST = Placement(Place.HOST)

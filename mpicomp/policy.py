@@ -121,11 +121,18 @@ class Resolved:
     algorithm: str
     #: True when the codec is ``auto``: the model decides whether to compress
     auto: bool = False
+    #: False when the codec is ``none`` (everything goes to plain MPI)
+    enabled: bool = dataclasses.field(init=False)
+    #: every setting in one line (what the agreement step fingerprints)
+    description: str = dataclasses.field(init=False)
 
-    @property
-    def enabled(self) -> bool:
-        """False when the codec is ``none`` (everything goes to plain MPI)."""
-        return self.codec.codec_id != "none"
+    def __post_init__(self) -> None:
+        # set once: a call reads them, and a frozen policy never changes
+        object.__setattr__(self, "enabled", self.codec.codec_id != "none")
+        object.__setattr__(self, "description", (
+            f"codec={'auto:' if self.auto else ''}"
+            f"{json.dumps(self.codec.get_config(), sort_keys=True)} rate={self.rate:g} "
+            f"threshold={self.threshold} algorithm={self.algorithm}"))
 
     def settings(self) -> dict[str, str]:
         """Each setting as text (the error that names differing settings compares these)."""
@@ -138,11 +145,7 @@ class Resolved:
         }
 
     def describe(self) -> str:
-        return (
-            f"codec={'auto:' if self.auto else ''}"
-            f"{json.dumps(self.codec.get_config(), sort_keys=True)} rate={self.rate:g} "
-            f"threshold={self.threshold} algorithm={self.algorithm}"
-        )
+        return self.description
 
 
 def environment_policy(environ: Mapping[str, str] | None = None) -> Policy:

@@ -56,13 +56,13 @@ except ImportError:  # built without a C compiler (setup.py marks the extension 
     _shortcut = PlainMethod = ShortcutState = None
 
 __all__ = ["COLLECTIVES", "COMPILED", "METHODS", "RECEIVES", "SENDS", "PlainMethod",
-           "ShortcutState", "bind_mpi", "fast_size", "install", "largest_count", "update"]
+           "ShortcutState", "bind_mpi", "install", "largest_count", "update"]
 
 #: whether the compiled shortcut is there
 COMPILED = PlainMethod is not None
 
 #: the collectives whose first buffer (a bare NumPy array; Scatter: its receive buffer)
-#: gives the call's size, as in the Python methods' own fast path (fast_size):
+#: gives the call's size, as in the Python methods' own fast path (comm._fast_size):
 #: plain below the state's ``limit``
 COLLECTIVES = ("Allreduce", "Iallreduce", "Reduce_scatter_block", "Allgather", "Alltoall",
                "Bcast", "Reduce", "Gather", "Ibcast", "Iallgather", "Ialltoall", "Scatter",
@@ -206,24 +206,6 @@ def update(comm: Any, limit: float, p2p_limit: float) -> Any:
     state.limit = max(limit, 0.0)
     state.p2p_limit = max(p2p_limit, 0.0)
     return state
-
-
-def fast_size(comm: Any, name: str, sendbuf: Any, recvbuf: Any, per_rank: bool = False) -> bool:
-    """The fast plain path for bare NumPy buffers (see ``mpicomp.Comm._fast_plain``).
-
-    ``per_rank``: the call's size is one rank's part of ``recvbuf`` when
-    ``sendbuf`` is ``MPI.IN_PLACE`` (Allgather, Gather; Scatter passes its
-    receive buffer as ``sendbuf`` and its send buffer as ``recvbuf``).
-    """
-    if sendbuf is MPI.IN_PLACE:
-        if type(recvbuf) is not np.ndarray:
-            return False
-        nbytes = recvbuf.nbytes // comm.Get_size() if per_rank else recvbuf.nbytes
-    elif type(sendbuf) is np.ndarray and (recvbuf is None or type(recvbuf) is np.ndarray):
-        nbytes = sendbuf.nbytes  # (both in host memory, or the other one absent)
-    else:
-        return False
-    return comm._fast_plain(name, nbytes)
 
 
 def largest_count(spec: Any) -> int | None:

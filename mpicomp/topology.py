@@ -25,28 +25,25 @@ class Layout:
     """
 
     node_of: tuple[int, ...]
+    #: ranks
+    size: int = dataclasses.field(init=False)
+    #: nodes
+    nodes: int = dataclasses.field(init=False)
+    #: the most ranks on one node
+    ppn: int = dataclasses.field(init=False)
+    #: whether every node holds the same number of ranks
+    uniform: bool = dataclasses.field(init=False)
+    #: whether there is more than one node
+    spans_nodes: bool = dataclasses.field(init=False)
 
-    @property
-    def size(self) -> int:
-        return len(self.node_of)
-
-    @property
-    def nodes(self) -> int:
-        return max(self.node_of) + 1 if self.node_of else 0
-
-    @property
-    def ppn(self) -> int:
-        """The most ranks on one node."""
-        return max(self.node_of.count(i) for i in range(self.nodes)) if self.node_of else 0
-
-    @property
-    def uniform(self) -> bool:
-        """Whether every node holds the same number of ranks."""
-        return len({self.node_of.count(i) for i in range(self.nodes)}) <= 1
-
-    @property
-    def spans_nodes(self) -> bool:
-        return self.nodes > 1
+    def __post_init__(self) -> None:
+        # computed once: the model reads them at every prediction
+        nodes = max(self.node_of) + 1 if self.node_of else 0
+        per_node = [self.node_of.count(i) for i in range(nodes)]
+        for name, value in (("size", len(self.node_of)), ("nodes", nodes),
+                            ("ppn", max(per_node, default=0)),
+                            ("uniform", len(set(per_node)) <= 1), ("spans_nodes", nodes > 1)):
+            object.__setattr__(self, name, value)
 
     def describe(self) -> str:
         return f"{self.size} ranks on {self.nodes} node(s), at most {self.ppn} per node"

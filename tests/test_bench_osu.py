@@ -235,7 +235,8 @@ def test_model_check_prints_the_rings_terms_from_a_calibration(tmp_path, capsys)
     computes them from the calibration file the job saved (checked by hand on a
     calibration of round numbers); a calibration of another job is refused."""
     from mpicomp.bench import __main__ as cli
-    from mpicomp.calibration import Calibration, Fit, speed_key
+    from mpicomp.calibration import speed_key
+    from mpicomp.model import Calibration, Fit
     from mpicomp.topology import Layout
 
     codec = get_codec("bitplane", rate=8.25)

@@ -93,7 +93,7 @@ def test_64_outstanding_operations_finished_in_random_order(world):
     inner = mc
     mc.Free()
     plain.Free()
-    assert inner._executor is None
+    assert inner._engines.executor is None
 
 
 @pytest.mark.mpi

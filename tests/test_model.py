@@ -13,7 +13,7 @@ import mpicomp
 from mpicomp.algorithms import common
 from mpicomp import calibration, model, threads, topology
 from mpicomp.algorithms import bounds
-from mpicomp.calibration import Calibration, Fit
+from mpicomp.model import Calibration, Fit
 from mpicomp.codecs import get_codec
 from mpicomp.decision import ONE_NODE
 from mpicomp.topology import Layout

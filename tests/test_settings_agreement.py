@@ -17,7 +17,7 @@ from launcher import find_mpiexec  # tests/launcher.py
 
 import mpicomp
 from mpicomp import shortcut
-from mpicomp.agreement import RankDisagreement
+from mpicomp.errors import RankDisagreement
 
 
 @pytest.mark.mpi(min_size=2)

@@ -13,7 +13,8 @@ from ..codecs import Codec
 from ..memory import DeviceMemory, HostMemory
 from ..stats import Recorder
 
-__all__ = ["ALIGN", "PIECE_BYTES", "MAX_PIECES", "Ctx", "pieces", "pieces_of", "poll", "split"]
+__all__ = ["ALIGN", "PIECE_BYTES", "MAX_PIECES", "Ctx", "pieces", "pieces_of", "poll",
+           "screens_in_encoder", "split"]
 
 #: chunk boundaries fall on multiples of this many values (a whole number of
 #: blocks for every codec: zfp 3D blocks are 64 values, bitplane blocks 32)
@@ -26,6 +27,13 @@ PIECE_BYTES = 128 * 1024
 
 #: at most this many pieces per chunk
 MAX_PIECES = 32
+
+
+def screens_in_encoder(codec: Any, on_device: bool) -> bool:
+    """Whether a call's encoders screen its data (bitplane on host buffers), so that the
+    ring allreduce and the data-movement collectives skip the scan of their input (the
+    communicator's speculative screening, which the model prices)."""
+    return bool(getattr(codec, "guards", False)) and not on_device
 
 
 @dataclasses.dataclass

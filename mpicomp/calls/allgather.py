@@ -9,20 +9,19 @@ from mpi4py import MPI
 from .. import collectives
 from ..algorithms.common import Ctx
 from ..buffers import is_in_place, parse
-from ..pipeline import Call
+from ..pipeline import Call, Pipeline
 
 if TYPE_CHECKING:
-    from ..comm import Comm
     from ..engine import Engine
 
-__all__ = ["allgather"]
+__all__ = ["call"]
 
 
-def allgather(comm: Comm, sendbuf: Any, recvbuf: Any, settings: dict[str, Any],
-              nonblocking: bool = False) -> Any:
-    """``comm.Allgather`` (or, ``nonblocking``, ``comm.Iallgather``: returns the request)."""
-    pol = comm.resolved_policy(**settings)
-    p, r = comm.Get_size(), comm.Get_rank()
+def call(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, settings: dict[str, Any],
+         nonblocking: bool = False) -> Call:
+    """``comm.Allgather`` (or, ``nonblocking``, ``comm.Iallgather``)."""
+    pol = pipeline.decision.policy(settings)
+    p, r = pipeline.comm.Get_size(), pipeline.comm.Get_rank()
     rbuf = parse(recvbuf, "recvbuf", blocks=p)
     n = rbuf.count
     if is_in_place(sendbuf):
@@ -44,7 +43,7 @@ def allgather(comm: Comm, sendbuf: Any, recvbuf: Any, settings: dict[str, Any],
         collectives.allgatherv(ctx, x, rbuf.array, counts, displs)
         return None
 
-    call = Call("Iallgather" if nonblocking else "Allgather", "Allgather", pol, [sbuf, rbuf],
+    return Call("Iallgather" if nonblocking else "Allgather", "Allgather", pol, [sbuf, rbuf],
                 n * rbuf.itemsize, MPI.Intracomm.Allgather, (sendbuf, recvbuf), local=x,
-                settings=f"Allgather n={n}", body=body)
-    return comm._pipeline.collective(call, MPI.Intracomm.Iallgather if nonblocking else None)
+                settings=f"Allgather n={n}", body=body,
+                nonblocking=MPI.Intracomm.Iallgather if nonblocking else None)

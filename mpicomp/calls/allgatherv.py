@@ -8,19 +8,18 @@ from mpi4py import MPI
 from .. import collectives
 from ..algorithms.common import Ctx
 from ..buffers import is_in_place, parse, parse_v
-from ..pipeline import Call
+from ..pipeline import Call, Pipeline
 
 if TYPE_CHECKING:
-    from ..comm import Comm
     from ..engine import Engine
 
-__all__ = ["allgatherv"]
+__all__ = ["call"]
 
 
-def allgatherv(comm: Comm, sendbuf: Any, recvbuf: Any, settings: dict[str, Any]) -> None:
+def call(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, settings: dict[str, Any]) -> Call:
     """``comm.Allgatherv``; its size is the largest count (the same on every rank)."""
-    pol = comm.resolved_policy(**settings)
-    p, r = comm.Get_size(), comm.Get_rank()
+    pol = pipeline.decision.policy(settings)
+    p, r = pipeline.comm.Get_size(), pipeline.comm.Get_rank()
     rbuf = parse_v(recvbuf, p, "recvbuf")
     counts, displs = list(rbuf.counts or ()), list(rbuf.displs or ())
     if is_in_place(sendbuf):
@@ -39,7 +38,7 @@ def allgatherv(comm: Comm, sendbuf: Any, recvbuf: Any, settings: dict[str, Any])
     def body(ctx: Ctx, engine: Engine) -> None:
         collectives.allgatherv(ctx, local, rbuf.array, counts, displs)
 
-    comm._pipeline.collective(Call(
+    return Call(
         "Allgatherv", "Allgatherv", pol, [sbuf, rbuf], max(counts, default=0) * rbuf.itemsize,
         MPI.Intracomm.Allgatherv, (sendbuf, recvbuf), local=local,
-        settings=f"Allgatherv counts={counts}", body=body))
+        settings=f"Allgatherv counts={counts}", body=body)

@@ -14,35 +14,34 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from mpi4py import MPI
 
-from .. import algorithms, model
-from ..algorithms.common import Ctx
+from .. import algorithms
+from ..algorithms.common import Ctx, screens_in_encoder
 from ..buffers import is_in_place, parse, same_count
 from ..decision import op_name
-from ..pipeline import Call
+from ..pipeline import Call, Pipeline
 
 if TYPE_CHECKING:
-    from ..comm import Comm
     from ..engine import Engine
     from ..stats import Recorder
 
-__all__ = ["SPECULATIVE", "allreduce", "cast_order"]
+__all__ = ["SPECULATIVE", "call", "cast_order"]
 
 #: allreduce algorithms that screen their data speculatively (host buffers, a codec
 #: with guarded encodes): their encoders replace the agreement step's scan
 SPECULATIVE = frozenset({"ring"})
 
 
-def allreduce(comm: Comm, sendbuf: Any, recvbuf: Any, op: MPI.Op, settings: dict[str, Any],
-              nonblocking: bool = False) -> Any:
-    """``comm.Allreduce`` (or, ``nonblocking``, ``comm.Iallreduce``: returns the request)."""
+def call(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, op: MPI.Op, settings: dict[str, Any],
+         nonblocking: bool = False) -> Call:
+    """``comm.Allreduce`` (or, ``nonblocking``, ``comm.Iallreduce``)."""
     name = "Iallreduce" if nonblocking else "Allreduce"
-    pol = comm.resolved_policy(**settings)
+    pol = pipeline.decision.policy(settings)
     rbuf = parse(recvbuf, "recvbuf")
     sbuf = rbuf if is_in_place(sendbuf) else parse(sendbuf, "sendbuf")
     same_count(sbuf, rbuf, name)
-    call = Call(name, "Allreduce", pol, [sbuf, rbuf], sbuf.nbytes, MPI.Intracomm.Allreduce,
-                (sendbuf, recvbuf, op), op=op, summands=comm.Get_size(), plan=_plan)
-    return comm._pipeline.collective(call, MPI.Intracomm.Iallreduce if nonblocking else None)
+    return Call(name, "Allreduce", pol, [sbuf, rbuf], sbuf.nbytes, MPI.Intracomm.Allreduce,
+                (sendbuf, recvbuf, op), op=op, summands=pipeline.comm.Get_size(), plan=_plan,
+                nonblocking=MPI.Intracomm.Iallreduce if nonblocking else None)
 
 
 def _plan(call: Call, rec: Recorder) -> Call:
@@ -62,7 +61,7 @@ def _plan(call: Call, rec: Recorder) -> Call:
         # the host runs hierarchical, and the agreement reports the mismatch
         algorithm = "ring"
     guarded = (algorithm in SPECULATIVE
-               and model.screens_in_encoder(call.pol.codec, on_device))
+               and screens_in_encoder(call.pol.codec, on_device))
     rate, op = call.pol.rate, call.op
 
     def body(ctx: Ctx, engine: Engine) -> str | tuple[str, str]:

@@ -9,20 +9,19 @@ from mpi4py import MPI
 from .. import collectives
 from ..algorithms.common import Ctx
 from ..buffers import is_in_place, parse, same_count
-from ..pipeline import Call
+from ..pipeline import Call, Pipeline
 
 if TYPE_CHECKING:
-    from ..comm import Comm
     from ..engine import Engine
 
-__all__ = ["alltoall"]
+__all__ = ["call"]
 
 
-def alltoall(comm: Comm, sendbuf: Any, recvbuf: Any, settings: dict[str, Any],
-             nonblocking: bool = False) -> Any:
-    """``comm.Alltoall`` (or, ``nonblocking``, ``comm.Ialltoall``: returns the request)."""
-    pol = comm.resolved_policy(**settings)
-    p = comm.Get_size()
+def call(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, settings: dict[str, Any],
+         nonblocking: bool = False) -> Call:
+    """``comm.Alltoall`` (or, ``nonblocking``, ``comm.Ialltoall``)."""
+    pol = pipeline.decision.policy(settings)
+    p = pipeline.comm.Get_size()
     rbuf = parse(recvbuf, "recvbuf", blocks=p)
     sbuf = rbuf if is_in_place(sendbuf) else parse(sendbuf, "sendbuf", blocks=p)
     same_count(sbuf, rbuf, "Alltoall")
@@ -35,7 +34,7 @@ def alltoall(comm: Comm, sendbuf: Any, recvbuf: Any, settings: dict[str, Any],
         collectives.alltoall(ctx, x, rbuf.array, n, local)
         return "alltoall-hierarchical" if local else None
 
-    call = Call("Ialltoall" if nonblocking else "Alltoall", "Alltoall", pol, [sbuf, rbuf],
+    return Call("Ialltoall" if nonblocking else "Alltoall", "Alltoall", pol, [sbuf, rbuf],
                 n * p * sbuf.itemsize, MPI.Intracomm.Alltoall, (sendbuf, recvbuf), local=x,
-                settings=f"Alltoall n={n}", body=body)
-    return comm._pipeline.collective(call, MPI.Intracomm.Ialltoall if nonblocking else None)
+                settings=f"Alltoall n={n}", body=body,
+                nonblocking=MPI.Intracomm.Ialltoall if nonblocking else None)

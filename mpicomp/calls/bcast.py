@@ -9,21 +9,20 @@ from mpi4py import MPI
 from .. import collectives
 from ..algorithms.common import Ctx
 from ..buffers import parse
-from ..pipeline import Call
+from ..pipeline import Call, Pipeline
 
 if TYPE_CHECKING:
-    from ..comm import Comm
     from ..engine import Engine
 
-__all__ = ["bcast"]
+__all__ = ["call"]
 
 
-def bcast(comm: Comm, buf: Any, root: int, settings: dict[str, Any],
-          nonblocking: bool = False) -> Any:
-    """``comm.Bcast`` (or, ``nonblocking``, ``comm.Ibcast``: returns the request)."""
-    pol = comm.resolved_policy(**settings)
+def call(pipeline: Pipeline, buf: Any, root: int, settings: dict[str, Any],
+         nonblocking: bool = False) -> Call:
+    """``comm.Bcast`` (or, ``nonblocking``, ``comm.Ibcast``)."""
+    pol = pipeline.decision.policy(settings)
     b = parse(buf, "buf")
-    local = b.data() if (b.compressible and comm.Get_rank() == root) else None
+    local = b.data() if (b.compressible and pipeline.comm.Get_rank() == root) else None
 
     def body(ctx: Ctx, engine: Engine) -> str | None:
         if engine.local_ranks(pol, b.on_device):
@@ -33,7 +32,7 @@ def bcast(comm: Comm, buf: Any, root: int, settings: dict[str, Any],
         collectives.bcast(ctx, b.data(), root)
         return None
 
-    call = Call("Ibcast" if nonblocking else "Bcast", "Bcast", pol, [b], b.nbytes,
+    return Call("Ibcast" if nonblocking else "Bcast", "Bcast", pol, [b], b.nbytes,
                 MPI.Intracomm.Bcast, (buf, root), local=local,
-                settings=f"Bcast n={b.count} root={root}", body=body)
-    return comm._pipeline.collective(call, MPI.Intracomm.Ibcast if nonblocking else None)
+                settings=f"Bcast n={b.count} root={root}", body=body,
+                nonblocking=MPI.Intracomm.Ibcast if nonblocking else None)

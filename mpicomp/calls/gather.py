@@ -8,19 +8,19 @@ from mpi4py import MPI
 from .. import collectives
 from ..algorithms.common import Ctx
 from ..buffers import is_in_place, parse
-from ..pipeline import Call
+from ..pipeline import Call, Pipeline
 
 if TYPE_CHECKING:
-    from ..comm import Comm
     from ..engine import Engine
 
-__all__ = ["gather"]
+__all__ = ["call"]
 
 
-def gather(comm: Comm, sendbuf: Any, recvbuf: Any, root: int, settings: dict[str, Any]) -> None:
+def call(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, root: int,
+           settings: dict[str, Any]) -> Call:
     """``comm.Gather``."""
-    pol = comm.resolved_policy(**settings)
-    p, r = comm.Get_size(), comm.Get_rank()
+    pol = pipeline.decision.policy(settings)
+    p, r = pipeline.comm.Get_size(), pipeline.comm.Get_rank()
     rbuf = parse(recvbuf, "recvbuf", blocks=p) if r == root else None
     if is_in_place(sendbuf):
         if rbuf is None:
@@ -38,7 +38,7 @@ def gather(comm: Comm, sendbuf: Any, recvbuf: Any, root: int, settings: dict[str
     def body(ctx: Ctx, engine: Engine) -> None:
         collectives.gather(ctx, x, rbuf.array if rbuf is not None else None, root)
 
-    comm._pipeline.collective(Call(
+    return Call(
         "Gather", "Gather", pol, [sbuf] + ([rbuf] if rbuf is not None else []), sbuf.nbytes,
         MPI.Intracomm.Gather, (sendbuf, recvbuf, root), local=x,
-        settings=f"Gather n={n} root={root}", body=body))
+        settings=f"Gather n={n} root={root}", body=body)

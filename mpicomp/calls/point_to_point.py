@@ -11,7 +11,7 @@ it is one.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
@@ -22,45 +22,42 @@ from .. import plain as plain_mpi
 from ..buffers import Buf, parse
 from ..cuda_aware import cuda_aware
 from ..decision import P2P_AUTO, local_check
-from ..memory import DeviceMemory, DevicePools, HostMemory
+from ..memory import DeviceMemory, DevicePools, HostMemory, Scratch
+from ..pipeline import Pipeline
 from ..requests import Request
-from ..scratch import Scratch
 from ..stats import Recorder
-
-if TYPE_CHECKING:
-    from ..comm import Comm
 
 __all__ = ["irecv", "received_frame", "recv", "send", "sendrecv", "sendrecv_received"]
 
 
-def send(comm: Comm, name: str, fn: Callable[..., Any], buf: Any, dest: int, tag: int,
+def send(pipeline: Pipeline, name: str, fn: Callable[..., Any], buf: Any, dest: int, tag: int,
          settings: dict[str, Any]) -> Any:
     """``comm.Send`` or ``comm.Isend`` (``fn``: mpi4py's method); returns what ``fn`` does."""
-    msg, rec = _frame_for(comm, name, buf, settings)
-    result = _send_on(comm, fn, rec, (msg, dest, tag))
+    msg, rec = _frame_for(pipeline, name, buf, settings)
+    result = _send_on(pipeline, fn, rec, (msg, dest, tag))
     rec.commit()
     return result
 
 
-def recv(comm: Comm, buf: Any, source: int, tag: int, status: MPI.Status | None,
+def recv(pipeline: Pipeline, buf: Any, source: int, tag: int, status: MPI.Status | None,
          settings: dict[str, Any]) -> None:
     """``comm.Recv``."""
-    comm.resolved_policy(**settings)  # validates the settings; the sender's codec decides
+    pipeline.decision.policy(settings)  # validates the settings; the sender's codec decides
     b = parse(buf, "buf")
-    rec = comm._pipeline.recorder("Recv", b.nbytes)
+    rec = pipeline.recorder("Recv", b.nbytes)
     if not b.compressible:
-        return comm._pipeline.plain(rec, b.reason, MPI.Intracomm.Recv, (buf, source, tag, status),
+        return pipeline.plain(rec, b.reason, MPI.Intracomm.Recv, (buf, source, tag, status),
                                     bufs=(b,), sent=0)
     st = status if status is not None else MPI.Status()
-    memory = _memory(comm, b.on_device)
+    memory = _memory(pipeline, b.on_device)
     if not b.on_device:
         # host memory: received as bytes straight into the buffer (a frame is never
         # longer than the plain message), a frame then decoded from a copy
         with rec.mpi():
-            MPI.Intracomm.Recv(comm, [b.data().view(np.uint8), MPI.BYTE], source, tag, st)
+            MPI.Intracomm.Recv(pipeline.comm, [b.data().view(np.uint8), MPI.BYTE], source, tag, st)
         return _take_received(b, rec, st, memory)
     with rec.mpi():
-        msg = MPI.Intracomm.Mprobe(comm, source, tag, st)
+        msg = MPI.Intracomm.Mprobe(pipeline.comm, source, tag, st)
     nbytes = st.Get_count(MPI.BYTE)
 
     def receive(_comm: Any, into: Any, st_: MPI.Status) -> None:
@@ -79,33 +76,34 @@ def recv(comm: Comm, buf: Any, source: int, tag: int, status: MPI.Status | None,
     rec.commit()
 
 
-def received_frame(comm: Comm, buf: Any, status: MPI.Status) -> None:
+def received_frame(pipeline: Pipeline, buf: Any, status: MPI.Status) -> None:
     """Decode the frame that the compiled ``Recv`` shortcut received as bytes into
     ``buf`` (a NumPy array; a message of odd length)."""
-    comm._state_ok()
     b = parse(buf, "buf")
-    rec = comm._pipeline.recorder("Recv", b.nbytes)
-    _take_received(b, rec, status, _memory(comm, False))
+    rec = pipeline.recorder("Recv", b.nbytes)
+    _take_received(b, rec, status, _memory(pipeline, False))
 
 
-def irecv(comm: Comm, buf: Any, source: int, tag: int, settings: dict[str, Any]) -> MPI.Request:
+def irecv(pipeline: Pipeline, buf: Any, source: int, tag: int,
+          settings: dict[str, Any]) -> MPI.Request:
     """``comm.Irecv``: posted now (MPI keeps its matching order), decoded when it completes."""
-    pol = comm.resolved_policy(**settings)
+    pol = pipeline.decision.policy(settings)
     b = parse(buf, "buf")
-    rec = comm._pipeline.recorder("Irecv", b.nbytes)
+    rec = pipeline.recorder("Irecv", b.nbytes)
     if not (pol.enabled and b.compressible) or b.nbytes < pol.threshold or pol.auto:
         why = "codec none" if not pol.enabled else (
             b.reason or (f"below threshold ({b.nbytes} B < {pol.threshold} B)"
                          if b.nbytes < pol.threshold else
                          P2P_AUTO))
-        return comm._pipeline.plain(rec, why, MPI.Intracomm.Irecv, (buf, source, tag),
+        return pipeline.plain(rec, why, MPI.Intracomm.Irecv, (buf, source, tag),
                                     bufs=(b,), sent=0)
     # a frame is never longer than the plain message, so the plain size is enough
-    memory = _memory(comm, b.on_device, own_pools=True)
+    memory = _memory(pipeline, b.on_device, own_pools=True)
     landing = _landing(memory, b.nbytes)
     status = MPI.Status()
     with rec.mpi():
-        inner, _ = plain_mpi.call(MPI.Intracomm.Irecv, comm, ([landing, MPI.BYTE], source, tag))
+        inner, _ = plain_mpi.call(MPI.Intracomm.Irecv, pipeline.comm,
+                                  ([landing, MPI.BYTE], source, tag))
     where = device.capture() if b.on_device else (None, None)
 
     def work() -> None:
@@ -130,30 +128,32 @@ def irecv(comm: Comm, buf: Any, source: int, tag: int, settings: dict[str, Any])
     return Request.start(work)
 
 
-def sendrecv(comm: Comm, sendbuf: Any, dest: int, sendtag: int, recvbuf: Any, source: int,
+def sendrecv(pipeline: Pipeline, sendbuf: Any, dest: int, sendtag: int, recvbuf: Any, source: int,
              recvtag: int, status: MPI.Status | None, settings: dict[str, Any]) -> None:
     """``comm.Sendrecv``: the send posted first, then the receive."""
     # a receive buffer that Recv refuses is refused before anything is sent, as
     # mpi4py's Sendrecv refuses it (a send posted first would never be matched)
     parse(recvbuf, "recvbuf")
-    req = send(comm, "Sendrecv", MPI.Intracomm.Isend, sendbuf, dest, sendtag, settings)
-    comm.Recv(recvbuf, source, recvtag, status, **settings)  # (the compiled shortcut's)
+    req = send(pipeline, "Sendrecv", MPI.Intracomm.Isend, sendbuf, dest, sendtag, settings)
+    pipeline.comm.Recv(recvbuf, source, recvtag, status, **settings)  # (the compiled shortcut's)
     req.Wait()
 
 
-def sendrecv_received(comm: Comm, sendbuf: Any, dest: int, sendtag: int, recvbuf: np.ndarray,
-                      source: int, recvtag: int, status: MPI.Status | None) -> None:
+def sendrecv_received(pipeline: Pipeline, sendbuf: Any, dest: int, sendtag: int,
+                      recvbuf: np.ndarray, source: int, recvtag: int,
+                      status: MPI.Status | None) -> None:
     """Sendrecv's fast path (its send plain by size): received as bytes, as the compiled
     ``Recv`` does, a frame (odd length) decoded in place."""
     st = status if status is not None else MPI.Status()
-    MPI.Intracomm.Sendrecv(comm, sendbuf, dest, sendtag, (recvbuf, MPI.BYTE), source,
+    MPI.Intracomm.Sendrecv(pipeline.comm, sendbuf, dest, sendtag, (recvbuf, MPI.BYTE), source,
                            recvtag, st)
     if p2p.is_frame_length(st.Get_count(MPI.BYTE)):
-        return received_frame(comm, recvbuf, st)
-    return comm._stats.fast_plain("Recv", recvbuf.nbytes, shortcut.RECEIVED_PLAIN)
+        return received_frame(pipeline, recvbuf, st)
+    return pipeline.stats.fast_plain("Recv", recvbuf.nbytes, shortcut.RECEIVED_PLAIN)
 
 
-def _memory(comm: Comm, on_device: bool, own_pools: bool = False) -> HostMemory | DeviceMemory:
+def _memory(pipeline: Pipeline, on_device: bool,
+            own_pools: bool = False) -> HostMemory | DeviceMemory:
     """Memory for a point-to-point call (device: the current stream; ``own_pools`` for
     work finished on another thread)."""
     if not on_device:
@@ -161,19 +161,20 @@ def _memory(comm: Comm, on_device: bool, own_pools: bool = False) -> HostMemory 
     if own_pools:
         pools = DevicePools()
     else:
-        if getattr(comm, "_p2p_pools", None) is None:
-            comm._p2p_pools = DevicePools()
-        pools = comm._p2p_pools
+        if pipeline.p2p_pools is None:
+            pipeline.p2p_pools = DevicePools()
+        pools = pipeline.p2p_pools
     return DeviceMemory(pools, device.current_stream(), cuda_aware()[0])
 
 
-def _frame_for(comm: Comm, name: str, buf: Any, settings: dict[str, Any]) -> tuple[Any, Recorder]:
+def _frame_for(pipeline: Pipeline, name: str, buf: Any,
+               settings: dict[str, Any]) -> tuple[Any, Recorder]:
     """The message to send: a compressed frame, or ``buf`` itself (plain)."""
-    pol = comm.resolved_policy(**settings)
+    pol = pipeline.decision.policy(settings)
     b = parse(buf, "buf")
-    rec = comm._pipeline.recorder(name, b.nbytes)
-    reason = comm._decision.screen(pol, [b], b.nbytes, collective=False)
-    memory = _memory(comm, b.on_device)
+    rec = pipeline.recorder(name, b.nbytes)
+    reason = pipeline.decision.screen(pol, [b], b.nbytes, collective=False)
+    memory = _memory(pipeline, b.on_device)
     if reason is None:
         reason = local_check(pol, b.data(), memory)
     if reason is None and p2p.frame_nbytes(pol.codec, b.data()) >= b.nbytes:
@@ -192,9 +193,10 @@ def _frame_for(comm: Comm, name: str, buf: Any, settings: dict[str, Any]) -> tup
     return frame, rec
 
 
-def _send_on(comm: Comm, fn: Callable[..., Any], rec: Recorder, args: tuple[Any, ...]) -> Any:
+def _send_on(pipeline: Pipeline, fn: Callable[..., Any], rec: Recorder,
+             args: tuple[Any, ...]) -> Any:
     with rec.mpi():
-        result, where = plain_mpi.call(fn, comm, args)
+        result, where = plain_mpi.call(fn, pipeline.comm, args)
     if rec.path == "plain":
         rec.where(where)
     return result

@@ -11,21 +11,20 @@ from ..algorithms import ring
 from ..algorithms.common import Ctx
 from ..buffers import is_in_place, parse, same_count
 from ..decision import op_name
-from ..pipeline import Call
+from ..pipeline import Call, Pipeline
 
 if TYPE_CHECKING:
-    from ..comm import Comm
     from ..engine import Engine
     from ..stats import Recorder
 
-__all__ = ["reduce"]
+__all__ = ["call"]
 
 
-def reduce(comm: Comm, sendbuf: Any, recvbuf: Any, op: MPI.Op, root: int,
-           settings: dict[str, Any]) -> None:
+def call(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, op: MPI.Op, root: int,
+         settings: dict[str, Any]) -> Call:
     """``comm.Reduce``."""
-    pol = comm.resolved_policy(**settings)
-    is_root = comm.Get_rank() == root
+    pol = pipeline.decision.policy(settings)
+    is_root = pipeline.comm.Get_rank() == root
     rbuf = parse(recvbuf, "recvbuf") if is_root else None
     if is_in_place(sendbuf):
         if not is_root or rbuf is None:
@@ -37,7 +36,7 @@ def reduce(comm: Comm, sendbuf: Any, recvbuf: Any, op: MPI.Op, root: int,
         same_count(sbuf, rbuf, "Reduce")
     bufs = [sbuf] + ([rbuf] if rbuf is not None else [])
 
-    def plan(call: Call, rec: Recorder) -> Call | str:
+    def plan(described: Call, rec: Recorder) -> Call | str:
         if op_name(op) != "SUM":
             return f"op {op_name(op)}: Reduce compresses only SUM"
         x = sbuf.data()
@@ -47,10 +46,10 @@ def reduce(comm: Comm, sendbuf: Any, recvbuf: Any, op: MPI.Op, root: int,
             ring.reduce(ctx, x, out, root)
             return "ring"
 
-        return dataclasses.replace(call, local=x, body=body,
+        return dataclasses.replace(described, local=x, body=body,
                                    settings=f"Reduce n={x.size} root={root}")
 
-    comm._pipeline.collective(Call(
+    return Call(
         "Reduce", "Reduce", pol, bufs, sbuf.nbytes, MPI.Intracomm.Reduce,
-        (sendbuf, recvbuf, op, root), op=op, summands=comm.Get_size(), guarded=False,
-        plan=plan))
+        (sendbuf, recvbuf, op, root), op=op, summands=pipeline.comm.Get_size(), guarded=False,
+        plan=plan)

@@ -8,20 +8,19 @@ from mpi4py import MPI
 from .. import collectives
 from ..algorithms.common import Ctx
 from ..buffers import is_in_place, parse
-from ..pipeline import Call
+from ..pipeline import Call, Pipeline
 
 if TYPE_CHECKING:
-    from ..comm import Comm
     from ..engine import Engine
 
-__all__ = ["scatter"]
+__all__ = ["call"]
 
 
-def scatter(comm: Comm, sendbuf: Any, recvbuf: Any, root: int,
-            settings: dict[str, Any]) -> None:
+def call(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, root: int,
+            settings: dict[str, Any]) -> Call:
     """``comm.Scatter``; its size is one rank's block."""
-    pol = comm.resolved_policy(**settings)
-    p, r = comm.Get_size(), comm.Get_rank()
+    pol = pipeline.decision.policy(settings)
+    p, r = pipeline.comm.Get_size(), pipeline.comm.Get_rank()
     in_place = is_in_place(recvbuf)
     if in_place and r != root:
         raise ValueError("Scatter: MPI.IN_PLACE is only valid as the root's recvbuf")
@@ -40,7 +39,7 @@ def scatter(comm: Comm, sendbuf: Any, recvbuf: Any, root: int,
     def body(ctx: Ctx, engine: Engine) -> None:
         collectives.scatter(ctx, x, out, rbuf.count, root)
 
-    comm._pipeline.collective(Call(
+    return Call(
         "Scatter", "Scatter", pol, [rbuf] + ([sbuf] if sbuf is not None else []), rbuf.nbytes,
         MPI.Intracomm.Scatter, (sendbuf, recvbuf, root), local=x,
-        settings=f"Scatter n={rbuf.count} root={root}", body=body))
+        settings=f"Scatter n={rbuf.count} root={root}", body=body)

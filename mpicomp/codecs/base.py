@@ -66,7 +66,7 @@ class Codec(abc.ABC):
         skips the 4-byte flag read that would wait for the stream, so the
         call stays asynchronous. The stream is the same either way.
         """
-        if device.is_device_array(x):
+        if type(x) is not np.ndarray and device.is_device_array(x):
             return self._encode_on_device(x, out, checked)
         flat = self._check_input(x)
         n = self._nbytes(flat.size, flat.dtype)
@@ -107,7 +107,8 @@ class Codec(abc.ABC):
 
         Without ``out``, pass ``count`` and ``dtype`` and a new 1-D array is returned.
         """
-        if device.is_device_array(buf) or (out is not None and device.is_device_array(out)):
+        if ((type(buf) is not np.ndarray and device.is_device_array(buf))
+                or (type(out) not in (np.ndarray, type(None)) and device.is_device_array(out))):
             return self._decode_on_device(buf, out, count, dtype)
         if out is None:
             if count is None or dtype is None:

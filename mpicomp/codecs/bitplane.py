@@ -86,6 +86,12 @@ class BitplaneCodec(Codec):
         self.rate = check_rate(
             self.codec_id, rate, 2 + 8 / self.block_size, 53 + 16 / self.block_size
         )
+        self._planes_of: dict[np.dtype, int] = {}  # nplanes of each dtype, once checked
+
+    def _planes(self, dtype: np.dtype) -> int:
+        """:meth:`nplanes` of a dtype already checked (found once per dtype)."""
+        p = self._planes_of.get(dtype)
+        return p if p is not None else self.nplanes(dtype)
 
     def nplanes(self, dtype: Any) -> int:
         """P, the bits per value (sign included) used for ``dtype``.
@@ -103,13 +109,14 @@ class BitplaneCodec(Codec):
                 f"P = {p} bits per value for {dt.name}; {dt.name} needs P in [2, {pmax}], "
                 f"i.e. a rate in [{lo:g}, {hi:g}]"
             )
+        self._planes_of[dt] = p
         return p
 
     def _params(self) -> dict[str, Any]:
         return {"rate": self.rate, "block_size": self.block_size}
 
     def _nbytes(self, count: int, dtype: np.dtype) -> int:
-        p = self.nplanes(dtype)
+        p = self._planes(dtype)
         ebits = _LAYOUT[dtype.itemsize][0]
         nblocks = -(-count // self.block_size)
         return nblocks * (p * self.block_size // 8 + ebits // 8)
@@ -117,7 +124,7 @@ class BitplaneCodec(Codec):
     def _encode(self, x: np.ndarray, out: np.ndarray) -> None:
         from ..kernels import bitplane_cpu
 
-        p = self.nplanes(x.dtype)
+        p = self._planes(x.dtype)
         bits = x.view(np.uint32 if x.dtype.itemsize == 4 else np.uint64)
         bad = bitplane_cpu.encode(bits, self.block_size, p, out)
         if bad:
@@ -129,18 +136,18 @@ class BitplaneCodec(Codec):
         from ..kernels import bitplane_cpu
 
         bits = x.view(np.uint32 if x.dtype.itemsize == 4 else np.uint64)
-        return bitplane_cpu.encode(bits, self.block_size, self.nplanes(x.dtype), out,
+        return bitplane_cpu.encode(bits, self.block_size, self._planes(x.dtype), out,
                                    limit=guard_exponent(x.dtype))
 
     def _decode(self, buf: np.ndarray, out: np.ndarray) -> None:
         from ..kernels import bitplane_cpu
 
-        bitplane_cpu.decode(buf, self.block_size, self.nplanes(out.dtype), out)
+        bitplane_cpu.decode(buf, self.block_size, self._planes(out.dtype), out)
 
     def _encode_device(self, x: Any, out: Any, stream: Any, checked: bool) -> None:
         from ..kernels import bitplane_cuda
 
-        p = self.nplanes(x.dtype)
+        p = self._planes(x.dtype)
         bits = x.view(np.uint32 if np.dtype(x.dtype).itemsize == 4 else np.uint64)
         bad = device.zeros_like_flag(stream)
         blocks, threads = device.grid(-(-x.size // self.block_size))
@@ -159,7 +166,7 @@ class BitplaneCodec(Codec):
     def _decode_device(self, buf: Any, out: Any, stream: Any) -> None:
         from ..kernels import bitplane_cuda
 
-        p = self.nplanes(out.dtype)
+        p = self._planes(out.dtype)
         blocks, threads = device.grid(-(-out.size // self.block_size))
         bitplane_cuda.decode[blocks, threads, stream](buf, self.block_size, p, out)
 
