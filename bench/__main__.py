@@ -1,23 +1,8 @@
 """``python -m mpicomp.bench SUBCOMMAND [options]``: the benchmarks' command line.
 
-Subcommands: ``codecs`` (codec speed and accuracy, ``mpicomp.bench.codecs``),
-``accuracy`` (bitplane vs zfp PSNR, ``mpicomp.bench.accuracy``), and, under
-``mpiexec``, ``allreduce`` (compressed vs plain MPI Allreduce,
-``mpicomp.bench.allreduce``), ``headline`` (the comparison ``make bench``
-runs: compressed vs plain collectives in one job, ``mpicomp.bench.headline``)
-and ``overlap`` (does a compressed Iallreduce
-progress while the caller computes, ``mpicomp.bench.overlap``) and
-``allreduce-gpu`` (compressed vs plain Allreduce of CuPy buffers,
-``mpicomp.bench.allreduce_gpu``), and the OSU-style sweeps ``osu_allreduce``,
-``osu_allgather``, ``osu_alltoall``, ``osu_reduce_scatter``, ``osu_bcast``,
-``osu_latency`` and ``osu_bw`` (mpicomp vs plain MPI over message sizes, in
-the OSU Micro-Benchmarks' conventions, ``mpicomp.bench.osu``), and
-``model_check`` (their JSON records' predictions beside their measurements,
-``mpicomp.bench.model_check``), and ``overhead`` (what the drop-in's default
-adds to calls that go plain, ``mpicomp.bench.overhead``), and ``first-call``
-(a new job's first compressed Allreduce per codec, ``mpicomp.bench.first_call``),
-and ``transformer`` (GPT training in hybrid-parallel layouts, plain and compressed,
-``mpicomp.bench.transformer``).
+Each subcommand is one module of ``mpicomp.bench``, listed with a one-line
+summary in :data:`SUBCOMMANDS` (``python -m mpicomp.bench --help`` prints
+them); the ones that compare collectives run under ``mpiexec``.
 """
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ DEFAULT_CASES = (
     "zfp:4,zfp:8,zfp:16,bitplane:4.25,bitplane:8.25,bitplane:16.25,cast:bfloat16,cast:float16"
 )
 
-#: project targets for the CPU codecs (docs/performance.md)
+#: project targets for the CPU codecs (docs/performance/codecs.md)
 ZFP_SPEEDUP_TARGET = 5.0
 ZFP_TARGET_RATES = (4.0, 8.0, 16.0)
 BITPLANE_COPY_FRACTION_TARGET = 0.25

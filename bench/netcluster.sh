@@ -38,7 +38,7 @@
 #                core i mod n, so ring neighbours i and i + 1 never share one).
 #                Unpinned, the kernel places and moves the hosts' processes as it
 #                likes, and the time of the same compressed call moved by up to 1.8x
-#                from run to run here (docs/performance.md)
+#                from run to run here (docs/performance/collectives.md)
 #   --no-pin     (PIN=0) leave placement to the kernel
 # Environment:
 #   MPIEXEC          the mpiexec to run (default: the one on PATH); PATH and

@@ -340,7 +340,7 @@ def _by_rails(cal: Calibration, n: float, rho: float, e: float, d: float, k: int
     node = cal.node["Reduce_scatter"].time(n) + cal.node["Allgather"].time(n)
     # in S segments, all but one segment's node collectives run behind the rings: they are
     # shared-memory copies that MPI progresses inside the rings' waits (measured on 2 x 2
-    # simulated hosts, docs/performance.md: they hid even where the codec overlap did not)
+    # simulated hosts, docs/performance/model.md: they hid even where the codec overlap did not)
     hidden = min(node, rings) * (1 - 1 / segments(int(n)))
     return _agree(cal, n) + node + rings - hidden
 

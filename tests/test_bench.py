@@ -9,7 +9,11 @@ from __future__ import annotations
 import io
 import math
 
+import pytest
+
 from mpicomp.bench import accuracy, codecs
+
+pytestmark = pytest.mark.slow  # left out of make test-quick
 
 
 def test_codec_benchmark_small():

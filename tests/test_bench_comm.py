@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from launcher import find_mpiexec  # tests/launcher.py
 
+pytestmark = pytest.mark.slow  # left out of make test-quick
+
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 300
 

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # left out of make test-quick
+
 TIMEOUT_S = 300
 
 

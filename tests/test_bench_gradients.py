@@ -17,6 +17,8 @@ pytest.importorskip("sklearn", reason="the real gradients need scikit-learn (mpi
 from mpicomp.bench import data as bench_data  # noqa: E402
 from mpicomp.bench import gradients as G  # noqa: E402
 
+pytestmark = pytest.mark.slow  # left out of make test-quick
+
 N = 3 * G.N_PARAMS + 12345          # three steps and part of a fourth
 
 

@@ -28,6 +28,8 @@ from launcher import find_mpiexec  # tests/launcher.py
 from mpicomp.bench import headline
 from mpicomp.codecs import get_codec
 
+pytestmark = pytest.mark.slow  # left out of make test-quick
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "bench" / "headline.sh"
 TIMEOUT_S = 300

@@ -25,6 +25,8 @@ from mpicomp.bench import osu
 from mpicomp.bench.osu_cases import BENCHMARKS
 from mpicomp.codecs import get_codec
 
+pytestmark = pytest.mark.slow  # left out of make test-quick
+
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT_S = 120
 TINY = ("-m", "4096:65536", "-i", "3", "-x", "1")

@@ -15,6 +15,8 @@ import mpicomp  # noqa: E402
 from mpicomp.bench import stdlib_text, transformer  # noqa: E402
 from mpicomp.bench.step_clock import StepClock  # noqa: E402
 
+pytestmark = pytest.mark.slow  # left out of make test-quick
+
 
 def _args(**over) -> argparse.Namespace:
     p = argparse.ArgumentParser()

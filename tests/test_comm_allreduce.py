@@ -12,6 +12,7 @@ import hashlib
 import numpy as np
 import pytest
 from mpi4py import MPI
+from real_like import exact_sum, gradient_like
 
 import mpicomp
 from mpicomp.algorithms import bounds, homomorphic
@@ -29,19 +30,8 @@ CODECS = [
 DTYPES = [np.float32, np.float64]
 
 
-def gradient_like(n: int, dtype, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return (rng.standard_normal(n) * np.exp(rng.standard_normal(n))).astype(dtype)
-
-
 def digest(a: np.ndarray) -> str:
     return hashlib.sha256(a.tobytes()).hexdigest()
-
-
-def exact_sum(comm, x: np.ndarray) -> np.ndarray:
-    out = np.empty(x.size, np.float64)
-    comm.Allreduce(x.astype(np.float64), out)
-    return out
 
 
 def zfp_constant(comm, codec, x: np.ndarray) -> float:

@@ -13,6 +13,7 @@ import hashlib
 import numpy as np
 import pytest
 from mpi4py import MPI
+from real_like import gradient_like
 
 import mpicomp
 from mpicomp.algorithms import bounds
@@ -26,8 +27,7 @@ REDUCTIONS = {"Allreduce", "Allreduce-inplace", "Allreduce-double-spec", "Reduce
 
 
 def data(rank: int, n: int, dtype=np.float32, salt: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(1000 * salt + rank)
-    return (rng.standard_normal(n) * np.exp(rng.standard_normal(n))).astype(dtype)
+    return gradient_like(n, dtype, seed=1000 * salt + rank)
 
 
 def run_suite(c, dt=np.float32) -> dict[str, np.ndarray]:

@@ -35,6 +35,7 @@ from mpicomp.kernels.jit import SIMULATOR
 
 sys.path.insert(0, str(Path(__file__).parent))
 from device_buffers import KINDS, needs_device, to_device, to_host  # noqa: E402,F401
+from real_like import exact_sum, gradient_like  # noqa: E402
 
 pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.device]
 
@@ -55,17 +56,6 @@ def aware(request, monkeypatch):
             pytest.skip(f"MPI is not CUDA-aware ({how})")
     monkeypatch.setenv("MPICOMP_CUDA_AWARE", request.param)
     return request.param
-
-
-def gradient_like(n: int, dtype, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return (rng.standard_normal(n) * np.exp(rng.standard_normal(n))).astype(dtype)
-
-
-def exact_sum(comm, x: np.ndarray) -> np.ndarray:
-    out = np.empty(x.size, np.float64)
-    comm.Allreduce(x.astype(np.float64), out)
-    return out
 
 
 def check_sum(comm, config, algorithm, x, y):

@@ -74,3 +74,26 @@ def test_background_errors_are_raised_by_wait_on_every_rank(comm):
     req2 = mc.Iallreduce(x, np.empty_like(x), rate=8.25 if r == 0 else 4.25)
     with pytest.raises(ValueError, match="ranks disagree"):
         mpicomp.Request.Waitall([req2])
+
+
+@pytest.mark.mpi(min_size=2)
+def test_every_nonblocking_collective_checks_its_arguments_when_called_and_reports_its_path(
+        comm):
+    """A bad receive buffer raises at the call (nothing is left for the worker); a complete
+    request of every nonblocking collective says whether its data went through a codec."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    mc = mpicomp.Comm(comm, codec="bitplane", rate=16.25, threshold=0)
+    x = values(r, 1 << 12)
+    with pytest.raises(ValueError, match="equal parts"):
+        mc.Iallgather(x, np.empty(x.size * p + 1, np.float32))  # not p equal parts
+    with pytest.raises(ValueError, match="Alltoall"):
+        mc.Ialltoall(np.tile(x, p), np.empty(x.size * p + p, np.float32))  # counts differ
+    gathered, swapped = np.empty(x.size * p, np.float32), np.empty(x.size * p, np.float32)
+    b, y, z, sent = x.copy(), np.empty_like(x), np.empty_like(x), np.tile(x, p)
+    # (every buffer held until the requests complete, as MPI requires)
+    reqs = [mc.Iallgather(x, gathered), mc.Ialltoall(sent, swapped), mc.Ibcast(b, root=0),
+            mc.Iallreduce(x, y), mc.Iallreduce(x, z, codec="none")]
+    mpicomp.Request.Waitall(reqs)
+    assert [getattr(q, "compressed", False) for q in reqs] == [True, True, True, True, False]
+    st = mc.stats()
+    assert all(st[m]["compressed"] == 1 for m in ("Iallgather", "Ialltoall", "Ibcast"))

@@ -18,6 +18,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import cuda_cases_bitplane  # noqa: E402
 import cuda_cases_zfp  # noqa: E402
 
+pytestmark = pytest.mark.slow  # left out of make test-quick
+
 numba_cuda = pytest.importorskip("numba.cuda")
 
 CC = (9, 0)

@@ -24,6 +24,8 @@ import cuda_cases_bitplane  # noqa: E402
 import cuda_cases_zfp  # noqa: E402
 from cudasim_run import case_data, random_stream  # noqa: E402
 
+pytestmark = pytest.mark.slow  # left out of make test-quick
+
 HERE = Path(__file__).parent
 
 

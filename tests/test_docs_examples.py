@@ -22,6 +22,8 @@ from pathlib import Path
 import launcher  # tests/launcher.py
 import pytest
 
+pytestmark = pytest.mark.slow  # left out of make test-quick
+
 ROOT = Path(__file__).resolve().parent.parent
 USAGE = ROOT / "docs" / "usage.md"
 TIMEOUT_S = 120

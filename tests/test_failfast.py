@@ -57,6 +57,9 @@ EXPECT = {
 }
 
 
+pytestmark = pytest.mark.slow  # left out of make test-quick
+
+
 def _run(tmp_path: Path, name: str, body: str, nprocs: int,
          env: dict[str, str] | None = None) -> tuple[int, str, float]:
     script = tmp_path / f"{name}.py"

@@ -19,6 +19,8 @@ import mpicomp
 from mpicomp.algorithms import bounds
 from mpicomp.codecs import get_codec
 
+pytestmark = pytest.mark.slow  # left out of make test-quick
+
 CODEC = {"id": "bitplane", "rate": 16.25}
 C, A = bounds.codec_constants(get_codec(CODEC), np.dtype(np.float32))
 SIZES = (256, 1024, 4096, 16384, 65536)  # float32 values: 1 KiB to 256 KiB

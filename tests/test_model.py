@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-
 import json
 
 import numpy as np
@@ -10,12 +9,11 @@ import pytest
 from mpi4py import MPI
 
 import mpicomp
-from mpicomp.algorithms import common
 from mpicomp import calibration, model, threads, topology
-from mpicomp.algorithms import bounds
-from mpicomp.model import Calibration, Fit
+from mpicomp.algorithms import bounds, common
 from mpicomp.codecs import get_codec
 from mpicomp.decision import ONE_NODE
+from mpicomp.model import Calibration, Fit
 from mpicomp.topology import Layout
 
 

@@ -84,3 +84,31 @@ def test_ring_exchange_of_encoded_streams(comm):
     comm.Sendrecv(send, dest=right, sendtag=11, recvbuf=recv, source=left, recvtag=11)
     got = codec.decode(recv, count=count, dtype=dtype)
     np.testing.assert_array_equal(got, sample(count, dtype, seed=left))
+
+
+@pytest.mark.mpi
+def test_a_compressed_allreduce_through_the_drop_in(comm):
+    """mpicomp.Comm on every stage's world: one compressed Allreduce (plain on one rank),
+    within its algorithm's bound of the exact sum, the same bits on every rank."""
+    import mpicomp
+    from mpicomp.algorithms import bounds
+
+    p, r = comm.Get_size(), comm.Get_rank()
+    mc = mpicomp.Comm(comm, codec="bitplane", rate=16.25, threshold=0)
+    x = sample(4096, np.float32, seed=r)
+    y = np.empty_like(x)
+    mc.Allreduce(x, y)
+    st = mc.stats()["Allreduce"]
+    exact = sum(sample(4096, np.float32, seed=q).astype(np.float64) for q in range(p))
+    digests = comm.allgather(hashlib.sha256(y.tobytes()).hexdigest())
+    if p == 1:
+        assert st["fallbacks"] == {"single rank": 1}
+        np.testing.assert_array_equal(y, x)
+        return
+    assert st["compressed"] == 1, st
+    (algorithm,) = st["algorithms"]
+    c, a = bounds.codec_constants(mc.resolved_policy().codec, np.dtype(np.float32))
+    g = sum(float(np.abs(sample(4096, np.float32, seed=q)).max()) for q in range(p))
+    bound = bounds.allreduce_bound(algorithm, p, c, a, g, np.dtype(np.float32))
+    assert float(np.abs(y - exact).max()) <= bound
+    assert len(set(digests)) == 1

@@ -24,6 +24,7 @@ SCRIPT = ROOT / "bench" / "netcluster.sh"
 BIN = Path(sys.executable).parent           # the venv's bin: python, mpiexec
 
 pytestmark = [
+    pytest.mark.slow,
     pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,
                        reason="netcluster.sh needs root (network namespaces, tc)"),
     pytest.mark.skipif(shutil.which("ip") is None or shutil.which("tc") is None,

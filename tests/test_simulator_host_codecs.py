@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from mpicomp.codecs import get_codec
 
@@ -43,6 +44,9 @@ for i, spec in enumerate(configs):
         saved[f"{i}-{dt}-values"] = c.decode(buf, out=np.empty_like(x))
 np.savez(out, **saved)
 """
+
+
+pytestmark = pytest.mark.slow  # left out of make test-quick
 
 
 def test_host_codecs_encode_under_the_simulator_with_an_empty_cache(tmp_path):

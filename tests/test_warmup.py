@@ -51,6 +51,9 @@ assert mc.stats()["Allreduce"]["compressed"] == 1
 """
 
 
+pytestmark = pytest.mark.slow  # left out of make test-quick
+
+
 def _files(root: Path) -> set[str]:
     return {str(f.relative_to(root)) for f in root.rglob("*") if f.is_file()}
 
