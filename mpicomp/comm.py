@@ -47,7 +47,7 @@ from .calls import (
     scatter,
 )
 from .decision import P2P_AUTO, Decider
-from .engine import Engine, Engines
+from .engine import Engines
 from .pipeline import Pipeline
 from .policy import Policy, Resolved, environment_policy, resolve
 from .stats import Stats, debug_enabled
@@ -305,13 +305,8 @@ class Comm(MPI.Intracomm):
     def Free(self) -> None:  # noqa: N802
         """Free the private communicators, the worker thread and this communicator."""
         self._state_ok()
-        self._engines.free()
+        self._pipeline.free()
         MPI.Intracomm.Free(self)
-
-    def _main_engine(self) -> Engine:
-        """The engine of calls on the caller's thread (see :mod:`mpicomp.engine`)."""
-        self._state_ok()
-        return self._engines.main()
 
     # -- the methods: the fast path, else the call's module -----------------------------
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,  # noqa: N802

@@ -137,11 +137,17 @@ class Pipeline:
         self.main = self.engines.main()
         return self.main
 
+    def free(self) -> None:
+        """Stop the worker and free the private communicators (``comm.Free``)."""
+        self.main = None
+        self.engines.free()
+
     def run(self, engine: Engine, call: Call, rec: Recorder) -> None:
         """Steps 3 to 6 (see the module docs) on ``engine``."""
         decider, pol = self.decision, call.pol
         dtype = next(b.dtype for b in call.bufs if b.dtype is not None)
         on_device = call.bufs[0].on_device
+        # (host memory is the engine's own object: no call into engine.py on the host path)
         memory = engine.memory(True) if on_device else engine.host
         settings = f"{call.settings} {dtype}"
         guarded = (screens_in_encoder(pol.codec, on_device) if call.guarded is None

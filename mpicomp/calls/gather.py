@@ -17,7 +17,7 @@ __all__ = ["call"]
 
 
 def call(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, root: int,
-           settings: dict[str, Any]) -> Call:
+         settings: dict[str, Any]) -> Call:
     """``comm.Gather``."""
     pol = pipeline.decision.policy(settings)
     p, r = pipeline.comm.Get_size(), pipeline.comm.Get_rank()
