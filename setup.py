@@ -11,7 +11,8 @@ setup(
     version="0.1.0",
     description="Compression-assisted MPI collectives (zfp, bit-plane, casts) for mpi4py",
     python_requires=">=3.10",
-    packages=["mpicomp", "mpicomp.algorithms", "mpicomp.codecs", "mpicomp.bench", "mpicomp.kernels",
+    packages=["mpicomp", "mpicomp.algorithms", "mpicomp.backend", "mpicomp.bench", "mpicomp.calls",
+              "mpicomp.codecs", "mpicomp.kernels",
               "mpicomp.training", "mpicomp.torch"],
     package_dir={"mpicomp.kernels": "kernels", "mpicomp.bench": "bench"},
     # the plain-MPI shortcut for small calls (mpicomp/shortcut.py); without a C compiler

@@ -66,7 +66,7 @@ def main(args: argparse.Namespace, argv: list[str] | None = None) -> int:
 
     import mpicomp
     from mpicomp.algorithms import bounds
-    from mpicomp.cuda_aware import cuda_aware
+    from mpicomp.backend.mpi_library import cuda_aware
 
     from .codecs import parse_case
     from .report import command_line, machine_lines

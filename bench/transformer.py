@@ -423,7 +423,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     import torch
 
     import mpicomp
-    from mpicomp.training import arrays
+    from mpicomp.backend.host import HOST
 
     from . import stdlib_text
     from .step_clock import StepClock
@@ -448,7 +448,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     torch.set_num_threads(args.threads)
     train, val, about = stdlib_text.corpus(int(args.train_mib * (1 << 20)), 256 << 10)
     clock = StepClock()
-    clock.wrap(arrays.HOST, "roundtrip", "codec")  # error feedback's round trips
+    clock.wrap(HOST, "roundtrip", "codec")  # error feedback's round trips
     records = []
     for layout in layouts:
         for policy in policies:

@@ -1,7 +1,7 @@
 """CUDA kernels of the gradient reducer (``mpicomp.training``) on device buckets.
 
 The device counterparts of the few NumPy expressions the reducer runs on
-host buckets (``mpicomp/training/arrays.py``): the division of a reduced
+host buckets (``mpicomp/backend/host.py``): the division of a reduced
 bucket by the rank count, the check that a residual is finite, and the
 error-feedback update ``out = clip(a * prev + b * (x - rt), -lim, lim)``.
 Scalars are passed in the arrays' dtype, so float32 buckets are computed

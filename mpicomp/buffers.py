@@ -24,7 +24,8 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
 
-from . import device, placement
+from .backend import placement
+from .kernels import cuda_runtime as cuda
 
 __all__ = ["COMPRESSIBLE_DTYPES", "Buf", "is_in_place", "parse", "parse_v", "same_count"]
 
@@ -171,7 +172,7 @@ def _raw_nbytes(obj: Any, where: placement.Placement, count: int | None, blocks:
         if where.place is not placement.Place.HOST:
             cai = getattr(obj, "__cuda_array_interface__", None)
             if cai is None:  # a DLPack or simulator device array
-                d = device.as_device(obj)
+                d = cuda.as_device(obj)
                 itemsize = np.dtype(d.dtype).itemsize
                 nbytes = d.size * itemsize
             else:
@@ -340,7 +341,7 @@ def _dlpack_view(obj: Any, datatype: Any) -> tuple[np.ndarray | None, str]:
 def _as_device_array(obj: Any, datatype: Any, name: str) -> tuple[Any, str]:
     """A flat Numba device array over a CUDA buffer (ValueError if not C-contiguous),
     or ``(None, reason)``."""
-    arr = device.as_device(obj, name)
+    arr = cuda.as_device(obj, name)
     dt = np.dtype(arr.dtype)
     reason = _check_datatype(dt, datatype)
     if reason:

@@ -329,7 +329,7 @@ def _fixed_cost(comm: MPI.Intracomm, call_s: float) -> float:
     """
     from .algorithms import ring
     from .algorithms.common import Ctx
-    from .memory import HostMemory, Scratch
+    from .backend.host import HostMemory, Scratch
     from .stats import Recorder, Stats
 
     p = comm.Get_size()

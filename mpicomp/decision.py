@@ -46,10 +46,11 @@ from mpi4py import MPI
 
 from . import calibration, model, topology
 from .algorithms.common import Ctx
+from .backend.device import DeviceMemory
+from .backend.host import HostMemory
+from .backend.placement import Place
 from .buffers import Buf
 from .errors import RankDisagreement
-from .memory import DeviceMemory, HostMemory
-from .placement import Place
 from .policy import Resolved
 from .stats import Recorder
 

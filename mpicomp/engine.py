@@ -14,9 +14,9 @@ import threading
 
 from mpi4py import MPI
 
-from . import device, topology
-from .cuda_aware import cuda_aware
-from .memory import DeviceMemory, DevicePools, HostMemory, Scratch
+from . import topology
+from .backend.device import DeviceMemory, DevicePools
+from .backend.host import HostMemory, Scratch
 from .policy import Resolved
 
 __all__ = ["Engine", "Engines"]
@@ -77,7 +77,7 @@ class Engine:
             return self.host
         if self.pools is None:
             self.pools = DevicePools()
-        return DeviceMemory(self.pools, device.current_stream(), cuda_aware()[0])
+        return DeviceMemory(self.pools)
 
     def free(self) -> None:
         for c in (*(self._nodes or ()), self._rail, self.comm):

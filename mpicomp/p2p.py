@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from . import device
+from .backend.host import HOST
 from .codecs import Codec, get_codec
+from .kernels import cuda_runtime as cuda
 
 __all__ = ["MAGIC", "FrameError", "build", "frame_nbytes", "is_frame_length", "parse"]
 
@@ -62,7 +63,7 @@ def frame_nbytes(codec: Codec, x: np.ndarray) -> int:
 def build(codec: Codec, x: Any, memory: Any = None) -> Any:
     """A new frame holding ``x`` encoded with ``codec`` (a uint8 array of odd length).
 
-    ``memory`` (:mod:`mpicomp.memory`) places a device buffer's frame: on
+    ``memory`` (:mod:`mpicomp.backend`) places a device buffer's frame: on
     the device for a CUDA-aware MPI, else in host memory (only the stream is
     copied off the device). The frame may still be being written on the
     call's stream when this returns.
@@ -70,19 +71,10 @@ def build(codec: Codec, x: Any, memory: Any = None) -> Any:
     x_dtype = np.dtype(x.dtype)
     nb = codec.encoded_nbytes(x.size, x_dtype)
     tail = np.frombuffer(header_bytes(codec, x.size, x_dtype, nb), dtype=np.uint8)
-    if memory is None or not memory.on_device:
-        frame = np.empty(nb + tail.size, dtype=np.uint8)
-        codec.encode(x, out=frame[:nb])
-        frame[nb:] = tail
-        return frame
-    if memory.wire_on_device:
-        frame = device.as_device(device.empty(nb + tail.size, np.uint8), "frame", sync=False)
-        memory.encode(codec, x, frame[:nb])
-        device.copy_to_device(frame[nb:], tail, memory.stream)
-    else:
-        frame = np.empty(nb + tail.size, dtype=np.uint8)
-        memory.encode(codec, x, frame[:nb])
-        frame[nb:] = tail
+    memory = HOST if memory is None else memory
+    frame = memory.fresh_wire(nb + tail.size)
+    memory.encode(codec, x, frame[:nb])
+    memory.copy(frame[nb:], tail)
     return frame
 
 
@@ -92,9 +84,9 @@ def last_bytes_of(frame: Any) -> Callable[[int], bytes]:
 
     def last(k: int) -> bytes:
         part = frame[n - k :]
-        if device.is_device_array(part):
+        if cuda.is_device_array(part):
             host = np.empty(k, dtype=np.uint8)
-            device.as_device(part).copy_to_host(host)
+            cuda.as_device(part).copy_to_host(host)
             return host.tobytes()
         return bytes(part)
 

@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 from mpi4py import MPI
 
-from . import device
-from . import plain as plain_mpi
 from .algorithms.common import Ctx, screens_in_encoder
+from .backend import plain as plain_mpi
 from .buffers import Buf
+from .kernels import cuda_runtime as cuda
 from .requests import Request
 from .stats import Recorder, Stats
 
@@ -123,10 +123,10 @@ class Pipeline:
             self.run(self.main or self._main(), call, rec)
             return None
         engine, executor = self.engines.worker()
-        where = device.capture() if call.bufs[0].on_device else (None, None)
+        where = cuda.capture() if call.bufs[0].on_device else (None, None)
 
         def work() -> None:
-            with device.using_stream(*where):
+            with cuda.using_stream(*where):
                 self.run(engine, call, rec)
 
         req = Request.start(work, executor)
@@ -181,7 +181,7 @@ class Pipeline:
 
 def plain_on(comm: Any, rec: Recorder, reason: str, fn: Callable[..., Any],
              args: tuple[Any, ...], bufs: Sequence[Buf] = ()) -> Any:
-    """Record and run ``fn(comm, *args)`` as plain MPI (device buffers: see mpicomp.plain);
+    """Record and run ``fn(comm, *args)`` as plain MPI (device buffers: see mpicomp.backend.plain);
     ``bufs``: the call's parsed buffers, whose placement is known already."""
     rec.plain(reason)
     places = {id(plain_mpi.spec_object(b.spec)): b.place for b in bufs} if bufs else None

@@ -49,6 +49,8 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from .backend import mpi_library
+
 try:
     from mpicomp import _shortcut
     from mpicomp._shortcut import PlainMethod, ShortcutState
@@ -138,19 +140,6 @@ def install(cls: type) -> None:
     bind_mpi()
 
 
-def _loaded_libmpi() -> str | None:
-    """The path of the MPI library this process has loaded (Linux), else None."""
-    try:
-        with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
-            for line in maps:
-                fields = line.split()
-                if len(fields) >= 6 and os.path.basename(fields[-1]).startswith("libmpi.so"):
-                    return fields[-1]
-    except OSError:
-        pass
-    return None
-
-
 def bind_mpi(on: bool = True) -> bool:
     """Let the compiled receives and the :data:`DIRECT` methods call MPI themselves
     (``on``), or go through mpi4py's methods again.
@@ -165,7 +154,7 @@ def bind_mpi(on: bool = True) -> bool:
         return False
     if not on:
         return bool(_shortcut.bind(None))
-    path = _loaded_libmpi()
+    path = mpi_library.path()
     if (path is None or not MPI.Get_library_version().startswith("MPICH")
             or MPI._sizeof(MPI.Comm) != 4 or MPI._sizeof(MPI.Datatype) != 4):
         return False

@@ -37,7 +37,7 @@ def _codec_round_trip(spec: dict, guarded: bool = False) -> Callable[[np.dtype],
         x.flags.writeable = False
         if guarded:
             out = np.empty(codec.encoded_nbytes(x.size, dtype), np.uint8)
-            codec._encode_guarded(x, out)
+            codec.encode_into_guarded(x, out)
             buf = out
         else:
             buf = codec.encode(x)

@@ -12,7 +12,8 @@ import warnings
 import numpy as np
 import pytest
 
-from mpicomp import device
+from mpicomp.backend.device import HostMemoryAsDevice
+from mpicomp.kernels import cuda_runtime
 from mpicomp.kernels.jit import SIMULATOR
 
 __all__ = ["KINDS", "gpu_usable", "needs_device", "to_device", "to_host"]
@@ -41,14 +42,14 @@ def to_device(x: np.ndarray, kind: str):
 
         return cupy.asarray(x)
     if kind == "cai":  # host memory behind __cuda_array_interface__ (simulator only)
-        return device.HostMemoryAsDevice(np.array(x, copy=True))
+        return HostMemoryAsDevice(np.array(x, copy=True))
     return cuda.to_device(x)
 
 
 def to_host(d) -> np.ndarray:
     """A host copy of a device buffer's values (after the current stream's work)."""
-    device.current_stream().synchronize()
-    if isinstance(d, device.HostMemoryAsDevice):
+    cuda_runtime.current_stream().synchronize()
+    if isinstance(d, HostMemoryAsDevice):
         return d.array.copy()
     if hasattr(d, "get") and not hasattr(d, "copy_to_host"):
         return d.get()

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.mpi(min_size=2)
 
 PACKAGE = pathlib.Path(mpicomp.__file__).resolve().parent
 #: the most modules of mpicomp/ a compressed Allreduce may run code in
-MAX_MODULES = 11
+MAX_MODULES = 10
 
 
 def _module(frame) -> str | None:

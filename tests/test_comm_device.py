@@ -29,8 +29,8 @@ from mpi4py import MPI
 
 import mpicomp
 from mpicomp.algorithms import bounds, homomorphic
+from mpicomp.backend.mpi_library import _detected
 from mpicomp.codecs import get_codec
-from mpicomp.cuda_aware import _detected
 from mpicomp.kernels.jit import SIMULATOR
 
 sys.path.insert(0, str(Path(__file__).parent))

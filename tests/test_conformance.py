@@ -16,7 +16,7 @@ from mpi4py import MPI
 from mpi4py.util import dtlib
 
 import mpicomp
-from mpicomp import placement
+from mpicomp.backend import placement
 
 COMPRESSING = {"codec": "bitplane", "rate": 16.25, "threshold": 0}
 

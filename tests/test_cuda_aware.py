@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from mpicomp import cuda_aware as ca
+from mpicomp.backend import mpi_library as ca
 
 
 def test_pypi_mpich_says_it_is_not_cuda_aware(monkeypatch):
     monkeypatch.delenv(ca.ENV, raising=False)
-    path = ca.mpi_library_path()
+    path = ca.path()
     aware, how = ca.cuda_aware()
     assert path is not None and "libmpi" in path
     assert aware is False

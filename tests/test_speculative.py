@@ -21,10 +21,10 @@ from mpi4py import MPI
 
 import mpicomp
 from mpicomp.algorithms import bounds
+from mpicomp.backend.host import HostMemory
 from mpicomp.codecs import get_codec
 from mpicomp.codecs.base import GUARD_HEADROOM
 from mpicomp.codecs.bitplane import guard_exponent
-from mpicomp.memory import HostMemory
 
 CODEC = {"id": "bitplane", "rate": 8.25}
 N = 1 << 20  # chunks of two or more pieces on up to 4 ranks (the pipelined path)

@@ -8,8 +8,9 @@ from mpi4py import MPI
 
 import mpicomp
 from mpicomp.algorithms import bounds
+from mpicomp.backend.host import HOST
 from mpicomp.codecs import get_codec
-from mpicomp.training import ErrorFeedback, GradientReducer, arrays, settings_for
+from mpicomp.training import ErrorFeedback, GradientReducer, settings_for
 from mpicomp.training import buckets as bucketing
 from mpicomp.training.rules import check_rules
 
@@ -232,11 +233,11 @@ def test_plain_bucket_keeps_a_zero_residual_on_every_rank(comm):
                           error_feedback="classic")
     g = {"w": np.random.default_rng(comm.Get_rank()).standard_normal(500).astype(np.float32)}
     red.reduce(dict(g))
-    assert any(np.any(red.feedback._load(k, arrays.HOST)) for k in red.feedback._state)
+    assert any(np.any(red.feedback._load(k, HOST)) for k in red.feedback._state)
     if comm.Get_rank() == 0:
         g["w"][3] = np.nan
     red.reduce(g)
-    assert all(not np.any(red.feedback._load(k, arrays.HOST)) for k in red.feedback._state)
+    assert all(not np.any(red.feedback._load(k, HOST)) for k in red.feedback._state)
 
 
 @pytest.mark.parametrize("store", ["float16", "bfloat16"])
@@ -245,7 +246,7 @@ def test_two_byte_residuals_are_clipped_not_infinite(store):
     x = np.array([1e6, -3.4e38, 0.5, -3.0], np.float32) if store == "bfloat16" else \
         np.array([1e6, -1e5, 0.5, -3.0], np.float32)
     fb.update("k", x, np.zeros_like(x))
-    kept = fb._load("k", arrays.HOST)
+    kept = fb._load("k", HOST)
     assert np.all(np.isfinite(kept)) and fb.nbytes() == 8
     assert kept[2] == 0.5 and kept[3] == -3.0
     assert kept[1] == np.float32(-65504.0 if store == "float16" else -3.3895313892515355e38)

@@ -18,9 +18,11 @@ import pytest
 from mpi4py import MPI
 
 from mpicomp.algorithms import bounds
+from mpicomp.backend.device import DEVICE
+from mpicomp.backend.host import HOST
 from mpicomp.codecs import get_codec
 from mpicomp.kernels.jit import SIMULATOR
-from mpicomp.training import ErrorFeedback, GradientReducer, arrays
+from mpicomp.training import ErrorFeedback, GradientReducer
 
 sys.path.insert(0, str(Path(__file__).parent))
 from device_buffers import KINDS, needs_device, to_device, to_host  # noqa: E402,F401
@@ -40,7 +42,7 @@ def kept_max(red: GradientReducer) -> float:
     """The largest magnitude of the residuals ``red`` keeps (0 without any)."""
     out = 0.0
     for key in red.feedback._state:
-        v = red.feedback._load(key, arrays.DEVICE).copy_to_host()
+        v = red.feedback._load(key, DEVICE).copy_to_host()
         out = max(out, float(np.abs(v).max()))
     return out
 
@@ -108,25 +110,25 @@ def test_device_feedback_is_the_host_feedback(mode, store):
 
     rng = np.random.default_rng(5)
     fbs = {ops.place: ErrorFeedback(mode, beta=0.5, reset_every=3, residual_dtype=store)
-           for ops in (arrays.HOST, arrays.DEVICE)}
+           for ops in (HOST, DEVICE)}
     for step in range(5):
         g = rng.standard_normal(300).astype(np.float32) * 10
         rt = np.round(g * 4) / 4
         g[7] = 1e6  # beyond float16: the residual is clipped, never Inf
         got = {}
-        for ops in (arrays.HOST, arrays.DEVICE):
+        for ops in (HOST, DEVICE):
             fb = fbs[ops.place]
-            x = g.copy() if ops is arrays.HOST else cuda.to_device(g)
+            x = g.copy() if ops is HOST else cuda.to_device(g)
             x = fb.compensate("k", x, ops)
-            r = rt if ops is arrays.HOST else cuda.to_device(rt)
+            r = rt if ops is HOST else cuda.to_device(rt)
             fb.update("k", x, r, ops)
             fb.end_step()
-            got[ops.place] = np.asarray(x if ops is arrays.HOST else x.copy_to_host())
+            got[ops.place] = np.asarray(x if ops is HOST else x.copy_to_host())
         if SIMULATOR:
             assert got["host"].tobytes() == got["device"].tobytes(), step
         else:
             assert np.allclose(got["host"], got["device"], rtol=1e-3, atol=1e-3), step
-    kept = fbs["device"]._load("k", arrays.DEVICE)
+    kept = fbs["device"]._load("k", DEVICE)
     vals = kept.copy_to_host()
     assert np.all(np.isfinite(vals))
     if store == "float16":

@@ -4,13 +4,15 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
+from ..backend.device import DeviceMemory
+from ..backend.host import HostMemory
 from ..codecs import Codec
-from ..memory import DeviceMemory, HostMemory
 from ..stats import Recorder
 
 __all__ = ["ALIGN", "PIECE_BYTES", "MAX_PIECES", "Ctx", "pieces", "pieces_of", "poll",
@@ -40,7 +42,7 @@ def screens_in_encoder(codec: Any, on_device: bool) -> bool:
 class Ctx:
     """One compressed call: the private communicator, the codec, the recorder, the memory.
 
-    ``memory`` (:mod:`mpicomp.memory`) says where values and streams live
+    ``memory`` (:mod:`mpicomp.backend`) says where values and streams live
     (host, or device with direct or staged streams); the algorithms take
     scratch arrays, encode, decode, add and copy only through this object,
     so each runs unchanged on host and device buffers. ``comm`` waits for
@@ -74,7 +76,7 @@ class Ctx:
         return self.comm.Get_size()
 
     def nbytes(self, count: int, dtype: np.dtype) -> int:
-        return self.codec.encoded_nbytes(count, dtype)
+        return self.codec.stream_nbytes(count, np.dtype(dtype))
 
     @property
     def on_device(self) -> bool:
@@ -208,7 +210,7 @@ def poll(done: Callable[[], bool], idle: bool = False) -> None:
 
 def pieces_of(codec: Codec, count: int, dtype: Any) -> int:
     """Into how many pieces of about :data:`PIECE_BYTES` wire bytes ``count`` values are cut."""
-    wire = codec.encoded_nbytes(count, np.dtype(dtype)) if count else 0
+    wire = codec.stream_nbytes(count, np.dtype(dtype)) if count else 0
     blocks = -(-count // ALIGN)
     return max(1, min(MAX_PIECES, blocks, round(wire / PIECE_BYTES)))
 

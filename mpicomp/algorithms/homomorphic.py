@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from .. import device
 from ..kernels.launch import call
 from .common import Ctx
 
@@ -153,14 +152,12 @@ class _DeviceSteps:
     def __init__(self, ctx: Ctx) -> None:
         self.ctx = ctx
         self.memory = ctx.memory
-        self.stream = ctx.memory.stream
         self.gexps_d: Any = None
         ctx.rec.where("device, staged through pinned host")
 
     def _launch(self, kernel: Any, items: int, *args: Any) -> None:
-        blocks, threads = device.grid(items)
-        with self.ctx.rec.codec(), device.serialized():
-            kernel[blocks, threads, self.stream](*args)
+        with self.ctx.rec.codec():
+            self.memory.launch(kernel, items, *args)
 
     def exponents(self, x: Any, nblocks: int) -> np.ndarray:
         from ..kernels import fixedpoint_cuda as fc
@@ -168,25 +165,25 @@ class _DeviceSteps:
         exps_d = self.ctx.values("exps", nblocks, np.int16)
         self._launch(fc.block_exponents, nblocks, x, BLOCK, exps_d)
         exps = self.memory.host("exps", nblocks, np.int16)
-        device.copy_to_host(exps, exps_d, self.stream)
+        self.memory.copy(exps, exps_d)
         return exps  # MPIOnDevice waits for the stream before MPI reads it
 
     def pack(self, x: Any, gexps: np.ndarray, fmt: Format, nwords: int) -> np.ndarray:
         from ..kernels import fixedpoint_cuda as fc
 
         self.gexps_d = self.ctx.values("gexps", gexps.size, np.int16)
-        device.copy_to_device(self.gexps_d, gexps, self.stream)
+        self.memory.copy(self.gexps_d, gexps)
         words_d = self.ctx.values("words", nwords, np.uint64)
         self._launch(fc.quantize_pack, nwords, x, self.gexps_d, BLOCK, fmt.k, fmt.q_max,
                      words_d)
         words = self.memory.host("words", nwords, np.uint64)
-        device.copy_to_host(words, words_d, self.stream)
+        self.memory.copy(words, words_d)
         return words
 
     def unpack(self, sums: np.ndarray, fmt: Format, out: Any) -> None:
         from ..kernels import fixedpoint_cuda as fc
 
         sums_d = self.ctx.values("sums", sums.size, np.uint64)
-        device.copy_to_device(sums_d, sums, self.stream)
+        self.memory.copy(sums_d, sums)
         self._launch(fc.unpack_dequantize, sums.size, sums_d, self.gexps_d, BLOCK, fmt.k,
                      fmt.q_max, out)

@@ -17,12 +17,13 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
 
-from .. import device, p2p, shortcut
-from .. import plain as plain_mpi
+from .. import p2p, shortcut
+from ..backend import plain as plain_mpi
+from ..backend.device import DeviceMemory, DevicePools
+from ..backend.host import HostMemory, Scratch
 from ..buffers import Buf, parse
-from ..cuda_aware import cuda_aware
 from ..decision import P2P_AUTO, local_check
-from ..memory import DeviceMemory, DevicePools, HostMemory, Scratch
+from ..kernels import cuda_runtime as cuda
 from ..pipeline import Pipeline
 from ..requests import Request
 from ..stats import Recorder
@@ -69,7 +70,7 @@ def recv(pipeline: Pipeline, buf: Any, source: int, tag: int, status: MPI.Status
             _, where = plain_mpi.call(receive, None, (buf, st), written=lambda i: i == 0)
         rec.where(where)
     else:
-        frame = _landing(memory, nbytes)
+        frame = memory.fresh_wire(nbytes)
         with rec.mpi():
             plain_mpi.call(receive, None, ([frame, MPI.BYTE], st))
         _unframe(frame, b, rec, st, memory)
@@ -99,27 +100,24 @@ def irecv(pipeline: Pipeline, buf: Any, source: int, tag: int,
                                     bufs=(b,), sent=0)
     # a frame is never longer than the plain message, so the plain size is enough
     memory = _memory(pipeline, b.on_device, own_pools=True)
-    landing = _landing(memory, b.nbytes)
+    landing = memory.fresh_wire(b.nbytes)
     status = MPI.Status()
     with rec.mpi():
         inner, _ = plain_mpi.call(MPI.Intracomm.Irecv, pipeline.comm,
                                   ([landing, MPI.BYTE], source, tag))
-    where = device.capture() if b.on_device else (None, None)
+    where = cuda.capture() if b.on_device else (None, None)
 
     def work() -> None:
         inner.Wait(status)
         nbytes = status.Get_count(MPI.BYTE)
-        with device.using_stream(*where):
+        with cuda.using_stream(*where):
             if p2p.is_frame_length(nbytes):
                 _unframe(landing[:nbytes], b, rec, status, memory)
             else:
                 rec.plain("sender sent plain data")
                 rec.where(memory.label)
                 target = b.array.view(np.uint8)[:nbytes]
-                if b.on_device:
-                    device.copy_to_device(target, landing[:nbytes], memory.stream)
-                else:
-                    target[...] = landing[:nbytes]
+                memory.copy(target, landing[:nbytes])
             # complete only when the data is in place (and before this request's
             # landing and stage buffers go back to the pool)
             memory.synchronize()
@@ -164,7 +162,7 @@ def _memory(pipeline: Pipeline, on_device: bool,
         if pipeline.p2p_pools is None:
             pipeline.p2p_pools = DevicePools()
         pools = pipeline.p2p_pools
-    return DeviceMemory(pools, device.current_stream(), cuda_aware()[0])
+    return DeviceMemory(pools)
 
 
 def _frame_for(pipeline: Pipeline, name: str, buf: Any,
@@ -213,13 +211,6 @@ def _take_received(b: Buf, rec: Recorder, status: MPI.Status,
         rec.plain(shortcut.RECEIVED_PLAIN)
         rec.where("host")
     rec.commit()
-
-
-def _landing(memory: HostMemory | DeviceMemory, nbytes: int) -> Any:
-    """A new buffer a message lands in: on the device for a CUDA-aware MPI, else host."""
-    if memory.wire_on_device:
-        return device.as_device(device.empty(nbytes, np.uint8), "landing", sync=False)
-    return np.empty(nbytes, dtype=np.uint8)
 
 
 def _unframe(frame: Any, b: Buf, rec: Recorder, status: MPI.Status,

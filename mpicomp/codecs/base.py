@@ -4,6 +4,19 @@ A codec turns a flat float buffer into a byte stream of a size known in
 advance from ``(count, dtype, parameters)`` alone, and back. The stream
 carries no header: every rank builds the same codec from the same config, so
 receive buffers can be sized without exchanging sizes.
+
+Two layers: the public methods (:meth:`Codec.encode`, :meth:`Codec.decode`,
+:meth:`Codec.encode_guarded`, :meth:`Codec.encoded_nbytes`) check their
+arguments and take NumPy arrays or CUDA buffers; the kernel entry points each
+codec implements (:meth:`Codec.stream_nbytes`, :meth:`Codec.encode_into`,
+:meth:`Codec.decode_into`, :meth:`Codec.encode_into_guarded`,
+:meth:`Codec.encode_on_stream`, :meth:`Codec.decode_on_stream`) check
+nothing and are what the backend (:mod:`mpicomp.backend`) calls on the
+flat scratch arrays of a collective, whose sizes and dtypes it made.
+
+The codecs import nothing of the communicator: only the kernels
+(``kernels/``, with :mod:`mpicomp.kernels.cuda_runtime` for CUDA buffers)
+and :mod:`mpicomp.errors`.
 """
 from __future__ import annotations
 
@@ -12,8 +25,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from .. import device
 from ..errors import UncompressibleError
+from ..kernels import cuda_runtime as cuda
 
 __all__ = ["GUARD_HEADROOM", "Codec"]
 
@@ -27,7 +40,7 @@ class Codec(abc.ABC):
     """Abstract codec (the numcodecs shape, fixed-size and header-free).
 
     Subclasses set ``codec_id`` and ``dtypes``, validate their parameters in
-    ``__init__`` and implement ``_nbytes``, ``_encode`` and ``_decode``.
+    ``__init__`` and implement ``stream_nbytes``, ``encode_into`` and ``decode_into``.
     """
 
     codec_id: ClassVar[str]
@@ -42,7 +55,7 @@ class Codec(abc.ABC):
     def encoded_nbytes(self, count: int, dtype: Any) -> int:
         """Exact size in bytes of the stream for ``count`` values of ``dtype``."""
         count = _check_count(count)
-        return self._nbytes(count, self._check_dtype(dtype))
+        return self.stream_nbytes(count, self._check_dtype(dtype))
 
     def bits_per_value(self, count: int, dtype: Any) -> float:
         """Exact bits per value on the wire for this count and dtype, padding included."""
@@ -66,12 +79,12 @@ class Codec(abc.ABC):
         skips the 4-byte flag read that would wait for the stream, so the
         call stays asynchronous. The stream is the same either way.
         """
-        if type(x) is not np.ndarray and device.is_device_array(x):
-            return self._encode_on_device(x, out, checked)
+        if type(x) is not np.ndarray and cuda.is_device_array(x):
+            return self._encode_device_buffer(x, out, checked)
         flat = self._check_input(x)
-        n = self._nbytes(flat.size, flat.dtype)
+        n = self.stream_nbytes(flat.size, flat.dtype)
         stream = _check_stream_out(out, n)
-        self._encode(flat, stream)
+        self.encode_into(flat, stream)
         return stream
 
     def encode_guarded(self, x: np.ndarray, out: np.ndarray) -> int:
@@ -89,11 +102,8 @@ class Codec(abc.ABC):
         if not self.guards:
             raise NotImplementedError(f"codec {self.codec_id!r} has no guarded encoder")
         flat = self._check_input(x)
-        stream = _check_stream_out(out, self._nbytes(flat.size, flat.dtype))
-        return self._encode_guarded(flat, stream)
-
-    def _encode_guarded(self, x: np.ndarray, out: np.ndarray) -> int:
-        raise NotImplementedError
+        stream = _check_stream_out(out, self.stream_nbytes(flat.size, flat.dtype))
+        return self.encode_into_guarded(flat, stream)
 
     def decode(
         self,
@@ -107,17 +117,17 @@ class Codec(abc.ABC):
 
         Without ``out``, pass ``count`` and ``dtype`` and a new 1-D array is returned.
         """
-        if ((type(buf) is not np.ndarray and device.is_device_array(buf))
-                or (type(out) not in (np.ndarray, type(None)) and device.is_device_array(out))):
-            return self._decode_on_device(buf, out, count, dtype)
+        if ((type(buf) is not np.ndarray and cuda.is_device_array(buf))
+                or (type(out) not in (np.ndarray, type(None)) and cuda.is_device_array(out))):
+            return self._decode_device_buffer(buf, out, count, dtype)
         if out is None:
             if count is None or dtype is None:
                 raise TypeError("decode needs either out= or both count= and dtype=")
             out = np.empty(_check_count(count), dtype=self._check_dtype(dtype))
         flat = self._check_input(out, name="out", writable=True)
-        n = self._nbytes(flat.size, flat.dtype)
+        n = self.stream_nbytes(flat.size, flat.dtype)
         stream = _as_stream(buf, n)
-        self._decode(stream, flat)
+        self.decode_into(stream, flat)
         return out
 
     def get_config(self) -> dict[str, Any]:
@@ -142,60 +152,68 @@ class Codec(abc.ABC):
         args = ", ".join(f"{k}={v!r}" for k, v in self._params().items())
         return f"{type(self).__name__}({args})"
 
-    # -- for subclasses -----------------------------------------------------
+    # -- kernel entry points (each codec implements them; no checks) ---------
     @abc.abstractmethod
     def _params(self) -> dict[str, Any]:
         """The constructor's parameters, JSON-safe."""
 
     @abc.abstractmethod
-    def _nbytes(self, count: int, dtype: np.dtype) -> int:
-        """Stream size for validated arguments."""
+    def stream_nbytes(self, count: int, dtype: np.dtype) -> int:
+        """Stream size of ``count`` values of the NumPy dtype ``dtype`` (one the codec takes)."""
 
     @abc.abstractmethod
-    def _encode(self, x: np.ndarray, out: np.ndarray) -> None:
-        """Encode the 1-D contiguous ``x`` into the uint8 ``out`` of exact size."""
+    def encode_into(self, x: np.ndarray, out: np.ndarray) -> None:
+        """Encode the 1-D contiguous ``x`` into the uint8 ``out`` of exact size
+        (:class:`~mpicomp.errors.UncompressibleError` for values the format cannot carry)."""
 
     @abc.abstractmethod
-    def _decode(self, buf: np.ndarray, out: np.ndarray) -> None:
+    def decode_into(self, buf: np.ndarray, out: np.ndarray) -> None:
         """Decode the uint8 ``buf`` of exact size into the 1-D contiguous ``out``."""
 
-    # -- CUDA buffers (mpicomp/device.py) -------------------------------------
-    def _encode_on_device(self, x: Any, out: Any, checked: bool = False) -> Any:
-        xd = device.as_device(x)
+    def encode_into_guarded(self, x: np.ndarray, out: np.ndarray) -> int:
+        """:meth:`encode_guarded` on a 1-D contiguous ``x`` and an ``out`` of exact size."""
+        raise NotImplementedError
+
+    # -- CUDA buffers (kernels/cuda_runtime.py) --------------------------------
+    def _encode_device_buffer(self, x: Any, out: Any, checked: bool = False) -> Any:
+        xd = cuda.as_device(x)
         self._check_dtype(xd.dtype)
-        n = self._nbytes(xd.size, np.dtype(xd.dtype))
+        n = self.stream_nbytes(xd.size, np.dtype(xd.dtype))
         if out is None:
-            out = device.empty(n, np.uint8, like=x)
-        od = device.as_device(out, "out")
+            out = cuda.empty(n, np.uint8, like=x)
+        od = cuda.as_device(out, "out")
         if np.dtype(od.dtype) != np.uint8 or od.size < n:
             raise ValueError(f"out must be a device uint8 buffer of at least {n} bytes")
         if n:
-            with device.serialized():  # the simulator runs one kernel at a time
-                self._encode_device(xd, od[:n], device.current_stream(), checked)
+            with cuda.serialized():  # the simulator runs one kernel at a time
+                self.encode_on_stream(xd, od[:n], cuda.current_stream(), checked)
         return out[:n]
 
-    def _decode_on_device(self, buf: Any, out: Any, count: Any, dtype: Any) -> Any:
+    def _decode_device_buffer(self, buf: Any, out: Any, count: Any, dtype: Any) -> Any:
         if out is None:
             if count is None or dtype is None:
                 raise TypeError("decode needs either out= or both count= and dtype=")
-            out = device.empty(_check_count(count), self._check_dtype(dtype), like=buf)
-        od = device.as_device(out, "out")
+            out = cuda.empty(_check_count(count), self._check_dtype(dtype), like=buf)
+        od = cuda.as_device(out, "out")
         self._check_dtype(od.dtype)
-        n = self._nbytes(od.size, np.dtype(od.dtype))
-        bd = device.as_device(buf, "buf")
+        n = self.stream_nbytes(od.size, np.dtype(od.dtype))
+        bd = cuda.as_device(buf, "buf")
         if np.dtype(bd.dtype) != np.uint8 or bd.size < n:
             raise ValueError(f"buf must be a device uint8 buffer of at least {n} bytes")
         if od.size:
-            with device.serialized():
-                self._decode_device(bd[:n], od, device.current_stream())
+            with cuda.serialized():
+                self.decode_on_stream(bd[:n], od, cuda.current_stream())
         return out
 
-    def _encode_device(self, x: Any, out: Any, stream: Any, checked: bool) -> None:
-        """Encode the flat device array ``x`` into ``out`` on ``stream`` (GPU codecs override);
-        read the kernel's refusal flag unless ``checked``."""
+    def encode_on_stream(self, x: Any, out: Any, stream: Any, checked: bool) -> None:
+        """Encode the flat Numba device array ``x`` into the device uint8 ``out`` of exact
+        size on ``stream`` (GPU codecs override); read the kernel's refusal flag unless
+        ``checked``."""
         raise TypeError(f"codec {self.codec_id!r} has no GPU kernels")
 
-    def _decode_device(self, buf: Any, out: Any, stream: Any) -> None:
+    def decode_on_stream(self, buf: Any, out: Any, stream: Any) -> None:
+        """Decode the device uint8 ``buf`` of exact size into the flat Numba device array
+        ``out`` on ``stream`` (GPU codecs override)."""
         raise TypeError(f"codec {self.codec_id!r} has no GPU kernels")
 
     def _uncompressible(self, reason: str, detail: str) -> UncompressibleError:

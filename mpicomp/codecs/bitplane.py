@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import device
+from ..kernels import cuda_runtime as cuda
 from .base import GUARD_HEADROOM, Codec, check_rate
 
 __all__ = ["BitplaneCodec"]
@@ -115,13 +115,13 @@ class BitplaneCodec(Codec):
     def _params(self) -> dict[str, Any]:
         return {"rate": self.rate, "block_size": self.block_size}
 
-    def _nbytes(self, count: int, dtype: np.dtype) -> int:
+    def stream_nbytes(self, count: int, dtype: np.dtype) -> int:
         p = self._planes(dtype)
         ebits = _LAYOUT[dtype.itemsize][0]
         nblocks = -(-count // self.block_size)
         return nblocks * (p * self.block_size // 8 + ebits // 8)
 
-    def _encode(self, x: np.ndarray, out: np.ndarray) -> None:
+    def encode_into(self, x: np.ndarray, out: np.ndarray) -> None:
         from ..kernels import bitplane_cpu
 
         p = self._planes(x.dtype)
@@ -132,25 +132,25 @@ class BitplaneCodec(Codec):
 
     guards = True
 
-    def _encode_guarded(self, x: np.ndarray, out: np.ndarray) -> int:
+    def encode_into_guarded(self, x: np.ndarray, out: np.ndarray) -> int:
         from ..kernels import bitplane_cpu
 
         bits = x.view(np.uint32 if x.dtype.itemsize == 4 else np.uint64)
         return bitplane_cpu.encode(bits, self.block_size, self._planes(x.dtype), out,
                                    limit=guard_exponent(x.dtype))
 
-    def _decode(self, buf: np.ndarray, out: np.ndarray) -> None:
+    def decode_into(self, buf: np.ndarray, out: np.ndarray) -> None:
         from ..kernels import bitplane_cpu
 
         bitplane_cpu.decode(buf, self.block_size, self._planes(out.dtype), out)
 
-    def _encode_device(self, x: Any, out: Any, stream: Any, checked: bool) -> None:
+    def encode_on_stream(self, x: Any, out: Any, stream: Any, checked: bool) -> None:
         from ..kernels import bitplane_cuda
 
         p = self._planes(x.dtype)
         bits = x.view(np.uint32 if np.dtype(x.dtype).itemsize == 4 else np.uint64)
-        bad = device.zeros_like_flag(stream)
-        blocks, threads = device.grid(-(-x.size // self.block_size))
+        bad = cuda.zeros_like_flag(stream)
+        blocks, threads = cuda.grid(-(-x.size // self.block_size))
         bitplane_cuda.encode[blocks, threads, stream](bits, self.block_size, p, out, bad)
         if checked:
             return
@@ -163,11 +163,11 @@ class BitplaneCodec(Codec):
                 "The format has no encoding for NaN or Inf.",
             )
 
-    def _decode_device(self, buf: Any, out: Any, stream: Any) -> None:
+    def decode_on_stream(self, buf: Any, out: Any, stream: Any) -> None:
         from ..kernels import bitplane_cuda
 
         p = self._planes(out.dtype)
-        blocks, threads = device.grid(-(-out.size // self.block_size))
+        blocks, threads = cuda.grid(-(-out.size // self.block_size))
         bitplane_cuda.decode[blocks, threads, stream](buf, self.block_size, p, out)
 
     def _nonfinite(self, x: np.ndarray, nbad_blocks: int) -> Exception:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import device
+from ..kernels import cuda_runtime as cuda
 from ..kernels.launch import SERIAL_BELOW, call, readonly
 from .base import Codec, check_rate
 
@@ -73,10 +73,10 @@ class CastCodec(Codec):
     def _params(self) -> dict[str, Any]:
         return {"dtype": self.target}
 
-    def _nbytes(self, count: int, dtype: np.dtype) -> int:
+    def stream_nbytes(self, count: int, dtype: np.dtype) -> int:
         return 2 * count
 
-    def _encode(self, x: np.ndarray, out: np.ndarray) -> None:
+    def encode_into(self, x: np.ndarray, out: np.ndarray) -> None:
         from ..kernels import cast_cpu
 
         codes = out.view(np.uint16)
@@ -93,19 +93,19 @@ class CastCodec(Codec):
         if bad:
             raise self._overflow(x, codes, bad)
 
-    def _decode(self, buf: np.ndarray, out: np.ndarray) -> None:
+    def decode_into(self, buf: np.ndarray, out: np.ndarray) -> None:
         from ..kernels import cast_cpu
 
         kernel = cast_cpu.decode_f16 if self.target == "float16" else cast_cpu.decode_bf16
         call(kernel, readonly(buf.view(np.uint16)), out, serial=out.size < SERIAL_BELOW)
 
-    def _encode_device(self, x: Any, out: Any, stream: Any, checked: bool) -> None:
+    def encode_on_stream(self, x: Any, out: Any, stream: Any, checked: bool) -> None:
         from ..kernels import cast_cuda
 
         codes = out.view(np.uint16)
         wide = np.dtype(x.dtype).itemsize == 8
-        flag = device.zeros_like_flag(stream)
-        blocks, threads = device.grid(x.size)
+        flag = cuda.zeros_like_flag(stream)
+        blocks, threads = cuda.grid(x.size)
         if self.target == "float16":
             src = x.view(np.uint64 if wide else np.uint32)
             mant_bits, ebits = (52, 11) if wide else (23, 8)
@@ -119,11 +119,11 @@ class CastCodec(Codec):
                 "overflow", f"a finite value is beyond the range of {self.target}"
             )
 
-    def _decode_device(self, buf: Any, out: Any, stream: Any) -> None:
+    def decode_on_stream(self, buf: Any, out: Any, stream: Any) -> None:
         from ..kernels import cast_cuda
 
         kernel = cast_cuda.decode_f16 if self.target == "float16" else cast_cuda.decode_bf16
-        blocks, threads = device.grid(out.size)
+        blocks, threads = cuda.grid(out.size)
         kernel[blocks, threads, stream](buf.view(np.uint16), out)
 
     def _overflow(self, x: np.ndarray, codes: np.ndarray, count: int) -> Exception:

@@ -30,11 +30,11 @@ class NoneCodec(Codec):
     def _params(self) -> dict[str, Any]:
         return {}
 
-    def _nbytes(self, count: int, dtype: np.dtype) -> int:
+    def stream_nbytes(self, count: int, dtype: np.dtype) -> int:
         return count * dtype.itemsize
 
-    def _encode(self, x: np.ndarray, out: np.ndarray) -> None:
+    def encode_into(self, x: np.ndarray, out: np.ndarray) -> None:
         out[:] = x.view(np.uint8)
 
-    def _decode(self, buf: np.ndarray, out: np.ndarray) -> None:
+    def decode_into(self, buf: np.ndarray, out: np.ndarray) -> None:
         out.view(np.uint8)[:] = buf

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import device
+from ..kernels import cuda_runtime as cuda
 from ..kernels.launch import SERIAL_BELOW, call, readonly
 from .base import Codec, check_rate
 
@@ -88,12 +88,12 @@ class ZfpCodec(Codec):
                 f"got rate {self.rate:g}"
             )
 
-    def _nbytes(self, count: int, dtype: np.dtype) -> int:
+    def stream_nbytes(self, count: int, dtype: np.dtype) -> int:
         self._check_budget(dtype)
         nblocks = -(-count // self.block_size)
         return 8 * (-(-nblocks * self.maxbits // 64))
 
-    def _encode(self, x: np.ndarray, out: np.ndarray) -> None:
+    def encode_into(self, x: np.ndarray, out: np.ndarray) -> None:
         if x.size == 0:
             return
         from ..kernels import zfp_cpu
@@ -107,7 +107,7 @@ class ZfpCodec(Codec):
                 "nonfinite", f"{bad} block(s) of {self.block_size} values hold NaN or Inf"
             )
 
-    def _decode(self, buf: np.ndarray, out: np.ndarray) -> None:
+    def decode_into(self, buf: np.ndarray, out: np.ndarray) -> None:
         if out.size == 0:
             return
         from ..kernels import zfp_cpu
@@ -122,20 +122,20 @@ class ZfpCodec(Codec):
         """1D blocks with budgets of at most 64 bits are coded in one register."""
         return self.dims == 1 and self.maxbits <= 64
 
-    def _encode_device(self, x: Any, out: Any, stream: Any, checked: bool) -> None:
+    def encode_on_stream(self, x: Any, out: Any, stream: Any, checked: bool) -> None:
         from ..kernels import zfp_cuda
 
         bits = x.view(np.uint32 if np.dtype(x.dtype).itemsize == 4 else np.uint64)
         words = out.view(np.uint64)
-        flag = device.zeros_like_flag(stream)
+        flag = cuda.zeros_like_flag(stream)
         if self._register_path():
-            blocks, threads = device.grid(words.size)  # one thread per stream word
+            blocks, threads = cuda.grid(words.size)  # one thread per stream word
             zfp_cuda.encode_1d[blocks, threads, stream](bits, words, self.maxbits, flag)
         else:
             # chunks of blocks that start and end on a 64-bit word boundary
             chunk = 64 // math.gcd(self.maxbits, 64)
             nblocks = -(-x.size // self.block_size)
-            blocks, threads = device.grid(-(-nblocks // chunk))
+            blocks, threads = cuda.grid(-(-nblocks // chunk))
             zfp_cuda.encode_chunks[blocks, threads, stream](
                 x, bits, words, self.dims, self.maxbits, chunk, flag)
         # one 4-byte read (a stream synchronization): the only way to refuse the buffer
@@ -144,11 +144,11 @@ class ZfpCodec(Codec):
                 "nonfinite", f"a block of {self.block_size} values holds NaN or Inf"
             )
 
-    def _decode_device(self, buf: Any, out: Any, stream: Any) -> None:
+    def decode_on_stream(self, buf: Any, out: Any, stream: Any) -> None:
         from ..kernels import zfp_cuda
 
         words = buf.view(np.uint64)
-        blocks, threads = device.grid(-(-out.size // self.block_size))  # one thread per block
+        blocks, threads = cuda.grid(-(-out.size // self.block_size))  # one thread per block
         if self._register_path():
             zfp_cuda.decode_1d[blocks, threads, stream](words, out, self.maxbits)
         else:

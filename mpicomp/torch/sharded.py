@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..training import arrays
+from ..backend.host import HOST
 from ..training.feedback import ErrorFeedback
 from . import _world
 
@@ -121,14 +121,14 @@ class ShardedOptimizer:
         self._fill(self._grad, [q.grad for _, q in self.named])
         grad = self._shard_grad
         for k, (start, _, at, part) in enumerate(self.buckets):
-            send = self.feedback.compensate(k, self._grad[start:start + p * part], arrays.HOST)
+            send = self.feedback.compensate(k, self._grad[start:start + p * part], HOST)
             before = self._compressed() if self.feedback.active else 0
             self.comm.Reduce_scatter_block(send, grad[at:at + part], **self.gradient_settings)
             if self.feedback.active:
                 pol = self.comm.resolved_policy(**self.gradient_settings)
-                carried = (arrays.HOST.roundtrip(pol.codec, send)
+                carried = (HOST.roundtrip(pol.codec, send)
                            if self._compressed() > before else send)
-                self.feedback.update(k, send, carried, arrays.HOST)
+                self.feedback.update(k, send, carried, HOST)
         self.feedback.end_step()
         grad /= p
         self.master.grad = torch.from_numpy(grad)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from . import arrays
+from ..backend.host import HOST
 
 __all__ = ["MODES", "ErrorFeedback"]
 
@@ -72,7 +72,7 @@ class ErrorFeedback:
         """Memory the residuals hold (host and device)."""
         return sum(k.nbytes for k in self._state.values())
 
-    def compensate(self, key: Any, g: Any, ops: Any = arrays.HOST) -> Any:
+    def compensate(self, key: Any, g: Any, ops: Any = HOST) -> Any:
         """The input to compress for bucket ``key``: ``g`` plus the kept residual (in place)."""
         if not self.active:
             return g
@@ -80,10 +80,10 @@ class ErrorFeedback:
             self._state.pop(key, None)
         kept = self._loaded[key] = self._load(key, ops)
         if kept is not None:
-            ops.add(g, kept)
+            ops.add_into(g, kept)
         return g
 
-    def update(self, key: Any, x: Any, roundtrip: Any, ops: Any = arrays.HOST) -> None:
+    def update(self, key: Any, x: Any, roundtrip: Any, ops: Any = HOST) -> None:
         """Keep what compression lost of ``x`` (``roundtrip`` = C(x))."""
         if not self.active:
             return

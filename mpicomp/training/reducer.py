@@ -31,7 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from . import arrays as places
+from .. import backend
+from ..backend.device import DEVICE
+from ..backend.host import HOST
 from . import buckets as bucketing
 from .feedback import ErrorFeedback
 from .rules import Rule, check_rules, settings_for
@@ -75,16 +77,16 @@ class GradientReducer:
     # -- one step -----------------------------------------------------------------
     def reduce(self, grads: Mapping[str, Any]) -> None:
         """Reduce ``grads`` in place (collective: every rank, the same names)."""
-        ops = {name: places.ops_for(name, g) for name, g in grads.items()}
+        ops = {name: backend.arrays_for(name, g) for name, g in grads.items()}
         arrays = {name: ops[name].view(name, g) for name, g in grads.items()}
         settings = {name: {**settings_for(name, a, self.rules, self.default),
-                           **({"place": "device"} if ops[name] is places.DEVICE else {})}
+                           **({"place": "device"} if ops[name].on_device else {})}
                     for name, a in arrays.items()}
         self._agree_on_layout(arrays, settings)
         assert self._plan is not None
         pending = []
         for b in self._plan:
-            on = places.DEVICE if b.settings.get("place") == "device" else places.HOST
+            on = DEVICE if b.settings.get("place") == "device" else HOST
             call = {k: v for k, v in b.settings.items() if k not in NOT_CALL_SETTINGS}
             x, y = self._buffers(b, on)
             for name, off, size in zip(b.names, b.offsets, b.sizes):

@@ -1,6 +1,9 @@
-"""Is the MPI library CUDA-aware (may MPI read and write device memory)?
+"""The MPI library mpi4py loaded: where it is, and whether it is CUDA-aware.
 
-Asked once, of the MPI library mpi4py loaded, through ctypes:
+:func:`path` finds the library in the process's memory map (the compiled
+shortcut binds its functions there, :func:`mpicomp.shortcut.bind_mpi`).
+:func:`cuda_aware` says whether MPI may read and write device memory, asked
+once of that library through ctypes:
 
 * MPICH >= 4: ``MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &flag)``;
 * MPICH and Open MPI: ``MPIX_Query_cuda_support()``.
@@ -15,13 +18,13 @@ import ctypes
 import functools
 import os
 
-__all__ = ["ENV", "cuda_aware", "mpi_library_path"]
+__all__ = ["ENV", "cuda_aware", "path"]
 
 ENV = "MPICOMP_CUDA_AWARE"
 _MPIX_GPU_SUPPORT_CUDA = 0
 
 
-def mpi_library_path() -> str | None:
+def path() -> str | None:
     """Path of the MPI shared library loaded in this process (from /proc/self/maps)."""
     from mpi4py import MPI  # noqa: F401 - loads the library
 
@@ -54,7 +57,7 @@ def _query_library(path: str | None) -> tuple[bool, str]:
 
 @functools.cache
 def _detected() -> tuple[bool, str]:
-    return _query_library(mpi_library_path())
+    return _query_library(path())
 
 
 def cuda_aware() -> tuple[bool, str]:

@@ -2,7 +2,7 @@
 
 mpicomp parses a caller's buffer once (:func:`mpicomp.buffers.parse`) and
 keeps the answer of :func:`of` with it; the plain-MPI path
-(:mod:`mpicomp.plain`) reuses that answer instead of asking again.
+(:mod:`mpicomp.backend.plain`) reuses that answer instead of asking again.
 
 * ``HOST``: CPU memory (NumPy arrays and anything else with the buffer
   protocol). The CPU codecs may read and write it; MPI takes it as is.
@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Place", "Placement", "cuda_interface", "cuda_usable", "of", "simulated"]
+from ..kernels import cuda_runtime
 
-_DLPACK_CUDA = 2  # kDLCUDA
+__all__ = ["DEVICE", "HOST", "Place", "Placement", "cuda_usable", "of"]
 
 
 class Place(enum.Enum):
@@ -63,10 +63,10 @@ def of(obj: Any) -> Placement:
     """Where ``obj``'s memory lives (see the module docstring)."""
     if isinstance(obj, _HOST_TYPES):
         return HOST
-    cai = _interface(obj)
-    if cai is None and not _cuda_dlpack(obj):
-        return DEVICE if simulated(obj) else HOST
-    if _simulator():
+    cai = cuda_runtime.interface(obj)
+    if cai is None and not cuda_runtime.cuda_interface(obj):
+        return DEVICE if cuda_runtime.simulated(obj) else HOST
+    if cuda_runtime.simulator():
         return DEVICE  # simulated kernels work on host memory, through the interface
     if not cuda_usable():
         return _NO_CUDA
@@ -77,48 +77,10 @@ def of(obj: Any) -> Placement:
     return DEVICE
 
 
-def cuda_interface(obj: Any) -> bool:
-    """True for ``__cuda_array_interface__`` or a CUDA ``__dlpack__`` (usable or not)."""
-    return _interface(obj) is not None or _cuda_dlpack(obj)
-
-
-def _interface(obj: Any) -> dict[str, Any] | None:
-    try:
-        cai = getattr(obj, "__cuda_array_interface__", None)
-    except Exception:  # noqa: BLE001 - e.g. a dtype the interface cannot describe
-        return None
-    return cai if isinstance(cai, dict) else None
-
-
-def _cuda_dlpack(obj: Any) -> bool:
-    dev = getattr(obj, "__dlpack_device__", None)
-    if dev is None:
-        return False
-    try:
-        return int(dev()[0]) == _DLPACK_CUDA
-    except Exception:  # noqa: BLE001 - any failure means "not a CUDA buffer"
-        return False
-
-
-def _simulator() -> bool:
-    from .kernels.jit import SIMULATOR
-
-    return SIMULATOR
-
-
-def simulated(obj: Any) -> bool:
-    """An array of Numba's CUDA simulator (which carries no interface attribute)."""
-    if not _simulator():
-        return False
-    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
-
-    return isinstance(obj, FakeCUDAArray)
-
-
 @functools.lru_cache(maxsize=1)
 def cuda_usable() -> bool:
     """True when this process can run CUDA kernels (a driver and a device); asked once."""
-    if _simulator():
+    if cuda_runtime.simulator():
         return True
     try:
         from numba import cuda

@@ -11,7 +11,7 @@ With CUDA buffers that needs care MPI cannot take itself:
   on the copies, and the copies of the buffers MPI writes are copied back
   (after completion, for a nonblocking call). This fallback moves the
   uncompressed data twice over PCIe; compressed calls stage only their
-  streams (:mod:`mpicomp.memory`).
+  streams (:mod:`mpicomp.backend.device`).
 """
 from __future__ import annotations
 
@@ -21,8 +21,10 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from . import device, placement
-from .cuda_aware import cuda_aware
+from ..kernels import cuda_runtime as cuda
+from . import placement
+from .device import for_mpi
+from .mpi_library import cuda_aware
 
 __all__ = ["Places", "call", "on_device", "spec_object", "with_object"]
 
@@ -67,11 +69,11 @@ def call(fn: Callable[..., Any], comm: Any, args: tuple[Any, ...],
     dev = [i for i, a in enumerate(args) if on_device(a, places)]
     if not dev:
         return fn(comm, *args), "host"
-    stream = device.current_stream()
+    stream = cuda.current_stream()
     stream.synchronize()
     direct, _ = cuda_aware()
     if direct:
-        new = [with_object(a, device.for_mpi(spec_object(a))) if i in dev else a
+        new = [with_object(a, for_mpi(spec_object(a))) if i in dev else a
                for i, a in enumerate(args)]
         return fn(comm, *new), "device, CUDA-aware MPI"
     name = getattr(fn, "__name__", "")
@@ -81,9 +83,9 @@ def call(fn: Callable[..., Any], comm: Any, args: tuple[Any, ...],
     new = list(args)
     copies: list[tuple[Any, np.ndarray]] = []
     for i in dev:
-        d = device.as_device(spec_object(args[i]), f"argument {i}")
+        d = cuda.as_device(spec_object(args[i]), f"argument {i}")
         host = np.empty(d.size, dtype=d.dtype)
-        device.copy_to_host(host, d, stream)
+        cuda.copy_to_host(host, d, stream)
         new[i] = with_object(args[i], host)
         if written(i):
             copies.append((d, host))
@@ -92,18 +94,18 @@ def call(fn: Callable[..., Any], comm: Any, args: tuple[Any, ...],
 
     def copy_back() -> None:
         for d, host in copies:
-            device.copy_to_device(d, host, stream)
+            cuda.copy_to_device(d, host, stream)
         stream.synchronize()
 
     if isinstance(result, MPI.Request):
-        from .requests import Request
+        from ..requests import Request
 
         inner = result
-        where = device.capture()
+        where = cuda.capture()
 
         def work() -> None:
             inner.Wait()
-            with device.using_stream(*where):
+            with cuda.using_stream(*where):
                 copy_back()
 
         return Request.start(work), "device, staged through host (plain data)"

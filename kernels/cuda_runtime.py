@@ -1,4 +1,4 @@
-"""CUDA buffers: recognising them, viewing them from Numba, allocating, streams.
+"""How the CUDA kernels see memory and streams: views, allocation, streams, launch shapes.
 
 Any object with ``__cuda_array_interface__`` (CuPy, PyTorch CUDA tensors,
 Numba device arrays) or a CUDA ``__dlpack__`` is a device buffer. Kernels
@@ -6,6 +6,10 @@ see it as a Numba device array over the same memory (no copy). New device
 buffers come from CuPy's memory pool when CuPy is installed (and the CUDA
 simulator is off), else from Numba. Kernels run on the caller's current
 stream: CuPy's current stream when CuPy is in use, else Numba's default.
+
+This is the layer below the codecs (which run their kernels on caller
+buffers through it) and the backend (:mod:`mpicomp.backend`, which decides
+where a call's buffers live and stages them for MPI).
 """
 from __future__ import annotations
 
@@ -18,23 +22,23 @@ from typing import Any
 
 import numpy as np
 
-from . import placement
-
 __all__ = [
     "THREADS",
-    "HostMemoryAsDevice",
     "as_device",
     "capture",
     "copy_to_device",
     "copy_to_host",
+    "cuda_interface",
+    "interface",
     "current_stream",
     "empty",
-    "for_mpi",
     "grid",
     "is_device_array",
     "pinned_empty",
     "same_memory",
     "serialized",
+    "simulated",
+    "simulator",
     "using_stream",
     "zeros_like_flag",
 ]
@@ -42,30 +46,62 @@ __all__ = [
 #: threads per CUDA block for the element- and block-parallel kernels
 THREADS = 128
 
-def is_device_array(obj: Any) -> bool:
-    """True for an object that offers CUDA memory (``__cuda_array_interface__``, a CUDA
-    DLPack capsule, a simulator array), whether or not mpicomp may touch it: a caller's
-    buffer is judged by :func:`mpicomp.placement.of`."""
-    if isinstance(obj, (np.ndarray, bytes, bytearray, memoryview)):
-        return False
-    return placement.cuda_interface(obj) or placement.simulated(obj)
+_DLPACK_CUDA = 2  # kDLCUDA
 
 
-def _sim() -> bool:
-    from .kernels.jit import SIMULATOR
+def simulator() -> bool:
+    """True under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``); Numba is imported
+    on the first question, not with mpicomp."""
+    from .jit import SIMULATOR
 
     return SIMULATOR
 
 
-def _simulated(obj: Any) -> bool:
-    return placement.simulated(obj)
+def is_device_array(obj: Any) -> bool:
+    """True for an object that offers CUDA memory (``__cuda_array_interface__``, a CUDA
+    DLPack capsule, a simulator array), whether or not mpicomp may touch it: a caller's
+    buffer is judged by :func:`mpicomp.backend.placement.of`."""
+    if isinstance(obj, (np.ndarray, bytes, bytearray, memoryview)):
+        return False
+    return cuda_interface(obj) or simulated(obj)
+
+
+def cuda_interface(obj: Any) -> bool:
+    """True for ``__cuda_array_interface__`` or a CUDA ``__dlpack__`` (usable or not)."""
+    return interface(obj) is not None or _cuda_dlpack(obj)
+
+
+def interface(obj: Any) -> dict[str, Any] | None:
+    """``obj.__cuda_array_interface__``, or None."""
+    try:
+        cai = getattr(obj, "__cuda_array_interface__", None)
+    except Exception:  # noqa: BLE001 - e.g. a dtype the interface cannot describe
+        return None
+    return cai if isinstance(cai, dict) else None
+
+
+def _cuda_dlpack(obj: Any) -> bool:
+    dev = getattr(obj, "__dlpack_device__", None)
+    if dev is None:
+        return False
+    try:
+        return int(dev()[0]) == _DLPACK_CUDA
+    except Exception:  # noqa: BLE001 - any failure means "not a CUDA buffer"
+        return False
+
+
+def simulated(obj: Any) -> bool:
+    """An array of Numba's CUDA simulator (which carries no interface attribute)."""
+    if not simulator():
+        return False
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    return isinstance(obj, FakeCUDAArray)
 
 
 @functools.lru_cache(maxsize=1)
 def _cupy() -> Any:
-    from .kernels.jit import SIMULATOR
-
-    if SIMULATOR:
+    if simulator():
         return None
     try:
         import cupy
@@ -83,9 +119,9 @@ def as_device(obj: Any, name: str = "x", sync: bool = True) -> Any:
     """
     from numba import cuda
 
-    if _simulated(obj):
+    if simulated(obj):
         arr = obj
-    elif _sim():
+    elif simulator():
         arr = _simulated_view(obj)
     else:
         from numba.cuda.cudadrv.devicearray import DeviceNDArray
@@ -122,7 +158,7 @@ def serialized() -> Any:
     """A lock around kernel launches under the CUDA simulator, which cannot run kernels
     from two threads at once (a nonblocking receive decodes on its own thread); a no-op
     context on a GPU."""
-    return _simulator_lock if _sim() else contextlib.nullcontext()
+    return _simulator_lock if simulator() else contextlib.nullcontext()
 
 
 @contextlib.contextmanager
@@ -138,7 +174,7 @@ def using_stream(stream: Any, device_id: int | None = None) -> Iterator[None]:
     _local.stream = stream
     try:
         with contextlib.ExitStack() as stack:
-            if device_id is not None and not _sim():
+            if device_id is not None and not simulator():
                 from numba import cuda
 
                 stack.enter_context(cuda.gpus[device_id])
@@ -163,7 +199,7 @@ def _other_stream(obj: Any) -> bool:
 def capture() -> tuple[Any, int | None]:
     """(stream, GPU id) of the calling thread, for :func:`using_stream` on another thread."""
     stream = current_stream()
-    if _sim():
+    if simulator():
         return stream, None
     cp = _cupy()
     if cp is not None:
@@ -175,7 +211,7 @@ def capture() -> tuple[Any, int | None]:
 
 def same_memory(a: Any, b: Any) -> bool:
     """True when two device arrays start at the same address (in-place calls)."""
-    if _simulated(a) and _simulated(b):
+    if simulated(a) and simulated(b):
         return a._ary.ctypes.data == b._ary.ctypes.data
     try:
         return int(a.device_ctypes_pointer.value or 0) == int(b.device_ctypes_pointer.value or 0)
@@ -236,47 +272,11 @@ def copy_to_device(dst: Any, src: Any, stream: Any) -> None:
         d.copy_to_device(as_device(src, "src") if is_device_array(src) else src, stream=stream)
 
 
-class HostMemoryAsDevice:
-    """Host memory offered through ``__cuda_array_interface__`` (as a device pointer).
-
-    Under Numba's CUDA simulator "device" arrays live in host memory but
-    carry no interface; wrapped in this, they reach MPI as device pointers
-    do on a GPU (mpi4py reads the interface), so the CUDA-aware code path is
-    exercised on a machine without a GPU.
-    """
-
-    def __init__(self, array: np.ndarray) -> None:
-        if not array.flags.c_contiguous:
-            raise ValueError("HostMemoryAsDevice needs a C-contiguous array")
-        self._array = array
-        self.__cuda_array_interface__ = {
-            "shape": array.shape,
-            "typestr": array.dtype.str,
-            "data": (array.ctypes.data if array.size else 0, not array.flags.writeable),
-            "strides": None,
-            "version": 3,
-        }
-
-    @property
-    def array(self) -> np.ndarray:
-        return self._array
-
-
-def for_mpi(obj: Any) -> Any:
-    """``obj`` as mpi4py should be given it: a simulator array becomes its host memory
-    behind ``__cuda_array_interface__``; everything else is returned as is."""
-    if _simulated(obj):
-        return HostMemoryAsDevice(obj._ary)
-    return obj
-
-
 def _simulated_view(obj: Any) -> Any:
     """Under the simulator: a simulated device array over the host memory ``obj``'s
     ``__cuda_array_interface__`` points to (no copy)."""
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
-    if isinstance(obj, HostMemoryAsDevice):
-        return FakeCUDAArray(obj.array)
     cai = obj.__cuda_array_interface__
     dtype = np.dtype(cai["typestr"])
     shape = tuple(cai["shape"])

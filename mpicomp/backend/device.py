@@ -1,0 +1,345 @@
+"""Device memory: CUDA buffers, the GPU kernels (``kernels/*_cuda.py``), staging for MPI.
+
+:class:`DeviceArrays` is the interface of :class:`~mpicomp.backend.host.HostArrays`
+on the GPU: a codec's kernels, the element-wise sums and scans, the error
+feedback's arithmetic, each enqueued on one CUDA stream. The gradient
+reducer uses :data:`DEVICE` (the caller's current stream at each call).
+
+:class:`DeviceMemory` is what a compressed call on device buffers works in:
+values on the device, and streams either on the device too, handed to a
+CUDA-aware MPI (``direct``), or in page-locked host buffers that only the
+compressed bytes are copied through (``staged``); the pools
+(:class:`DevicePools`) grow and are reused across calls. Every kernel and
+copy is enqueued on the stream captured when the call started; the host
+waits for it only right before MPI touches a buffer the stream writes or
+reads (:class:`MPIOnDevice`).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import UncompressibleError
+from ..kernels import cuda_runtime as cuda
+from .host import Scratch, check_float
+from .mpi_library import cuda_aware
+
+if TYPE_CHECKING:
+    from ..codecs import Codec
+
+__all__ = ["DEVICE", "DeviceArrays", "DeviceMemory", "DevicePools", "HostMemoryAsDevice",
+           "MPIOnDevice", "for_mpi"]
+
+
+class DeviceArrays:
+    """Operations on flat Numba device arrays, enqueued on :attr:`stream`."""
+
+    on_device = True
+    place = "device"
+
+    @property
+    def stream(self) -> Any:
+        """The CUDA stream work is enqueued on (here: the caller's current stream)."""
+        return cuda.current_stream()
+
+    # -- arrays -------------------------------------------------------------------
+    def view(self, name: str, g: Any) -> Any:
+        """A flat Numba device array over a gradient's memory (no copy)."""
+        d = cuda.as_device(g, f"gradient {name!r}")
+        check_float(name, np.dtype(d.dtype))
+        return d
+
+    def empty(self, n: int, dtype: Any) -> Any:
+        return cuda.as_device(cuda.empty(n, dtype), "array", sync=False)
+
+    def fresh_wire(self, nbytes: int) -> Any:
+        """A new stream buffer that outlives the call (a frame, a landing buffer)."""
+        return self.empty(nbytes, np.uint8)
+
+    def launch(self, kernel: Any, items: int, *args: Any) -> None:
+        """``kernel`` over ``items`` work items on :attr:`stream` (nothing when 0)."""
+        if items:
+            blocks, threads = cuda.grid(items)
+            with cuda.serialized():
+                kernel[blocks, threads, self.stream](*args)
+
+    # -- the codec's kernels ------------------------------------------------------------
+    def encode(self, codec: Codec, x: Any, out: Any) -> Any:
+        """Encode ``x`` into the head of the device ``out``; returns that head.
+
+        The refusal flag is not read: the agreement step (or the point-to-point
+        screen) found ``x`` finite and in range, so the call stays asynchronous."""
+        xd = cuda.as_device(x)
+        n = codec.stream_nbytes(xd.size, np.dtype(xd.dtype))
+        if out.size < n:
+            raise ValueError(f"a stream buffer of {out.size} bytes for a stream of {n}")
+        if n:
+            with cuda.serialized():
+                codec.encode_on_stream(xd, out[:n], self.stream, True)
+        return out[:n]
+
+    def decode(self, codec: Codec, stream: Any, out: Any) -> Any:
+        """Decode the head of the device ``stream`` into ``out``; returns ``out``."""
+        od = cuda.as_device(out, "out")
+        n = codec.stream_nbytes(od.size, np.dtype(od.dtype))
+        if stream.size < n:
+            raise ValueError(f"a stream buffer of {stream.size} bytes for a stream of {n}")
+        if od.size:
+            with cuda.serialized():
+                codec.decode_on_stream(stream[:n], od, self.stream)
+        return out
+
+    def roundtrip(self, codec: Codec, x: Any) -> Any:
+        """C(x), or ``x`` itself when the codec refuses it (then sent plain)."""
+        try:
+            stream = codec.encode(x)
+        except UncompressibleError:
+            return x
+        return cuda.as_device(codec.decode(stream, count=x.size, dtype=x.dtype), "C(x)",
+                              sync=False)
+
+    # -- element-wise ---------------------------------------------------------------
+    def add_into(self, acc: Any, x: Any) -> None:
+        from ..kernels import scan_cuda
+
+        self.launch(scan_cuda.add_into, acc.size, acc, x)
+
+    def copy(self, dst: Any, src: Any) -> None:
+        """``dst[:] = src``: device from device or host, host from device (enqueued), or
+        host from host (after the stream, which may still write ``src``)."""
+        if dst is src or not dst.size:
+            return
+        if cuda.is_device_array(dst):
+            if cuda.is_device_array(src) and cuda.same_memory(dst, src):
+                return  # in place
+            with cuda.serialized():
+                cuda.copy_to_device(dst, src, self.stream)
+        elif cuda.is_device_array(src):
+            cuda.copy_to_host(dst, src, self.stream)
+        else:  # staged streams: host memory the stream may still be writing
+            self.stream.synchronize()
+            dst[...] = src
+
+    def divide(self, y: Any, p: int) -> None:
+        from ..kernels import feedback_cuda
+
+        self.launch(feedback_cuda.divide, y.size, y, np.dtype(y.dtype).type(p))
+
+    def max_abs(self, x: Any) -> float:
+        """max |x| over a device array (+Inf for NaN/Inf); waits for the stream."""
+        from ..kernels import scan_cuda
+
+        if not x.size:
+            return 0.0
+        stream = self.stream
+        wide = np.dtype(x.dtype) == np.float64
+        utype, ftype = (np.uint64, np.float64) if wide else (np.uint32, np.float32)
+        mask = utype(0x7FFFFFFFFFFFFFFF if wide else 0x7FFFFFFF)
+        result = cuda.as_device(cuda.empty(1, utype), "result", sync=False)  # CuPy's pool
+        result.copy_to_device(np.zeros(1, utype), stream=stream)
+        blocks, threads = cuda.grid(x.size)
+        with cuda.serialized():
+            scan_cuda.max_abs_bits[min(blocks, 256), threads, stream](
+                x.view(utype), mask, result)
+        bits = result.copy_to_host(stream=stream)
+        stream.synchronize()
+        v = float(bits.view(ftype)[0])
+        return v if v <= np.finfo(np.float64).max else float("inf")
+
+    def finite(self, x: Any, rt: Any = None) -> bool:
+        """True when every ``x`` (``x - rt`` when given) is finite; waits for the stream."""
+        from ..kernels import feedback_cuda
+
+        if not x.size:
+            return True
+        stream = self.stream
+        flag = cuda.zeros_like_flag(stream)
+        if rt is None:
+            self.launch(feedback_cuda.nonfinite, x.size, x, flag)
+        else:
+            self.launch(feedback_cuda.nonfinite_difference, x.size, x, rt, flag)
+        return not flag.copy_to_host(stream=stream)[0]
+
+    def residual(self, x: Any, rt: Any, prev: Any, a: float, b: float, lim: float) -> Any:
+        """``clip(a * prev + b * (x - rt), -lim, lim)``, into ``prev`` when given."""
+        from ..kernels import feedback_cuda
+
+        t = np.dtype(x.dtype).type
+        out = prev if prev is not None else self.empty(x.size, np.dtype(x.dtype))
+        if prev is None:
+            a = 0.0
+        self.launch(feedback_cuda.residual, x.size, x, rt, out, t(a), t(b), t(lim), out)
+        return out
+
+    def order_keys(self, codes: Any) -> None:
+        """Turn int16 codes into keys that order like their values (negative ones flipped)."""
+        from ..kernels import scan_cuda
+
+        self.launch(scan_cuda.order_keys, codes.size, codes)
+
+
+class DevicePools:
+    """The grow-only device and pinned-host scratch pools of one thread's engine."""
+
+    def __init__(self) -> None:
+        self.device = Scratch(_device_alloc)
+        self.pinned = Scratch(cuda.pinned_empty)
+        self._stream: Any = None
+
+    def use(self, stream: Any) -> None:
+        """Start a call on ``stream``: when the previous call ran on another stream,
+        wait for it first (its last decode may still read these buffers)."""
+        previous = self._stream
+        if previous is not None and previous is not stream and _key(previous) != _key(stream):
+            previous.synchronize()
+        self._stream = stream
+
+
+def _key(stream: Any) -> Any:
+    try:
+        return int(stream)
+    except TypeError:
+        return id(stream)
+
+
+def _device_alloc(nbytes: int) -> Any:
+    return cuda.as_device(cuda.empty(nbytes, np.uint8), "scratch", sync=False)
+
+
+class DeviceMemory(DeviceArrays):
+    """A call's values on the device; its streams on the device (``direct``) or staged
+    in pinned host memory. Without ``stream`` and ``direct``: the caller's current
+    stream, and whether MPI is CUDA-aware."""
+
+    def __init__(self, pools: DevicePools, stream: Any = None, direct: bool | None = None) -> None:
+        stream = cuda.current_stream() if stream is None else stream
+        direct = cuda_aware()[0] if direct is None else direct
+        pools.use(stream)
+        self.pools = pools
+        self._stream = stream
+        self.direct = direct
+        self.wire_on_device = direct
+        self.label = "device, CUDA-aware MPI" if direct else "device, staged through pinned host"
+
+    @property
+    def stream(self) -> Any:
+        return self._stream
+
+    # -- scratch ----------------------------------------------------------------
+    def values(self, name: str, n: int, dtype: Any) -> Any:
+        return self.pools.device.get(name, n, dtype)
+
+    def wire(self, name: str, nbytes: int) -> Any:
+        pool = self.pools.device if self.direct else self.pools.pinned
+        return pool.get("wire:" + name, nbytes, np.uint8)
+
+    def host(self, name: str, n: int, dtype: Any) -> np.ndarray:
+        """Pinned host scratch (for data MPI must see in host memory, e.g. for a Python op)."""
+        return self.pools.pinned.get("host:" + name, n, dtype)
+
+    def fresh_wire(self, nbytes: int) -> Any:
+        if self.direct:
+            return super().fresh_wire(nbytes)
+        return np.empty(nbytes, dtype=np.uint8)
+
+    # -- the codec's kernels, streams staged through the host ------------------------
+    def encode(self, codec: Codec, x: Any, out: Any) -> Any:
+        if self.direct:
+            return super().encode(codec, x, out)
+        staged = super().encode(codec, x, self.pools.device.get("stage", out.size, np.uint8))
+        out = out[:staged.size]
+        cuda.copy_to_host(out, staged, self.stream)
+        return out
+
+    def decode(self, codec: Codec, stream: Any, out: Any) -> Any:
+        if self.direct:
+            return super().decode(codec, stream, out)
+        staged = self.pools.device.get("stage", stream.size, np.uint8)
+        cuda.copy_to_device(staged, stream, self.stream)
+        return super().decode(codec, staged, out)
+
+    def order_keys(self, codes: Any) -> None:
+        if not self.wire_on_device:  # staged: wait for the copy into the host buffer
+            self.stream.synchronize()
+            np.bitwise_xor(codes, np.int16(0x7FFF), out=codes, where=codes < 0)
+        else:
+            super().order_keys(codes)
+
+    # -- MPI --------------------------------------------------------------------------
+    def mpi_comm(self, comm: Any) -> Any:
+        return MPIOnDevice(comm, self)
+
+    def synchronize(self) -> None:
+        self.stream.synchronize()
+
+
+class MPIOnDevice:
+    """A communicator whose buffer methods first wait for the call's stream.
+
+    MPI reads and writes buffers as soon as it is called, and mpi4py does
+    not look at the stream of a ``__cuda_array_interface__``: so the kernels
+    and copies that produce (or still read) a buffer must have finished.
+    Simulated device arrays are passed as their host memory behind
+    ``__cuda_array_interface__`` (:func:`for_mpi`).
+    """
+
+    def __init__(self, comm: Any, memory: DeviceMemory) -> None:
+        self._comm = comm
+        self._memory = memory
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._comm, name)
+        if not callable(attr) or not name[:1].isupper() or name.startswith("Get_"):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self._memory.synchronize()
+            return attr(*[_for_mpi(a) for a in args],
+                        **{k: _for_mpi(v) for k, v in kwargs.items()})
+
+        return call
+
+
+def _for_mpi(arg: Any) -> Any:
+    from .plain import spec_object, with_object
+
+    return with_object(arg, for_mpi(spec_object(arg)))
+
+
+class HostMemoryAsDevice:
+    """Host memory offered through ``__cuda_array_interface__`` (as a device pointer).
+
+    Under Numba's CUDA simulator "device" arrays live in host memory but
+    carry no interface; wrapped in this, they reach MPI as device pointers
+    do on a GPU (mpi4py reads the interface), so the CUDA-aware code path is
+    exercised on a machine without a GPU.
+    """
+
+    def __init__(self, array: np.ndarray) -> None:
+        if not array.flags.c_contiguous:
+            raise ValueError("HostMemoryAsDevice needs a C-contiguous array")
+        self._array = array
+        self.__cuda_array_interface__ = {
+            "shape": array.shape,
+            "typestr": array.dtype.str,
+            "data": (array.ctypes.data if array.size else 0, not array.flags.writeable),
+            "strides": None,
+            "version": 3,
+        }
+
+    @property
+    def array(self) -> np.ndarray:
+        return self._array
+
+
+def for_mpi(obj: Any) -> Any:
+    """``obj`` as mpi4py should be given it: a simulator array becomes its host memory
+    behind ``__cuda_array_interface__``; everything else is returned as is."""
+    if cuda.simulated(obj):
+        return HostMemoryAsDevice(obj._ary)
+    return obj
+
+
+#: device operations on the caller's current stream (the gradient reducer's)
+DEVICE = DeviceArrays()

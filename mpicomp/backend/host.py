@@ -1,0 +1,192 @@
+"""Host memory: NumPy arrays, the CPU kernels (``kernels/*_cpu.py``), reused scratch.
+
+:class:`HostArrays` is every operation mpicomp performs on host values and
+streams: running a codec's kernels, the element-wise sums and scans of the
+collectives, the error feedback's arithmetic. :class:`HostMemory` adds the
+scratch pool of one engine (values and streams reused across calls) and is
+what a compressed call on host buffers works in; the training code uses
+:data:`HOST` (no scratch: its buckets are its own).
+
+:mod:`mpicomp.backend.device` has the same interface on the GPU, so the
+algorithms (:mod:`mpicomp.algorithms`, :mod:`mpicomp.collectives`) and the
+gradient reducer (:mod:`mpicomp.training`) have one implementation for both.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import UncompressibleError
+
+if TYPE_CHECKING:
+    from ..codecs import Codec
+
+__all__ = ["HOST", "HostArrays", "HostMemory", "Scratch", "check_float"]
+
+#: dtypes the compiled element-wise kernels take (others fall back to NumPy)
+_KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+class Scratch:
+    """Named scratch arrays: ``get(name, n, dtype)`` returns ``n`` elements, reusing memory.
+
+    A name's memory grows to the largest request and is kept; two names
+    never share memory. ``alloc(nbytes)`` makes a flat uint8 buffer (host
+    memory by default; the device memory passes device and pinned-host
+    allocators). Not thread-safe: give each thread its own pool (one per engine).
+    """
+
+    def __init__(self, alloc: Callable[[int], Any] | None = None) -> None:
+        self._alloc = alloc or (lambda nbytes: np.empty(nbytes, dtype=np.uint8))
+        self._buffers: dict[str, Any] = {}
+
+    def get(self, name: str, n: int, dtype: np.dtype | type) -> Any:
+        dt = np.dtype(dtype)
+        nbytes = n * dt.itemsize
+        buf = self._buffers.get(name)
+        if buf is None or buf.size < nbytes:
+            # round up so that slowly growing requests do not reallocate each time
+            buf = self._alloc(max(nbytes, 64) + (nbytes >> 3))
+            self._buffers[name] = buf
+        return buf[:nbytes].view(dt)
+
+
+class HostArrays:
+    """Operations on host arrays (NumPy); kernels from ``kernels/*_cpu.py``."""
+
+    on_device = False
+    place = "host"
+
+    # -- arrays -------------------------------------------------------------------
+    def view(self, name: str, g: Any) -> np.ndarray:
+        """A NumPy view of a gradient's memory (no copy), or TypeError/ValueError."""
+        if isinstance(g, np.ndarray):
+            arr = g
+        elif hasattr(g, "numpy") and str(getattr(g, "device", "")) == "cpu":
+            arr = g.detach().numpy() if hasattr(g, "detach") else g.numpy()
+        else:
+            raise TypeError(f"gradient {name!r}: GradientReducer takes NumPy arrays, CPU "
+                            f"tensors NumPy can view and CUDA device buffers, got "
+                            f"{type(g).__name__}")
+        if not arr.flags.c_contiguous:
+            raise ValueError(f"gradient {name!r} must be C-contiguous (strides {arr.strides})")
+        check_float(name, arr.dtype)
+        return arr
+
+    def empty(self, n: int, dtype: Any) -> np.ndarray:
+        return np.empty(n, dtype)
+
+    def fresh_wire(self, nbytes: int) -> np.ndarray:
+        """A new stream buffer that outlives the call (a frame, a landing buffer)."""
+        return np.empty(nbytes, dtype=np.uint8)
+
+    # -- the codec's kernels (arrays the caller made: flat, contiguous, right size) -----
+    def encode(self, codec: Codec, x: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Encode ``x`` into the head of ``out``; returns that head (the stream)."""
+        stream = _head(out, codec.stream_nbytes(x.size, x.dtype))
+        codec.encode_into(x.reshape(-1), stream)
+        return stream
+
+    def encode_guarded(self, codec: Codec, x: np.ndarray, out: np.ndarray) -> int:
+        """Encode; the number of unsafe blocks (:meth:`Codec.encode_guarded`)."""
+        stream = _head(out, codec.stream_nbytes(x.size, x.dtype))
+        return codec.encode_into_guarded(x.reshape(-1), stream)
+
+    def decode(self, codec: Codec, stream: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """Decode the head of ``stream`` into ``out``; returns ``out``."""
+        codec.decode_into(_head(stream, codec.stream_nbytes(out.size, out.dtype)),
+                          out.reshape(-1))
+        return out
+
+    def roundtrip(self, codec: Codec, x: np.ndarray) -> np.ndarray:
+        """C(x), or ``x`` itself when the codec refuses it (then sent plain)."""
+        try:
+            return codec.decode(codec.encode(x), out=np.empty_like(x))
+        except UncompressibleError:
+            return x
+
+    # -- element-wise ---------------------------------------------------------------
+    def add_into(self, acc: np.ndarray, x: np.ndarray) -> None:
+        """``acc += x`` (same number of values), on the rank's thread budget."""
+        if acc.dtype in _KERNEL_DTYPES and x.dtype == acc.dtype:
+            from ..kernels.scan_cpu import add_into
+
+            add_into(acc.reshape(-1), x.reshape(-1))
+        else:
+            acc += x.reshape(acc.shape)
+
+    def copy(self, dst: np.ndarray, src: np.ndarray) -> None:
+        """``dst[:] = src`` (same number of values; shapes may differ)."""
+        if dst is not src:
+            np.copyto(dst.reshape(-1), src.reshape(-1))
+
+    def divide(self, y: np.ndarray, p: int) -> None:
+        np.divide(y, y.dtype.type(p), out=y)
+
+    def max_abs(self, x: np.ndarray) -> float:
+        """max |x| (+Inf for NaN/Inf)."""
+        from ..kernels.scan_cpu import max_abs
+
+        return max_abs(x) if x.size else 0.0
+
+    def finite(self, x: np.ndarray, rt: np.ndarray | None = None) -> bool:
+        """True when every ``x`` (``x - rt`` when given) is finite."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            return bool(np.isfinite(x if rt is None else x - rt).all())
+
+    def residual(self, x: np.ndarray, rt: np.ndarray, prev: np.ndarray | None, a: float,
+                 b: float, lim: float) -> np.ndarray:
+        """``clip(a * prev + b * (x - rt), -lim, lim)`` in ``x``'s dtype (a new array)."""
+        t = x.dtype.type
+        v = t(a) * prev if (prev is not None and a != 0) else np.zeros_like(x)
+        if b != 0:
+            v += t(b) * (x - rt)
+        return np.clip(v, -t(lim), t(lim), out=v)
+
+    def order_keys(self, codes: np.ndarray) -> None:
+        """Turn int16 codes into keys that order like their values (negative ones flipped)."""
+        np.bitwise_xor(codes, np.int16(0x7FFF), out=codes, where=codes < 0)
+
+
+class HostMemory(HostArrays):
+    """A call's values and streams in host memory, from one engine's scratch pool."""
+
+    wire_on_device = False
+    label = "host"
+
+    def __init__(self, scratch: Scratch) -> None:
+        self.scratch = scratch
+
+    def values(self, name: str, n: int, dtype: Any) -> np.ndarray:
+        return self.scratch.get(name, n, dtype)
+
+    def wire(self, name: str, nbytes: int) -> np.ndarray:
+        return self.scratch.get(name, nbytes, np.uint8)
+
+    def host(self, name: str, n: int, dtype: Any) -> np.ndarray:
+        """Host scratch (for data MPI must see in host memory)."""
+        return self.scratch.get(name, n, dtype)
+
+    def mpi_comm(self, comm: Any) -> Any:
+        return comm
+
+    def synchronize(self) -> None:
+        pass
+
+
+#: host operations without a scratch pool (the gradient reducer's)
+HOST = HostArrays()
+
+
+def _head(stream: np.ndarray, n: int) -> np.ndarray:
+    """The first ``n`` bytes of a stream buffer (a kernel must never run past its end)."""
+    if stream.size < n:
+        raise ValueError(f"a stream buffer of {stream.size} bytes for a stream of {n}")
+    return stream[:n]
+
+
+def check_float(name: str, dtype: np.dtype) -> None:
+    if dtype.kind != "f":
+        raise TypeError(f"gradient {name!r} must be a float array, got dtype {dtype}")
