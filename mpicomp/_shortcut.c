@@ -43,7 +43,6 @@
 #include <stdint.h>
 
 #define SLOTS 16    /* sizes counted in a table per method; more go to a dict */
-#define METHODS 24  /* methods a state counts for */
 
 /* -- ShortcutState: one communicator's limit and counts --------------------------- */
 
@@ -55,11 +54,11 @@ typedef struct {
 } Counts;
 
 typedef struct {
-    PyObject_HEAD
+    PyObject_VAR_HEAD  /* ob_size: the methods it counts for (ShortcutState(methods)) */
     double limit;      /* collectives of fewer bytes go plain; 0: none */
     double p2p_limit;  /* sends of fewer bytes go plain; 0: none (and no receive shortcut) */
     PyObject *spare;   /* a Status the receive shortcut reuses (taken while in use) */
-    Counts counts[METHODS];
+    Counts counts[];
 } State;
 
 /* one more call of n bytes (nb: n as an int object, or NULL to make one if needed) */
@@ -100,17 +99,23 @@ count(Counts *c, Py_ssize_t n, PyObject *nb)
 static PyObject *
 state_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    if (!PyArg_ParseTuple(args, ":ShortcutState") || (kwds && PyDict_GET_SIZE(kwds))) {
-        PyErr_SetString(PyExc_TypeError, "ShortcutState() takes no arguments");
+    int methods = 0;
+    if (!PyArg_ParseTuple(args, "i:ShortcutState", &methods) || (kwds && PyDict_GET_SIZE(kwds))) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "ShortcutState(methods) takes no keywords");
         return NULL;
     }
-    return type->tp_alloc(type, 0);  /* zeroed: limit 0, empty tables */
+    if (methods < 1 || methods > 256) {
+        PyErr_Format(PyExc_ValueError, "ShortcutState: methods from 1 to 256, got %d", methods);
+        return NULL;
+    }
+    return type->tp_alloc(type, methods);  /* zeroed: limit 0, empty tables */
 }
 
 static int
 state_traverse(State *self, visitproc visit, void *arg)
 {
-    for (int m = 0; m < METHODS; m++)
+    for (Py_ssize_t m = 0; m < Py_SIZE(self); m++)
         Py_VISIT(self->counts[m].more);
     Py_VISIT(self->spare);
     return 0;
@@ -119,7 +124,7 @@ state_traverse(State *self, visitproc visit, void *arg)
 static int
 state_clear(State *self)
 {
-    for (int m = 0; m < METHODS; m++)
+    for (Py_ssize_t m = 0; m < Py_SIZE(self); m++)
         Py_CLEAR(self->counts[m].more);
     Py_CLEAR(self->spare);
     return 0;
@@ -140,9 +145,9 @@ state_take(State *self, PyObject *arg)
     long m = PyLong_AsLong(arg);
     if (m == -1 && PyErr_Occurred())
         return NULL;
-    if (m < 0 || m >= METHODS) {
-        PyErr_Format(PyExc_ValueError, "take: a method index from 0 to %d, got %ld",
-                     METHODS - 1, m);
+    if (m < 0 || m >= Py_SIZE(self)) {
+        PyErr_Format(PyExc_ValueError, "take: a method index from 0 to %zd, got %ld",
+                     Py_SIZE(self) - 1, m);
         return NULL;
     }
     Counts *c = &self->counts[m];
@@ -189,6 +194,7 @@ static PyTypeObject StateType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "mpicomp._shortcut.ShortcutState",
     .tp_basicsize = sizeof(State),
+    .tp_itemsize = sizeof(Counts),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "One communicator's shortcut limit and counts (see mpicomp/shortcut.py).",
     .tp_new = state_new,
@@ -203,6 +209,16 @@ static PyTypeObject StateType = {
 
 enum { COLLECTIVE = 0, SEND = 1, RECEIVE = 2, SENDRECV = 3 };
 
+/* Where mpi4py's method takes its arguments (from `params`, its parameter names; the
+ * communicator at 0; -1: none) */
+typedef struct {
+    int op, root;    /* op, root */
+    int peer, tag;   /* dest or source, and tag or sendtag (sends; Sendrecv's send) */
+    int counts;      /* recvcounts (Reduce_scatter) */
+    int into;        /* the receiving kinds' receive buffer (source, tag and status follow) */
+    int most;        /* how many arguments it takes at most */
+} Positions;
+
 typedef struct {
     PyObject_HEAD
     PyObject *plain;       /* mpi4py's unbound method, e.g. MPI.Intracomm.Allreduce */
@@ -216,9 +232,12 @@ typedef struct {
     int sized;             /* the argument whose bytes are the call's size (1: the first
                               buffer; Scatter: 2, its receive buffer) */
     int other;             /* the call's other buffer (0: none): an array too, or None */
-    int direct;            /* a collective MPI takes directly (DIRECT_...), or NO_DIRECT */
+    int direct;            /* the MPI function a call fitting it goes to (DIRECT_...; from
+                              `mpi`, its name), or NO_DIRECT: through mpi4py */
     int vspec;             /* the argument whose v-spec's largest count is the call's size
                               (Allgatherv's receive buffer), 0: the `sized` buffer's bytes */
+    Positions at;          /* where mpi4py's method takes its arguments */
+    int counted;           /* the largest count index it uses (index, recv_index) */
     PyTypeObject *array;   /* numpy.ndarray, matched exactly */
     PyTypeObject *owner;   /* the class whose slot holds the state */
     Py_ssize_t offset;     /* where that slot lies in an instance */
@@ -644,7 +663,7 @@ direct(Method *self, const Span *into, Py_ssize_t first, PyObject *const *args,
     char *sendat = NULL;
     Py_buffer sent = {0}, view = {0};
     if (self->kind == SENDRECV) {
-        if (!int_arg(args[2], &dest) || !int_arg(args[3], &sendtag))
+        if (!int_arg(args[self->at.peer], &dest) || !int_arg(args[self->at.tag], &sendtag))
             return 0;
         if (!send_view(args[1], self->array, &sent, &sendat, &sendtype, &sendcount))
             return 0;
@@ -827,6 +846,43 @@ enum { NO_DIRECT = 0, DIRECT_ALLREDUCE = 1, DIRECT_BCAST = 2, DIRECT_REDUCE = 3,
        DIRECT_IBCAST = 12, DIRECT_IALLGATHER = 13, DIRECT_IALLTOALL = 14,
        DIRECT_REDUCE_SCATTER_BLOCK = 15, DIRECT_REDUCE_SCATTER = 16 };
 
+/* The MPI functions the shortcut calls itself once bound, in one table: the name (the
+ * module's FUNCTIONS; bind takes an address for each), where bind keeps the address, the
+ * kind of method that may name it (PlainMethod's mpi=; -1: a helper no method names) and
+ * the call such a method makes with it (NO_DIRECT: the receiving kinds and Allgatherv's
+ * v-spec, whose calls their kind and v-spec choose). */
+static const struct {
+    const char *name;
+    void **slot;
+    int kind;
+    int direct;
+} FUNCTIONS[] = {
+    {"MPI_Recv", (void **)&mpi.recv, RECEIVE, NO_DIRECT},
+    {"MPI_Sendrecv", (void **)&mpi.sendrecv, SENDRECV, NO_DIRECT},
+    {"MPI_Get_count", (void **)&mpi.get_count, -1, NO_DIRECT},
+    {"MPI_Comm_rank", (void **)&mpi.comm_rank, -1, NO_DIRECT},
+    {"MPI_Comm_size", (void **)&mpi.comm_size, -1, NO_DIRECT},
+    {"MPI_Allreduce", (void **)&mpi.allreduce, COLLECTIVE, DIRECT_ALLREDUCE},
+    {"MPI_Bcast", (void **)&mpi.bcast, COLLECTIVE, DIRECT_BCAST},
+    {"MPI_Reduce", (void **)&mpi.reduce, COLLECTIVE, DIRECT_REDUCE},
+    {"MPI_Allgather", (void **)&mpi.allgather, COLLECTIVE, DIRECT_ALLGATHER},
+    {"MPI_Alltoall", (void **)&mpi.alltoall, COLLECTIVE, DIRECT_ALLTOALL},
+    {"MPI_Gather", (void **)&mpi.gather, COLLECTIVE, DIRECT_GATHER},
+    {"MPI_Scatter", (void **)&mpi.scatter, COLLECTIVE, DIRECT_SCATTER},
+    {"MPI_Send", (void **)&mpi.send, SEND, DIRECT_SEND},
+    {"MPI_Isend", (void **)&mpi.isend, SEND, DIRECT_ISEND},
+    {"MPI_Irecv", (void **)&mpi.irecv, SEND, DIRECT_IRECV},
+    {"MPI_Iallreduce", (void **)&mpi.iallreduce, COLLECTIVE, DIRECT_IALLREDUCE},
+    {"MPI_Ibcast", (void **)&mpi.ibcast, COLLECTIVE, DIRECT_IBCAST},
+    {"MPI_Iallgather", (void **)&mpi.iallgather, COLLECTIVE, DIRECT_IALLGATHER},
+    {"MPI_Ialltoall", (void **)&mpi.ialltoall, COLLECTIVE, DIRECT_IALLTOALL},
+    {"MPI_Allgatherv", (void **)&mpi.allgatherv, COLLECTIVE, NO_DIRECT},
+    {"MPI_Reduce_scatter_block", (void **)&mpi.reduce_scatter_block, COLLECTIVE,
+     DIRECT_REDUCE_SCATTER_BLOCK},
+    {"MPI_Reduce_scatter", (void **)&mpi.reduce_scatter, COLLECTIVE, DIRECT_REDUCE_SCATTER},
+};
+enum { NFUNCTIONS = sizeof FUNCTIONS / sizeof FUNCTIONS[0] };
+
 
 /* a call's argument at position `pos` or by keyword `name`: 1 with *out set (NULL when
  * absent), 0 when given both ways (mpi4py raises that) */
@@ -916,9 +972,10 @@ direct_p2p(Method *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwna
         return 0;
     PyObject *peer_obj = NULL, *tag_obj = NULL;
     int peer = 0, tag = 0, type = 0, count = 0;
-    if (nargs > 4
-            || !argument(args, nargs, kwnames, 2, receives ? "source" : "dest", &peer_obj)
-            || !argument(args, nargs, kwnames, 3, "tag", &tag_obj)
+    if (nargs > self->at.most
+            || !argument(args, nargs, kwnames, self->at.peer, receives ? "source" : "dest",
+                         &peer_obj)
+            || !argument(args, nargs, kwnames, self->at.tag, "tag", &tag_obj)
             || peer_obj == NULL || !int_arg(peer_obj, &peer)
             || (tag_obj == NULL ? receives : !int_arg(tag_obj, &tag)))
         return 0;
@@ -977,9 +1034,10 @@ direct_reduce_scatter(Method *self, PyObject *const *args, Py_ssize_t nargs,
     int block = self->direct == DIRECT_REDUCE_SCATTER_BLOCK;
     PyObject *op_obj = NULL, *counts_obj = NULL;
     int op = 0, size = 0, rank = 0;
-    if (nargs > (block ? 4 : 5) || nargs < 3
-            || !argument(args, nargs, kwnames, block ? 3 : 4, "op", &op_obj)
-            || (!block && !argument(args, nargs, kwnames, 3, "recvcounts", &counts_obj))
+    if (nargs > self->at.most || nargs < 3
+            || !argument(args, nargs, kwnames, self->at.op, "op", &op_obj)
+            || (!block && !argument(args, nargs, kwnames, self->at.counts, "recvcounts",
+                                    &counts_obj))
             || !op_arg(op_obj, &op))
         return 0;
     if (counts_obj == Py_None)
@@ -1056,15 +1114,6 @@ direct_reduce_scatter(Method *self, PyObject *const *args, Py_ssize_t nargs,
     return 1;
 }
 
-/* Where each direct collective's op and root are (-1: none) and how many arguments it
- * takes at most (the communicator first): Allreduce(sendbuf, recvbuf, op),
- * Bcast(buf, root), Reduce(sendbuf, recvbuf, op, root), Allgather(sendbuf, recvbuf),
- * Alltoall(sendbuf, recvbuf), Gather(sendbuf, recvbuf, root), Scatter(sendbuf, recvbuf,
- * root). */
-static const Py_ssize_t OP_AT[] = {-1, 3, -1, 3, -1, -1, -1, -1};
-static const Py_ssize_t ROOT_AT[] = {-1, -1, 2, 4, -1, -1, 3, 3};
-static const Py_ssize_t MOST[] = {0, 4, 3, 5, 3, 3, 4, 4};
-
 /* MPI's collective for a call that fits: contiguous arrays of the same one-letter format
  * whose counts match as MPI needs (the receive buffer writable; a buffer only significant
  * at the root taken only there; Bcast's buffer writable on every rank), a predefined op,
@@ -1089,17 +1138,17 @@ direct_collective(Method *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
     }
     PyObject *op_obj = NULL, *root_obj = NULL;
     int op = 0, root = 0, rank = 0, size = 1;
-    if (nargs > MOST[which]
-            || (OP_AT[which] > 0 && !argument(args, nargs, kwnames, OP_AT[which], "op", &op_obj))
-            || (ROOT_AT[which] > 0
-                && !argument(args, nargs, kwnames, ROOT_AT[which], "root", &root_obj))
-            || (OP_AT[which] > 0 && !op_arg(op_obj, &op))
+    if (nargs > self->at.most
+            || (self->at.op > 0 && !argument(args, nargs, kwnames, self->at.op, "op", &op_obj))
+            || (self->at.root > 0
+                && !argument(args, nargs, kwnames, self->at.root, "root", &root_obj))
+            || (self->at.op > 0 && !op_arg(op_obj, &op))
             || (root_obj != NULL && !int_arg(root_obj, &root)))
         return 0;
     int *comm = mpi.comm(args[0]);
     if (comm == NULL)
         return -1;
-    if ((ROOT_AT[which] > 0 && which != DIRECT_BCAST && mpi.comm_rank(*comm, &rank) != 0)
+    if ((self->at.root > 0 && which != DIRECT_BCAST && mpi.comm_rank(*comm, &rank) != 0)
             || (which >= DIRECT_ALLGATHER && mpi.comm_size(*comm, &size) != 0))
         return 0;  /* (mpi4py's call reports it) */
     /* which buffers count here: the send buffer (args[1]) and the receive buffer (args[2]) */
@@ -1361,16 +1410,17 @@ shortcut_call(Method *self, State *state, PyObject *const *args, Py_ssize_t narg
     int rc = 0;
     switch (self->kind) {
     case RECEIVE:
-        return receive_shape(self, 1, args, nargs, kwnames, &into)
-               ? receive(self, state, &into, 1, args, nargs, kwnames, result) : 0;
+        return receive_shape(self, self->at.into, args, nargs, kwnames, &into)
+               ? receive(self, state, &into, self->at.into, args, nargs, kwnames, result) : 0;
     case SENDRECV:
         /* the call must have the shape the receive takes (its buffer positional) before
          * anything is counted */
-        if (!receive_shape(self, 4, args, nargs, kwnames, &into))
+        if (!receive_shape(self, self->at.into, args, nargs, kwnames, &into))
             return 0;
         rc = bare ? below(state, self->index, sized, limit)
                   : counted_below(state, self->index, spec_nbytes(sized, self->array), limit);
-        return rc == 1 ? receive(self, state, &into, 4, args, nargs, kwnames, result) : rc;
+        return rc == 1 ? receive(self, state, &into, self->at.into, args, nargs, kwnames,
+                                 result) : rc;
     }
     if (self->vspec) {  /* sized by the receive v-spec's largest count */
         if (nargs <= self->vspec || sized == Py_None || !spec_host(sized, self->array)
@@ -1397,7 +1447,8 @@ method_vectorcall(PyObject *self_obj, PyObject *const *args, size_t nargsf, PyOb
     if (nargs > self->sized && PyObject_TypeCheck(args[0], self->owner)
             && plain_keywords(self, kwnames)) {
         PyObject *state_obj = *(PyObject **)((char *)args[0] + self->offset);
-        if (state_obj != NULL && Py_TYPE(state_obj) == &StateType) {
+        if (state_obj != NULL && Py_TYPE(state_obj) == &StateType
+                && self->counted < Py_SIZE(state_obj)) {
             State *state = (State *)state_obj;
             double limit = self->kind == COLLECTIVE ? state->limit : state->p2p_limit;
             PyObject *result = NULL;
@@ -1413,30 +1464,101 @@ method_vectorcall(PyObject *self_obj, PyObject *const *args, size_t nargsf, PyOb
 static PyObject *
 method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *names[] = {"plain", "slow", "array", "slot", "index", "keywords", "kind",
-                            "frame", "status_type", "byte", "defaults", "recv_index", "sized",
-                            "other", "direct", "vspec", NULL};
-    PyObject *plain, *slow, *array, *slot, *keywords;
+    static char *names[] = {"plain", "slow", "array", "slot", "index", "params", "keywords",
+                            "kind", "mpi", "frame", "status_type", "byte", "defaults",
+                            "recv_index", "sized", "other", "vspec", NULL};
+    PyObject *plain, *slow, *array, *slot, *params, *keywords, *mpi_name = Py_None;
     PyObject *frame = Py_None, *status_type = Py_None, *byte = Py_None, *defaults = Py_None;
-    int index, kind = COLLECTIVE, recv_index = -1, sized = 1, other = 0, direct = NO_DIRECT;
-    int vspec = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!iO!|$iOOOOiiiii:PlainMethod", names,
+    const char *kind_name = "collective";
+    int index, recv_index = -1, sized = 1, other = 0, vspec = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!iO!O!|$sOOOOOiiii:PlainMethod", names,
                                      &plain, &slow, &PyType_Type, &array, &PyMemberDescr_Type,
-                                     &slot, &index, &PyTuple_Type, &keywords, &kind, &frame,
-                                     &status_type, &byte, &defaults, &recv_index, &sized,
-                                     &other, &direct, &vspec))
+                                     &slot, &index, &PyTuple_Type, &params, &PyTuple_Type,
+                                     &keywords, &kind_name, &mpi_name, &frame, &status_type,
+                                     &byte, &defaults, &recv_index, &sized, &other, &vspec))
         return NULL;
+    static const char *KINDS[] = {"collective", "send", "receive", "sendrecv"};
+    int kind = -1;
+    for (int k = 0; k < 4; k++)
+        if (strcmp(kind_name, KINDS[k]) == 0)
+            kind = k;
+    if (kind < 0) {
+        PyErr_Format(PyExc_ValueError, "PlainMethod: kind 'collective', 'send', 'receive' "
+                     "or 'sendrecv', got '%s'", kind_name);
+        return NULL;
+    }
+    /* the MPI function its calls go to: its code, and whether this kind may name it */
+    int direct = NO_DIRECT;
+    if (mpi_name != Py_None) {
+        const char *fn = PyUnicode_Check(mpi_name) ? PyUnicode_AsUTF8(mpi_name) : NULL;
+        int found = -1;
+        for (int i = 0; fn != NULL && i < NFUNCTIONS && found < 0; i++)
+            if (strcmp(fn, FUNCTIONS[i].name) == 0)
+                found = i;
+        if (found < 0 || FUNCTIONS[found].kind != kind) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "PlainMethod: mpi names an MPI function of "
+                             "the module's FUNCTIONS that a '%s' method calls, got %R",
+                             kind_name, mpi_name);
+            return NULL;
+        }
+        direct = FUNCTIONS[found].direct;
+    }
+    /* where mpi4py's method takes each argument (the communicator first) */
+    Py_ssize_t nparams = PyTuple_GET_SIZE(params);
+    Positions at = {-1, -1, -1, -1, -1, -1, (int)nparams + 1};
+    int source_at = -1, status_at = -1;
+    for (Py_ssize_t i = 0; i < nparams; i++) {
+        PyObject *name = PyTuple_GET_ITEM(params, i);
+        const char *n = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+        if (n == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "PlainMethod: params must be a tuple of str");
+            return NULL;
+        }
+        int pos = (int)i + 1;
+        if (strcmp(n, "op") == 0)
+            at.op = pos;
+        else if (strcmp(n, "root") == 0)
+            at.root = pos;
+        else if (strcmp(n, "dest") == 0 || (strcmp(n, "source") == 0 && kind == SEND))
+            at.peer = pos;
+        else if (strcmp(n, "tag") == 0 ? kind == SEND : strcmp(n, "sendtag") == 0)
+            at.tag = pos;
+        else if (strcmp(n, "recvcounts") == 0)
+            at.counts = pos;
+        if (strcmp(n, "source") == 0)
+            source_at = pos;
+        else if (strcmp(n, "status") == 0)
+            status_at = pos;
+        else if (strcmp(n, kind == SENDRECV ? "recvbuf" : "buf") == 0)
+            at.into = pos;
+    }
+    if (nparams < 1 || nparams > 12 || sized > nparams || other > nparams || vspec > nparams) {
+        PyErr_Format(PyExc_ValueError, "PlainMethod: params names 1 to 12 parameters and "
+                     "sized, other and vspec are among them, got %zd", nparams);
+        return NULL;
+    }
+    if ((kind == RECEIVE || kind == SENDRECV)
+            && (at.into < 1 || source_at != at.into + 1 || status_at != at.into + 3)) {
+        PyErr_SetString(PyExc_ValueError, "PlainMethod: a receive's params have its buffer, "
+                        "then source, tag and status");
+        return NULL;
+    }
+    if ((kind == SEND || kind == SENDRECV) && (at.peer < 0 || at.tag < 0)) {
+        PyErr_SetString(PyExc_ValueError, "PlainMethod: a send's params have dest (or "
+                        "source) and tag");
+        return NULL;
+    }
+    if (direct == DIRECT_REDUCE_SCATTER ? at.counts < 0 || at.op < 0
+            : (direct == DIRECT_REDUCE_SCATTER_BLOCK && at.op < 0)) {
+        PyErr_SetString(PyExc_ValueError, "PlainMethod: a reduce-scatter's params have op "
+                        "(and recvcounts)");
+        return NULL;
+    }
     if (vspec < 0 || vspec == sized || (vspec && (kind != COLLECTIVE || direct != NO_DIRECT))) {
         PyErr_Format(PyExc_ValueError, "PlainMethod: vspec must be 0, or another argument "
                      "than sized for a collective that is not direct, got %d", vspec);
-        return NULL;
-    }
-    int p2p = direct >= DIRECT_SEND && direct <= DIRECT_IRECV;
-    if (direct < NO_DIRECT || direct > DIRECT_REDUCE_SCATTER
-            || (direct != NO_DIRECT && kind != (p2p ? SEND : COLLECTIVE))) {
-        PyErr_Format(PyExc_ValueError, "PlainMethod: direct must be 0, 8 to 10 for a send "
-                     "kind (Send, Isend, Irecv), or 1 to 7 and 11 to 16 for a collective, "
-                     "got %d", direct);
         return NULL;
     }
     if (other < 0 || other == sized) {
@@ -1449,17 +1571,8 @@ method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                      "collective, got %d", sized);
         return NULL;
     }
-    if (kind < COLLECTIVE || kind > SENDRECV) {
-        PyErr_Format(PyExc_ValueError, "PlainMethod: kind 0, 1, 2 or 3, got %d", kind);
-        return NULL;
-    }
     if (recv_index < 0)
         recv_index = index;
-    if (recv_index >= METHODS) {
-        PyErr_Format(PyExc_ValueError, "PlainMethod: recv_index from 0 to %d, got %d",
-                     METHODS - 1, recv_index);
-        return NULL;
-    }
     if ((kind == RECEIVE || kind == SENDRECV)
             && (!PyCallable_Check(frame) || !PyCallable_Check(status_type) || byte == Py_None
                 || !PyTuple_Check(defaults) || PyTuple_GET_SIZE(defaults) != 2)) {
@@ -1477,9 +1590,8 @@ method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_TypeError, "PlainMethod: plain and slow must be callable");
         return NULL;
     }
-    if (index < 0 || index >= METHODS) {
-        PyErr_Format(PyExc_ValueError, "PlainMethod: index from 0 to %d, got %d",
-                     METHODS - 1, index);
+    if (index < 0) {
+        PyErr_Format(PyExc_ValueError, "PlainMethod: index >= 0, got %d", index);
         return NULL;
     }
     PyMemberDescrObject *member = (PyMemberDescrObject *)slot;
@@ -1508,6 +1620,8 @@ method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->other = other;
     self->direct = direct;
     self->vspec = vspec;
+    self->at = at;
+    self->counted = index > recv_index ? index : recv_index;
     self->frame = Py_NewRef(frame);
     self->status_type = Py_NewRef(status_type);
     self->byte = Py_NewRef(byte);
@@ -1596,10 +1710,10 @@ static PyTypeObject MethodType = {
     .tp_basicsize = sizeof(Method),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL
                 | Py_TPFLAGS_METHOD_DESCRIPTOR,
-    .tp_doc = "PlainMethod(plain, slow, array, slot, index, keywords, *, kind=0, frame=None, "
-              "status_type=None, byte=None, defaults=None, recv_index=-1, sized=1, other=0, "
-              "direct=0, vspec=0): "
-              "see the module's source.",
+    .tp_doc = "PlainMethod(plain, slow, array, slot, index, params, keywords, *, "
+              "kind='collective', mpi=None, frame=None, status_type=None, byte=None, "
+              "defaults=None, recv_index=-1, sized=1, other=0, vspec=0): "
+              "see mpicomp/shortcut.py (FastMethod) and the module's source.",
     .tp_new = method_new,
     .tp_dealloc = (destructor)method_dealloc,
     .tp_traverse = (traverseproc)method_traverse,
@@ -1659,18 +1773,9 @@ module_bind(PyObject *Py_UNUSED(module), PyObject *args)
                           &PyCapsule_Type, &op_get, &byte, &PyDict_Type, &types,
                           &PyTuple_Type, &ops, &PyType_Type, &op_type, &exception))
         return NULL;
-    static const char *functions[] = {"MPI_Recv", "MPI_Sendrecv", "MPI_Get_count",
-                                      "MPI_Allreduce", "MPI_Bcast", "MPI_Reduce",
-                                      "MPI_Comm_rank", "MPI_Comm_size", "MPI_Allgather",
-                                      "MPI_Alltoall", "MPI_Gather", "MPI_Scatter",
-                                      "MPI_Send", "MPI_Isend", "MPI_Irecv", "MPI_Iallreduce",
-                                      "MPI_Ibcast", "MPI_Iallgather", "MPI_Ialltoall",
-                                      "MPI_Allgatherv", "MPI_Reduce_scatter_block",
-                                      "MPI_Reduce_scatter"};
-    enum { NFUNCTIONS = sizeof functions / sizeof functions[0] };
     void *found[NFUNCTIONS];
     for (int i = 0; i < NFUNCTIONS; i++)
-        if ((found[i] = address_of(addresses, functions[i])) == NULL)
+        if ((found[i] = address_of(addresses, FUNCTIONS[i].name)) == NULL)
             return NULL;
     void *comm = PyCapsule_GetPointer(comm_get, "MPI_Comm *(PyObject *)");
     void *status = comm == NULL ? NULL : PyCapsule_GetPointer(status_get, "MPI_Status *(PyObject *)");
@@ -1706,28 +1811,8 @@ module_bind(PyObject *Py_UNUSED(module), PyObject *args)
     }
     Py_CLEAR(mpi.exception);
     Py_CLEAR(mpi.op_type);
-    mpi.recv = (mpi_recv_t)found[0];
-    mpi.sendrecv = (mpi_sendrecv_t)found[1];
-    mpi.get_count = (mpi_get_count_t)found[2];
-    mpi.allreduce = (mpi_allreduce_t)found[3];
-    mpi.bcast = (mpi_bcast_t)found[4];
-    mpi.reduce = (mpi_reduce_t)found[5];
-    mpi.comm_rank = (mpi_comm_rank_t)found[6];
-    mpi.comm_size = (mpi_comm_rank_t)found[7];
-    mpi.allgather = (mpi_allgather_t)found[8];
-    mpi.alltoall = (mpi_allgather_t)found[9];
-    mpi.gather = (mpi_gather_t)found[10];
-    mpi.scatter = (mpi_gather_t)found[11];
-    mpi.send = (mpi_send_t)found[12];
-    mpi.isend = (mpi_isend_t)found[13];
-    mpi.irecv = (mpi_isend_t)found[14];
-    mpi.iallreduce = (mpi_iallreduce_t)found[15];
-    mpi.ibcast = (mpi_ibcast_t)found[16];
-    mpi.iallgather = (mpi_iallgather_t)found[17];
-    mpi.ialltoall = (mpi_iallgather_t)found[18];
-    mpi.allgatherv = (mpi_allgatherv_t)found[19];
-    mpi.reduce_scatter_block = (mpi_reduce_scatter_block_t)found[20];
-    mpi.reduce_scatter = (mpi_reduce_scatter_t)found[21];
+    for (int i = 0; i < NFUNCTIONS; i++)
+        *FUNCTIONS[i].slot = found[i];
     mpi.request_new = NULL;  /* until bind_requests has checked the layout */
     mpi.comm = (comm_handle_t)comm;
     mpi.status = (status_handle_t)status;
@@ -1792,7 +1877,7 @@ static PyMethodDef module_methods[] = {
     {"bind", module_bind, METH_VARARGS,
      "bind(addresses, comm_get, status_get, op_get, byte, types, ops, op_type, exception): "
      "call MPI itself (addresses: MPI function name -> address in mpi4py's libmpi, for "
-     "each of mpicomp.shortcut.MPI_FUNCTIONS; mpi4py's PyMPIComm_Get, PyMPIStatus_Get and PyMPIOp_Get capsules; "
+     "each of FUNCTIONS; mpi4py's PyMPIComm_Get, PyMPIStatus_Get and PyMPIOp_Get capsules; "
      "MPI_BYTE's handle; a dict one-letter format -> datatype handle; the predefined ops' "
      "handles, SUM first; MPI.Op; MPI.Exception); bind(None): through mpi4py again."},
     {"bind_requests", module_bind_requests, METH_VARARGS,
@@ -1844,9 +1929,19 @@ PyInit__shortcut(void)
     PyObject *m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
-    if (PyModule_AddObjectRef(m, "ShortcutState", (PyObject *)&StateType) < 0
+    PyObject *functions = PyTuple_New(NFUNCTIONS);
+    for (int i = 0; functions != NULL && i < NFUNCTIONS; i++) {
+        PyObject *name = PyUnicode_FromString(FUNCTIONS[i].name);
+        if (name == NULL)
+            Py_CLEAR(functions);
+        else
+            PyTuple_SET_ITEM(functions, i, name);
+    }
+    if (functions == NULL
+            || PyModule_AddObjectRef(m, "ShortcutState", (PyObject *)&StateType) < 0
             || PyModule_AddObjectRef(m, "PlainMethod", (PyObject *)&MethodType) < 0
-            || PyModule_AddIntConstant(m, "METHODS", METHODS) < 0) {
+            || PyModule_AddObject(m, "FUNCTIONS", functions) < 0) {
+        Py_XDECREF(functions);
         Py_DECREF(m);
         return NULL;
     }

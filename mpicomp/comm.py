@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from . import model, shortcut
+from . import fast_methods, model, shortcut
 from .calls import (
     allgather,
     allgatherv,
@@ -48,9 +48,10 @@ from .calls import (
 )
 from .decision import P2P_AUTO, Decider
 from .engine import Engines
+from .fast_methods import NO_LIMITS, PlainLimits
 from .pipeline import Pipeline
 from .policy import Policy, Resolved, environment_policy, resolve
-from .stats import Stats, debug_enabled
+from .stats import BELOW_THRESHOLD, Stats, debug_enabled
 
 __all__ = ["Comm"]
 
@@ -117,10 +118,10 @@ class Comm(MPI.Intracomm):
         self._engines = Engines(self)
         self._decision = Decider(self, self._engines)
         self._pipeline = Pipeline(self, self._decision, self._engines, self._stats)
-        #: (bytes, reason): calls without settings on NumPy arrays of fewer bytes go to
-        #: plain MPI at once, without parsing or screening (see _fast_plain); None until
-        #: the default policy is known (and in debug mode)
-        self._plain_below: tuple[float, str] | None = None
+        #: calls without settings on NumPy arrays below these sizes go to plain MPI at
+        #: once, without parsing or screening (see _fast_plain); NO_LIMITS until the
+        #: default policy is known (and in debug mode)
+        self._limits = NO_LIMITS
 
     def _state_ok(self) -> None:
         if not hasattr(self, "_policy"):  # made by mpi4py without __new__'s arguments
@@ -149,18 +150,18 @@ class Comm(MPI.Intracomm):
             return resolve(Policy(**settings), self._policy, env=self._env_policy)
         if self._default is None:
             pol = self._default = resolve(Policy(), self._policy, env=self._env_policy)
-            if not self._debug and self._plain_below is None:
+            if not self._debug and self._limits is NO_LIMITS:
                 self._size1 = self.Get_size() == 1
                 self._stats.threshold = pol.threshold
                 # collectives take the fast path once the ranks agreed on the settings
                 if self._size1:
                     self._decision.settings_agreed = True  # nothing to compare
-                self._set_plain_below(_collective_limit(pol, self._size1)
+                self._set_limits(_collective_limit(pol, self._size1)
                                       if self._decision.settings_agreed
                                       else (0.0, ""),
                                       p2p=((math.inf, "codec none") if not pol.enabled
                                            else (math.inf, P2P_AUTO) if pol.auto
-                                           else (pol.threshold, "below threshold")))
+                                           else (pol.threshold, BELOW_THRESHOLD)))
         return self._default
 
     def check_settings(self) -> None:
@@ -181,33 +182,26 @@ class Comm(MPI.Intracomm):
 
     def _settings_agreed(self) -> None:
         """The ranks agreed on the settings: collectives may take the fast path."""
-        if self._plain_below is not None and not self._debug:
-            self._set_plain_below(_collective_limit(self.resolved_policy(), self._size1))
+        if self._limits is not NO_LIMITS and not self._debug:
+            self._set_limits(_collective_limit(self.resolved_policy(), self._size1))
 
     def _every_collective_plain(self, reason: str) -> None:
         """The default policy sends every collective on host memory plain (``reason``)."""
-        if self._plain_below is not None:
-            self._set_plain_below((math.inf, reason))
+        if self._limits is not NO_LIMITS:
+            self._set_limits((math.inf, reason))
 
-    #: calls without settings on NumPy arrays of fewer bytes take the fast plain path
-    #: (class defaults: a Comm that mpi4py made without __new__ has none)
-    _fast_below: float = 0.0
-    _fast_reason: str = ""
-    #: the same for point-to-point sends (and whether receives take their fast path)
-    _p2p_below: float = 0.0
-    _p2p_reason: str = ""
+    #: (class default: a Comm that mpi4py made without __new__ has no fast path)
+    _limits: PlainLimits = NO_LIMITS
 
-    def _set_plain_below(self, limit: tuple[float, str],
-                         p2p: tuple[float, str] | None = None) -> None:
-        """Set the fast path's size limit and reason (see :meth:`_fast_plain`), and those of
-        point-to-point sends (``p2p``; None: as they were)."""
-        self._plain_below = limit
-        self._fast_below = limit[0]
-        self._fast_reason = limit[1]
-        if p2p is not None:
-            self._p2p_below, self._p2p_reason = p2p
-        self._stats.attach_shortcuts(
-            shortcut.update(self, self._fast_below, self._p2p_below), limit[1], self._p2p_reason)
+    def _set_limits(self, collective: tuple[float, str],
+                    p2p: tuple[float, str] | None = None) -> None:
+        """Set the fast path's size limit and reason for collectives (see
+        :meth:`_fast_plain`), and those of point-to-point sends (``p2p``; None: as they
+        were), for the Python methods, the compiled shortcut and the statistics."""
+        old = self._limits
+        self._limits = limits = PlainLimits(
+            *collective, *(p2p if p2p is not None else (old.p2p, old.p2p_reason)))
+        self._stats.attach_shortcuts(shortcut.update(self, limits), limits)
 
     def _fast_plain(self, name: str, nbytes: int) -> bool:
         """True (and counted) when a call without settings goes to plain MPI by its size alone.
@@ -219,16 +213,18 @@ class Comm(MPI.Intracomm):
         node). The limit is the same on every rank. ``Allreduce`` inlines
         this test (its tiny calls are the most frequent).
         """
-        if nbytes < self._fast_below:
-            self._stats.fast_plain(name, nbytes, self._fast_reason)
+        limits = self._limits
+        if nbytes < limits.collective:
+            self._stats.fast_plain(name, nbytes, limits.collective_reason)
             return True
         return False
 
     def _fast_send(self, name: str, buf: Any, settings: dict[str, Any]) -> bool:
         """True (and counted) when a point-to-point call goes to plain MPI by its size alone
         (the Python side of the compiled shortcut, :mod:`mpicomp.shortcut`)."""
-        if not settings and type(buf) is _NDARRAY and buf.nbytes < self._p2p_below:
-            self._stats.fast_plain(name, buf.nbytes, self._p2p_reason)
+        limits = self._limits
+        if not settings and type(buf) is _NDARRAY and buf.nbytes < limits.p2p:
+            self._stats.fast_plain(name, buf.nbytes, limits.p2p_reason)
             return True
         return False
 
@@ -311,8 +307,9 @@ class Comm(MPI.Intracomm):
     # -- the methods: the fast path, else the call's module -----------------------------
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,  # noqa: N802
                   **settings: Any) -> None:
-        if type(sendbuf) is _NDARRAY and sendbuf.nbytes < self._fast_below and not settings:
-            self._stats.fast_plain("Allreduce", sendbuf.nbytes, self._fast_reason)
+        if (type(sendbuf) is _NDARRAY and sendbuf.nbytes < self._limits.collective
+                and not settings):
+            self._stats.fast_plain("Allreduce", sendbuf.nbytes, self._limits.collective_reason)
             return _MPI_ALLREDUCE(self, sendbuf, recvbuf, op)
         if not settings and _fast_size(self, "Allreduce", sendbuf, recvbuf):
             return _MPI_ALLREDUCE(self, sendbuf, recvbuf, op)
@@ -349,7 +346,7 @@ class Comm(MPI.Intracomm):
         return p.collective(reduce_scatter.call(p, sendbuf, recvbuf, recvcounts, op, settings))
 
     def Allgather(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> None:  # noqa: N802
-        if not settings and _fast_size(self, "Allgather", sendbuf, recvbuf, per_rank=True):
+        if not settings and _fast_size(self, "Allgather", sendbuf, recvbuf):
             return MPI.Intracomm.Allgather(self, sendbuf, recvbuf)
         p = self._ready()
         return p.collective(allgather.call(p, sendbuf, recvbuf, settings))
@@ -357,16 +354,17 @@ class Comm(MPI.Intracomm):
     def Allgatherv(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> None:  # noqa: N802
         # its size is the largest count, which a rank cannot see without parsing the
         # v-spec: the fast path only where every size goes plain (one node under auto)
-        if (not settings and self._fast_below == math.inf and type(sendbuf) is _NDARRAY
+        limits = self._limits
+        if (not settings and limits.collective == math.inf and type(sendbuf) is _NDARRAY
                 and type(recvbuf) in (list, tuple) and recvbuf
                 and type(recvbuf[0]) is _NDARRAY):  # host memory only, as every fast path
             # (counted by this rank's own bytes: the largest count would need the v-spec)
-            self._stats.fast_plain("Allgatherv", sendbuf.nbytes, self._fast_reason)
+            self._stats.fast_plain("Allgatherv", sendbuf.nbytes, limits.collective_reason)
             return MPI.Intracomm.Allgatherv(self, sendbuf, recvbuf)
-        if not settings and self._fast_below > 0 and type(sendbuf) is _NDARRAY:
+        if not settings and limits.collective > 0 and type(sendbuf) is _NDARRAY:
             largest = shortcut.largest_count(recvbuf)  # the same on every rank: the call's size
-            if largest is not None and largest < self._fast_below:
-                self._stats.fast_plain("Allgatherv", largest, self._fast_reason)
+            if largest is not None and largest < limits.collective:
+                self._stats.fast_plain("Allgatherv", largest, limits.collective_reason)
                 return MPI.Intracomm.Allgatherv(self, sendbuf, recvbuf)
         p = self._ready()
         return p.collective(allgatherv.call(p, sendbuf, recvbuf, settings))
@@ -384,20 +382,20 @@ class Comm(MPI.Intracomm):
         return p.collective(bcast.call(p, buf, root, settings))
 
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0, **settings: Any) -> None:  # noqa: N802
-        if not settings and _fast_size(self, "Gather", sendbuf, recvbuf, per_rank=True):
+        if not settings and _fast_size(self, "Gather", sendbuf, recvbuf):
             return MPI.Intracomm.Gather(self, sendbuf, recvbuf, root)
         p = self._ready()
         return p.collective(gather.call(p, sendbuf, recvbuf, root, settings))
 
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0, **settings: Any) -> None:  # noqa: N802
         # the size is one rank's block: the receive buffer (the root's send buffer / p in place)
-        if not settings and _fast_size(self, "Scatter", recvbuf, sendbuf, per_rank=True):
+        if not settings and _fast_size(self, "Scatter", recvbuf, sendbuf):
             return MPI.Intracomm.Scatter(self, sendbuf, recvbuf, root)
         p = self._ready()
         return p.collective(scatter.call(p, sendbuf, recvbuf, root, settings))
 
     def Iallgather(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> MPI.Request:  # noqa: N802
-        if not settings and _fast_size(self, "Iallgather", sendbuf, recvbuf, per_rank=True):
+        if not settings and _fast_size(self, "Iallgather", sendbuf, recvbuf):
             return MPI.Intracomm.Iallgather(self, sendbuf, recvbuf)
         p = self._ready()
         return p.collective(allgather.call(p, sendbuf, recvbuf, settings, nonblocking=True))
@@ -450,17 +448,19 @@ class Comm(MPI.Intracomm):
                                 status, settings)
 
 
-def _fast_size(comm: Comm, name: str, sendbuf: Any, recvbuf: Any, per_rank: bool = False) -> bool:
-    """The fast plain path for bare NumPy buffers (see ``Comm._fast_plain``).
+def _fast_size(comm: Comm, name: str, sendbuf: Any, recvbuf: Any) -> bool:
+    """The fast plain path for bare NumPy buffers (see ``Comm._fast_plain``): ``sendbuf``
+    the method's sizing buffer, ``recvbuf`` its other (:mod:`mpicomp.fast_methods`'s
+    ``sized`` and ``other``; Scatter passes its receive buffer, then its send buffer).
 
-    ``per_rank``: the call's size is one rank's part of ``recvbuf`` when
-    ``sendbuf`` is ``MPI.IN_PLACE`` (Allgather, Gather; Scatter passes its
-    receive buffer as ``sendbuf`` and its send buffer as ``recvbuf``).
+    In place, the call's size is one rank's part of ``recvbuf`` for the collectives of
+    :data:`~mpicomp.fast_methods.PER_RANK` (Allgather, Gather, Scatter), else all of it.
     """
     if sendbuf is MPI.IN_PLACE:
         if type(recvbuf) is not np.ndarray:
             return False
-        nbytes = recvbuf.nbytes // comm.Get_size() if per_rank else recvbuf.nbytes
+        nbytes = (recvbuf.nbytes // comm.Get_size() if name in fast_methods.PER_RANK
+                  else recvbuf.nbytes)
     elif type(sendbuf) is np.ndarray and (recvbuf is None or type(recvbuf) is np.ndarray):
         nbytes = sendbuf.nbytes  # (both in host memory, or the other one absent)
     else:
@@ -473,7 +473,7 @@ def _collective_limit(pol: Resolved, size1: bool) -> tuple[float, str]:
     (``size1``: a communicator of one rank, whose collectives are all plain)."""
     if not pol.enabled:
         return math.inf, "codec none"
-    return (math.inf, "single rank") if size1 else (pol.threshold, "below threshold")
+    return (math.inf, "single rank") if size1 else (pol.threshold, BELOW_THRESHOLD)
 
 
 def _comm_world() -> Comm:

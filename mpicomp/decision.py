@@ -52,7 +52,7 @@ from .backend.placement import Place
 from .buffers import Buf
 from .errors import RankDisagreement
 from .policy import Resolved
-from .stats import Recorder
+from .stats import Recorder, below_threshold
 
 if TYPE_CHECKING:
     from .comm import Comm
@@ -193,7 +193,7 @@ class Decider:
         if pol.auto and not collective:
             return P2P_AUTO
         if nbytes < pol.threshold:
-            return f"below threshold ({nbytes} B < {pol.threshold} B)"
+            return below_threshold(nbytes, pol.threshold)
         if method is not None and (pol.auto or (method == "Allreduce"
                                                 and pol.algorithm == "auto")):
             return self._consult(method, pol, nbytes, dt, bufs[0].on_device, rec)

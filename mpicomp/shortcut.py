@@ -6,7 +6,9 @@ collective on host memory; with ``auto`` or ``none``, every point-to-point
 message), a call there should cost what mpi4py's method costs.
 The Python method of a subclass cannot: its call, its tests and its stats
 count added 0.6 to 0.8 us to a 3 us Allreduce of 4 bytes. So
-:func:`install` makes each of :data:`METHODS` on the class a compiled
+:func:`install` makes each method of :data:`mpicomp.fast_methods.FAST_METHODS`
+(the one description of each: kind, sizing argument, MPI function; mpi4py's
+signature gives the positions) on the class a compiled
 :class:`PlainMethod` (``mpicomp/_shortcut.c``), a method descriptor like
 mpi4py's own methods, and :func:`update` gives a communicator a
 :class:`ShortcutState` (its size limit and its counts) in the class's
@@ -25,7 +27,8 @@ Where mpi4py runs on MPICH (MPI handles are C ints), :func:`bind_mpi` lets the
 receiving methods call ``MPI_Recv``/``MPI_Sendrecv`` and ``MPI_Get_count`` of the
 library mpi4py loaded themselves, on a positional call with contiguous arrays,
 so that learning the length costs nothing over mpi4py's own ``Recv``; and
-the blocking collectives and sends of :data:`DIRECT` call MPI themselves on
+the blocking collectives and sends call MPI themselves (each its MPI function,
+``mpi`` in :data:`mpicomp.fast_methods.FAST_METHODS`) on
 contiguous arrays of one dtype whose counts match (with a predefined op; a
 ``Reduce_scatter`` without ``recvcounts`` gathers them first, as mpi4py does), so
 that the shortcut's own test and count are paid for by skipping mpi4py's
@@ -50,6 +53,16 @@ import numpy as np
 from mpi4py import MPI
 
 from .backend import mpi_library
+from .fast_methods import (
+    COLLECTIVES,
+    FAST_METHODS,
+    METHODS,
+    RECEIVES,
+    SENDS,
+    PlainLimits,
+    keywords,
+    params,
+)
 
 try:
     from mpicomp import _shortcut
@@ -57,91 +70,43 @@ try:
 except ImportError:  # built without a C compiler (setup.py marks the extension optional)
     _shortcut = PlainMethod = ShortcutState = None
 
-__all__ = ["COLLECTIVES", "COMPILED", "METHODS", "RECEIVES", "SENDS", "PlainMethod",
-           "ShortcutState", "bind_mpi", "install", "largest_count", "update"]
+__all__ = ["COLLECTIVES", "COMPILED", "METHODS", "RECEIVED_PLAIN", "RECEIVES", "SENDS",
+           "PlainMethod", "ShortcutState", "bind_mpi", "install", "largest_count", "update"]
 
 #: whether the compiled shortcut is there
 COMPILED = PlainMethod is not None
 
-#: the collectives whose first buffer (a bare NumPy array; Scatter: its receive buffer)
-#: gives the call's size, as in the Python methods' own fast path (comm._fast_size):
-#: plain below the state's ``limit``
-COLLECTIVES = ("Allreduce", "Iallreduce", "Reduce_scatter_block", "Allgather", "Alltoall",
-               "Bcast", "Reduce", "Gather", "Ibcast", "Iallgather", "Ialltoall", "Scatter",
-               "Reduce_scatter", "Allgatherv")
-#: collectives sized by the largest count of a v-spec (its argument), read as
-#: largest_count reads it: the same size on every rank
-VSPEC = {"Allgatherv": 2}
-#: collectives of a single buffer
-ONE_BUFFER = ("Bcast", "Ibcast")
-#: point to point: plain below the state's ``p2p_limit`` (the default policy never
-#: compresses them under the codec ``auto`` or ``none``)
-SENDS = ("Send", "Isend", "Irecv")
-#: received as bytes straight into the buffer once the state has a ``p2p_limit``; a
-#: message of odd length (a compressed frame) goes to the class's ``_received_frame``
-#: (Sendrecv: its send below ``p2p_limit``, its receive counted as a Recv)
-RECEIVES = ("Recv", "Sendrecv")
-#: every method of the shortcut; a method's index (its counts in a state) is its place here
-METHODS = COLLECTIVES + SENDS + RECEIVES
 #: the reason the stats give for the plain calls of RECEIVES
 RECEIVED_PLAIN = "sender sent plain data"
 
-#: the keyword arguments of mpi4py's methods that a shortcut call may pass on
-KEYWORDS = {"Allreduce": ("op",), "Iallreduce": ("op",), "Reduce_scatter_block": ("op",),
-            "Bcast": ("root",), "Reduce": ("op", "root"), "Gather": ("root",),
-            "Scatter": ("root",), "Reduce_scatter": ("recvcounts", "op"),
-            "Ibcast": ("root",), "Send": ("dest", "tag"), "Isend": ("dest", "tag"),
-            "Irecv": ("source", "tag"), "Recv": ("source", "tag", "status"),
-            "Sendrecv": ("status",)}
-
-
-#: the MPI functions the shortcut calls itself once bound (bind_mpi)
-MPI_FUNCTIONS = ("MPI_Recv", "MPI_Sendrecv", "MPI_Get_count", "MPI_Allreduce", "MPI_Bcast",
-                 "MPI_Reduce", "MPI_Comm_rank", "MPI_Comm_size", "MPI_Allgather",
-                 "MPI_Alltoall", "MPI_Gather", "MPI_Scatter", "MPI_Send", "MPI_Isend",
-                 "MPI_Irecv", "MPI_Iallreduce", "MPI_Ibcast", "MPI_Iallgather", "MPI_Ialltoall",
-                 "MPI_Allgatherv", "MPI_Reduce_scatter_block", "MPI_Reduce_scatter")
 #: the ops those collectives take to MPI directly (SUM first: mpi4py's default); any other
 #: op goes through mpi4py's method
 PREDEFINED_OPS = (MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN, MPI.LAND, MPI.LOR, MPI.LXOR, MPI.BAND,
                   MPI.BOR, MPI.BXOR)
-#: the methods that call MPI themselves once bound: their code in the extension (the
-#: nonblocking ones once bind_mpi has also checked mpi4py's Request layout)
-DIRECT = {"Allreduce": 1, "Bcast": 2, "Reduce": 3, "Allgather": 4, "Alltoall": 5, "Gather": 6,
-          "Scatter": 7, "Send": 8, "Isend": 9, "Irecv": 10, "Iallreduce": 11, "Ibcast": 12,
-          "Iallgather": 13, "Ialltoall": 14, "Reduce_scatter_block": 15, "Reduce_scatter": 16}
 
 
 def install(cls: type) -> None:
     """Make :data:`METHODS` of ``cls`` (which has a ``_shortcut`` slot) compiled shortcuts."""
     if not COMPILED:
         return
-    for index, name in enumerate(METHODS):
-        python = cls.__dict__[name]
-        extra: dict[str, Any] = {}
-        if name == "Scatter":  # sized by its receive buffer (the send buffer is the root's)
-            extra = {"sized": 2, "other": 1}
-        elif name in VSPEC:
-            extra = {"vspec": VSPEC[name]}
-        elif name in COLLECTIVES and name not in ONE_BUFFER:
-            extra = {"other": 2}  # the receive buffer: host memory too (or None off the root)
-        elif name in SENDS:
-            extra = {"kind": 1}
-        elif name in RECEIVES:
-            extra = {"kind": 2 if name == "Recv" else 3, "frame": cls._received_frame,
-                     "status_type": MPI.Status, "byte": MPI.BYTE,
-                     "defaults": (MPI.ANY_SOURCE, MPI.ANY_TAG),
-                     "recv_index": METHODS.index("Recv")}
-        if name in DIRECT:
-            extra["direct"] = DIRECT[name]
-        setattr(cls, name, PlainMethod(getattr(MPI.Intracomm, name), python, np.ndarray,
-                                       cls.__dict__["_shortcut"], index, KEYWORDS.get(name, ()),
-                                       **extra))
+    receive = {"frame": cls._received_frame, "status_type": MPI.Status, "byte": MPI.BYTE,
+               "defaults": (MPI.ANY_SOURCE, MPI.ANY_TAG), "recv_index": METHODS.index("Recv")}
+    for index, m in enumerate(FAST_METHODS):
+        names = params(m.name)
+
+        def at(param: str | None, names: tuple[str, ...] = names) -> int:
+            return names.index(param) + 1 if param else 0
+
+        setattr(cls, m.name, PlainMethod(
+            getattr(MPI.Intracomm, m.name), cls.__dict__[m.name], np.ndarray,
+            cls.__dict__["_shortcut"], index, names, keywords(m), kind=m.kind, mpi=m.mpi,
+            sized=at(m.sized), other=at(m.other), vspec=at(m.vspec),
+            **(receive if m.kind in ("receive", "sendrecv") else {})))
     bind_mpi()
 
 
 def bind_mpi(on: bool = True) -> bool:
-    """Let the compiled receives and the :data:`DIRECT` methods call MPI themselves
+    """Let the compiled methods call their MPI functions themselves
     (``on``), or go through mpi4py's methods again.
 
     Binds only where that is safe to do from C without MPI's headers: the
@@ -161,7 +126,7 @@ def bind_mpi(on: bool = True) -> bool:
     try:
         lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
         addresses = {name: ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
-                     for name in MPI_FUNCTIONS}
+                     for name in _shortcut.FUNCTIONS}
     except (OSError, AttributeError):
         return False
     types = {letter: datatype.handle for letter, datatype in MPI._typedict.items()
@@ -181,19 +146,19 @@ def bind_mpi(on: bool = True) -> bool:
     return True
 
 
-def update(comm: Any, limit: float, p2p_limit: float) -> Any:
-    """Set ``comm``'s shortcut limits (0: none), giving it a state on first use; returns
-    the state (None without the extension)."""
+def update(comm: Any, limits: PlainLimits) -> Any:
+    """Give ``comm``'s shortcut state ``limits`` (made on first use); returns the state
+    (None without the extension)."""
     if not COMPILED:
         return None
     try:
         state = comm._shortcut
     except AttributeError:
-        if limit <= 0 and p2p_limit <= 0:
+        if limits.collective <= 0 and limits.p2p <= 0:
             return None
-        state = comm._shortcut = ShortcutState()
-    state.limit = max(limit, 0.0)
-    state.p2p_limit = max(p2p_limit, 0.0)
+        state = comm._shortcut = ShortcutState(len(METHODS))
+    state.limit = max(limits.collective, 0.0)
+    state.p2p_limit = max(limits.p2p, 0.0)
     return state
 
 

@@ -24,9 +24,19 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from . import shortcut
+from . import fast_methods, shortcut
 
-__all__ = ["OpStats", "Recorder", "Stats", "debug_enabled", "live_tables"]
+__all__ = ["BELOW_THRESHOLD", "OpStats", "Recorder", "Stats", "below_threshold",
+           "debug_enabled", "live_tables"]
+
+#: the fast path's reason for a call below the default policy's threshold (the table
+#: names the size and the threshold, :func:`below_threshold`)
+BELOW_THRESHOLD = "below threshold"
+
+
+def below_threshold(nbytes: int, threshold: float) -> str:
+    """The reason a call of ``nbytes`` below ``threshold`` went plain, as the stats name it."""
+    return f"{BELOW_THRESHOLD} ({nbytes} B < {threshold} B)"
 
 
 def debug_enabled() -> bool:
@@ -71,8 +81,7 @@ class Stats:
         #: the compiled plain-MPI shortcut's state, and the reasons its collectives and its
         #: sends went plain
         self._shortcut: Any = None
-        self._shortcut_reason = ""
-        self._shortcut_p2p_reason = ""
+        self._limits = fast_methods.NO_LIMITS
         self._lock = threading.Lock()
         #: the default policy's threshold (names the fast path's "below threshold" reason)
         self.threshold = 0
@@ -91,18 +100,17 @@ class Stats:
             self._fold_fast()  # drains the shortcut's counts too
             self._ops.clear()
 
-    def attach_shortcuts(self, state: Any, reason: str, p2p_reason: str) -> None:
+    def attach_shortcuts(self, state: Any, limits: fast_methods.PlainLimits) -> None:
         """Count the calls of this shortcut state (:mod:`mpicomp.shortcut`; None: there is
-        no compiled shortcut) as plain: collectives for ``reason``, sends for
-        ``p2p_reason``, receives as "sender sent plain data".
+        no compiled shortcut) as plain: collectives and sends for the reasons of
+        ``limits``, receives as "sender sent plain data".
 
         The calls it took so far are folded in first, under the reasons they
         were taken for.
         """
         with self._lock:
             self._fold_fast()
-            self._shortcut, self._shortcut_reason = state, reason
-            self._shortcut_p2p_reason = p2p_reason
+            self._shortcut, self._limits = state, limits
 
     def fast_plain(self, name: str, nbytes: int, reason: str) -> None:
         """Count a call that went to plain MPI on the fast path (host memory, no codec).
@@ -117,10 +125,10 @@ class Stats:
     def _fold_fast(self) -> None:
         """Move the fast-path counts into the table (caller holds the lock)."""
         if self._shortcut is not None:
-            for index, name in enumerate(shortcut.METHODS):
+            for index, name in enumerate(fast_methods.METHODS):
                 reason = (shortcut.RECEIVED_PLAIN if name == "Recv"
-                          else self._shortcut_reason if name in shortcut.COLLECTIVES
-                          else self._shortcut_p2p_reason)
+                          else self._limits.collective_reason
+                          if name in fast_methods.COLLECTIVES else self._limits.p2p_reason)
                 for nbytes, calls in self._shortcut.take(index).items():
                     key = (name, nbytes, reason)
                     self._fast[key] = self._fast.get(key, 0) + calls
@@ -130,8 +138,8 @@ class Stats:
             s.calls += calls
             s.raw_bytes += calls * nbytes
             s.wire_bytes += calls * nbytes
-            if reason == "below threshold":
-                reason = f"below threshold ({nbytes} B < {self.threshold} B)"
+            if reason == BELOW_THRESHOLD:
+                reason = below_threshold(nbytes, self.threshold)
             s.fallbacks[reason] += calls
             s.memory["host"] += calls
 

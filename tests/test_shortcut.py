@@ -6,7 +6,7 @@ import pytest
 from mpi4py import MPI
 
 import mpicomp
-from mpicomp import shortcut
+from mpicomp import fast_methods, shortcut
 from mpicomp.decision import ONE_NODE, P2P_AUTO
 
 #: the compiled shortcut calls MPI itself only on MPICH (bind_mpi: C int handles); on any
@@ -35,6 +35,63 @@ def test_the_methods_are_compiled_method_descriptors():
         assert isinstance(method, shortcut.PlainMethod), name
         assert method.plain is getattr(MPI.Intracomm, name)
         assert method.__name__ == name  # the Python method's, for help() and tracebacks
+
+
+def test_one_table_describes_every_fast_method():
+    """fast_methods.FAST_METHODS is the only description: its MPI functions are the
+    extension's, its parameters mpi4py's, every Comm method it names exists."""
+    assert shortcut.METHODS == fast_methods.METHODS
+    assert len(set(fast_methods.METHODS)) == len(fast_methods.METHODS)
+    for m in fast_methods.FAST_METHODS:
+        names = fast_methods.params(m.name)
+        assert m.mpi in shortcut._shortcut.FUNCTIONS, m
+        for param in (m.sized, m.other, m.vspec):
+            assert param is None or param in names, (m.name, param)
+        assert set(fast_methods.keywords(m)) <= set(names), m
+        assert callable(mpicomp.Comm.__dict__[m.name])
+
+
+def _plain_method(name: str, **kw):
+    args = (getattr(MPI.Intracomm, name), mpicomp.Comm.__dict__[name].slow, np.ndarray,
+            mpicomp.Comm.__dict__["_shortcut"], 0, fast_methods.params(name), ())
+    return shortcut.PlainMethod(*args, **kw)
+
+
+def test_the_extension_refuses_a_description_that_does_not_fit():
+    assert _plain_method("Allreduce", mpi="MPI_Allreduce", other=2)  # as install makes it
+    with pytest.raises(ValueError, match="kind 'collective', 'send'"):
+        _plain_method("Allreduce", kind="gather")
+    with pytest.raises(ValueError, match="a 'collective' method calls, got 'MPI_Send'"):
+        _plain_method("Allreduce", mpi="MPI_Send")
+    with pytest.raises(ValueError, match="got 'MPI_Nothing'"):
+        _plain_method("Allreduce", mpi="MPI_Nothing")
+    with pytest.raises(ValueError, match="a 'send' method calls, got 'MPI_Get_count'"):
+        _plain_method("Send", kind="send", mpi="MPI_Get_count")
+    with pytest.raises(ValueError, match="a send's params have dest"):
+        _plain_method("Allreduce", kind="send")
+    with pytest.raises(ValueError, match="a receive's params have its buffer"):
+        _plain_method("Send", kind="receive")
+    with pytest.raises(ValueError, match="sized, other and vspec are among them"):
+        _plain_method("Bcast", other=3)
+    with pytest.raises(ValueError, match="methods from 1 to 256, got 0"):
+        shortcut.ShortcutState(0)
+
+
+def test_a_state_too_small_for_a_method_leaves_its_calls_to_python():
+    """A state counts for as many methods as it was made for; a method whose counts lie
+    beyond it runs the Python method instead of writing past the state."""
+    mc = mpicomp.Comm(MPI.COMM_SELF)
+    x = np.ones(4, np.float32)
+    y = np.empty_like(x)
+    mc.Allreduce(x, y)  # the first call gives it a state
+    assert _shortcut_on(mc)
+    mc._shortcut = small = shortcut.ShortcutState(1)  # Allreduce (index 0) only
+    small.limit = small.p2p_limit = float("inf")
+    mc.Bcast(x)
+    mc.Allreduce(x, y)
+    assert small.take(0) == {x.nbytes: 1}
+    with pytest.raises(ValueError, match="from 0 to 0, got 1"):
+        small.take(1)
 
 
 @pytest.mark.mpi(min_size=2)
@@ -202,7 +259,7 @@ def test_receives_call_mpi_itself_on_mpich():
     assert not shortcut.bind_mpi(False) and not shortcut._shortcut.bound()
     assert shortcut.bind_mpi() and shortcut._shortcut.bound()
     capi = MPI.__pyx_capi__
-    addresses = {name: 1 for name in shortcut.MPI_FUNCTIONS}
+    addresses = {name: 1 for name in shortcut._shortcut.FUNCTIONS}
     good = (capi["PyMPIComm_Get"], capi["PyMPIStatus_Get"], capi["PyMPIOp_Get"],
             MPI.BYTE.handle)
     ops = (MPI.SUM.handle,)
@@ -386,7 +443,7 @@ def test_point_to_point_without_the_extension_takes_the_python_fast_path(comm, m
     mc = _default_pair(comm)
     if mc is None:
         return
-    assert mc._p2p_below == float("inf") and not hasattr(mc, "_shortcut")
+    assert mc._limits.p2p == float("inf") and not hasattr(mc, "_shortcut")
     x = np.arange(10, dtype=np.float32)
     y = np.empty_like(x)
     if r == 0:
@@ -552,7 +609,7 @@ def test_allgatherv_skips_parsing_where_every_size_goes_plain(comm, monkeypatch)
     mc = mpicomp.Comm(comm)
     big = np.ones(1 << 18, np.float32)
     mc.Allreduce(big, np.empty_like(big))  # finds the job on one node: every size plain
-    assert mc._fast_below == float("inf")
+    assert mc._limits.collective == float("inf")
 
     _forbid_parsing(monkeypatch, "parse_v")
     counts = [q + 1 for q in range(p)]
@@ -565,7 +622,7 @@ def test_allgatherv_skips_parsing_where_every_size_goes_plain(comm, monkeypatch)
     # without parsing it (every rank sees the same counts, so decides alike)
     mc2 = mpicomp.Comm(comm, codec="bitplane")
     mc2.Allgatherv(np.full(r + 1, r, np.float32), [out, counts])  # settles the limit
-    assert 0 < mc2._fast_below < float("inf")
+    assert 0 < mc2._limits.collective < float("inf")
     displs = [sum(counts[:q]) for q in range(p)]
     _forbid_parsing(monkeypatch, "parse_v")
     for spec in ([out, counts], [out, (counts, displs)], (out, (tuple(counts), displs))):

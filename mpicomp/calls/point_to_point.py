@@ -26,7 +26,7 @@ from ..decision import P2P_AUTO, local_check
 from ..kernels import cuda_runtime as cuda
 from ..pipeline import Pipeline
 from ..requests import Request
-from ..stats import Recorder
+from ..stats import Recorder, below_threshold
 
 __all__ = ["irecv", "received_frame", "recv", "send", "sendrecv", "sendrecv_received"]
 
@@ -93,7 +93,7 @@ def irecv(pipeline: Pipeline, buf: Any, source: int, tag: int,
     rec = pipeline.recorder("Irecv", b.nbytes)
     if not (pol.enabled and b.compressible) or b.nbytes < pol.threshold or pol.auto:
         why = "codec none" if not pol.enabled else (
-            b.reason or (f"below threshold ({b.nbytes} B < {pol.threshold} B)"
+            b.reason or (below_threshold(b.nbytes, pol.threshold)
                          if b.nbytes < pol.threshold else
                          P2P_AUTO))
         return pipeline.plain(rec, why, MPI.Intracomm.Irecv, (buf, source, tag),
