@@ -16,9 +16,27 @@ from mpicomp.backend.device import HostMemoryAsDevice
 from mpicomp.kernels import cuda_runtime
 from mpicomp.kernels.jit import SIMULATOR
 
-__all__ = ["KINDS", "gpu_usable", "needs_device", "to_device", "to_host"]
+__all__ = ["BACKENDS", "KINDS", "gpu_usable", "make", "needs_device", "read", "to_device",
+           "to_host"]
 
 KINDS = ["numba", "cai"] if SIMULATOR else ["cupy", "numba"]
+
+#: every kind of buffer a test of behaviour that is the same everywhere runs over (as
+#: mpi4py's tests run over its ``arrayimpl`` array types): host memory, then the device
+#: kinds, marked ``device`` (they run where device arrays exist: the simulator stages
+#: sim2 and sim3 of ``make test``, or a GPU)
+BACKENDS = [pytest.param("host", id="host")] + [
+    pytest.param(k, id=k, marks=pytest.mark.device) for k in KINDS]
+
+
+def make(x: np.ndarray, kind: str):
+    """A buffer of kind ``kind`` (``"host"`` or one of :data:`KINDS`) holding a copy of ``x``."""
+    return np.array(x, copy=True) if kind == "host" else to_device(x, kind)
+
+
+def read(b, kind: str) -> np.ndarray:
+    """A host copy of the values of a buffer :func:`make` made."""
+    return np.array(b, copy=True) if kind == "host" else to_host(b)
 
 
 def gpu_usable() -> bool:
@@ -57,9 +75,12 @@ def to_host(d) -> np.ndarray:
 
 
 @pytest.fixture(autouse=True)
-def needs_device():
-    """Skip without device arrays (a GPU, or the simulator); imported by a test module, it
-    applies to every test there."""
+def needs_device(request):
+    """Skip a test marked ``device`` without device arrays (a GPU, or the simulator);
+    imported by a test module, it applies to every test there."""
+    if request.node.get_closest_marker("device") is None:
+        yield
+        return
     if not (SIMULATOR or gpu_usable()):
         pytest.skip("needs a CUDA device, or NUMBA_ENABLE_CUDASIM=1 (make test runs the "
                     "simulator stages sim2 and sim3)")

@@ -110,5 +110,16 @@ def test_overlap_benchmark_quick():
     assert {(r[0], r[1]) for r in rows} == {
         ("compressed", "numpy"), ("compressed", "sleep"), ("plain", "numpy"), ("plain", "sleep")
     }, lines
-    for r in rows:
-        float(r[-1])  # the overlap figure is a number
+    for r in rows:  # the figures follow from the times (to their printed rounding)
+        comm_ms, compute_ms, sum_ms, both_ms, overlap = map(float, r[2:])
+        assert comm_ms > 0 and compute_ms > 0 and both_ms > 0, r
+        assert sum_ms == pytest.approx(comm_ms + compute_ms, abs=0.011), r
+        shorter = min(comm_ms, compute_ms)
+        want = (sum_ms - both_ms) / shorter
+        # each time printed to 0.005 ms: sum and t_both off by that, the divisor too
+        slack = 0.006 + 0.011 / shorter + 0.005 / shorter * abs(want)
+        assert overlap == pytest.approx(want, abs=slack), (r, want, slack)
+    # compute is sized to each path's own communication time (numpy's: one sin pass over
+    # 1 MiB at least); the plain and compressed rows report the same t_comm per path
+    for path in ("compressed", "plain"):
+        assert len({r[2] for r in rows if r[0] == path}) == 1, rows

@@ -1,6 +1,10 @@
 """Device (CUDA) buffers through the communicator: every method, both MPI paths.
 
-These tests are marked ``device`` and run wherever device arrays exist:
+Where the behaviour is the same on host and device buffers, a test runs over
+both (the ``where`` fixture: host memory, then each device kind with each MPI
+path, as mpi4py's tests run over its ``arrayimpl`` array types); the host
+case runs in the ordinary MPI stages. The device cases are marked ``device``
+and run wherever device arrays exist:
 
 * on a machine with a GPU (``make test-gpu``): CuPy arrays and Numba device
   arrays, and the results must be bitwise identical to the host path's;
@@ -34,10 +38,19 @@ from mpicomp.codecs import get_codec
 from mpicomp.kernels.jit import SIMULATOR
 
 sys.path.insert(0, str(Path(__file__).parent))
-from device_buffers import KINDS, needs_device, to_device, to_host  # noqa: E402,F401
+from device_buffers import (  # noqa: E402,F401
+    BACKENDS,
+    KINDS,
+    make,
+    needs_device,
+    read,
+    to_device,
+    to_host,
+)
 from real_like import exact_sum, gradient_like  # noqa: E402
 
-pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.device]
+pytestmark = pytest.mark.mpi(min_size=2)
+device = pytest.mark.device
 
 LABEL = {"1": "device, CUDA-aware MPI", "0": "device, staged through pinned host"}
 PLAIN_LABEL = {"1": "device, CUDA-aware MPI", "0": "device, staged through host (plain data)"}
@@ -56,6 +69,35 @@ def aware(request, monkeypatch):
             pytest.skip(f"MPI is not CUDA-aware ({how})")
     monkeypatch.setenv("MPICOMP_CUDA_AWARE", request.param)
     return request.param
+
+
+def _where_params() -> list:
+    """Host memory, then every device kind with each MPI path (marked ``device``)."""
+    out = []
+    for b in BACKENDS:
+        kind = b.values[0]
+        if kind == "host":
+            out.append(pytest.param((kind, None), id="host"))
+        else:
+            out += [pytest.param((kind, a), id=f"{kind}-{name}", marks=b.marks)
+                    for a, name in (("1", "cuda-aware"), ("0", "staged"))]
+    return out
+
+
+@pytest.fixture(params=_where_params())
+def where(request, monkeypatch):
+    """(kind, the memory label its compressed calls report, the label of its plain calls):
+    a buffer kind of ``device_buffers`` and, for a device kind, ``MPICOMP_CUDA_AWARE``
+    (set as the ``aware`` fixture sets it)."""
+    kind, aware = request.param
+    if aware is None:
+        return kind, "host", "host"
+    if aware == "1" and not SIMULATOR:
+        detected, how = _detected()
+        if not detected:
+            pytest.skip(f"MPI is not CUDA-aware ({how})")
+    monkeypatch.setenv("MPICOMP_CUDA_AWARE", aware)
+    return kind, LABEL[aware], PLAIN_LABEL[aware]
 
 
 def check_sum(comm, config, algorithm, x, y):
@@ -78,28 +120,29 @@ def host_result(comm, config, algorithm, x):
     return y
 
 
-@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
 @pytest.mark.parametrize("config", [{"id": "bitplane", "rate": 8.25}, {"id": "cast",
                                                                        "dtype": "bfloat16"}],
                          ids=["bitplane8", "bf16"])
 @pytest.mark.parametrize("algorithm", ["allgather", "ring", "recursive_doubling"])
-def test_allreduce(comm, aware, kind, dtype, config, algorithm):
+def test_allreduce(comm, where, dtype, config, algorithm):
+    kind, label, _ = where
     r = comm.Get_rank()
     mc = mpicomp.Comm(comm, codec=config, threshold=0, algorithm=algorithm)
     x = gradient_like(N, dtype, seed=10 + r)
-    dx, dy = to_device(x, kind), to_device(np.full(N, np.nan, dtype), kind)
+    dx, dy = make(x, kind), make(np.full(N, np.nan, dtype), kind)
     mc.Allreduce(dx, dy)
-    y = to_host(dy)
+    y = read(dy, kind)
     check_sum(comm, config, algorithm, x, y)
     st = mc.stats()["Allreduce"]
     assert st["compressed"] == 1 and st["algorithms"] == {algorithm: 1}
-    assert st["memory"] == {LABEL[aware]: 1}
-    np.testing.assert_array_equal(to_host(dx), x)  # the send buffer is untouched
-    if not SIMULATOR:
+    assert st["memory"] == {label: 1}
+    np.testing.assert_array_equal(read(dx, kind), x)  # the send buffer is untouched
+    if not SIMULATOR and kind != "host":
         np.testing.assert_array_equal(y, host_result(comm, config, algorithm, x))
 
 
+@device
 @pytest.mark.parametrize("config", [{"id": "zfp", "rate": 16, "dims": 1},
                                     {"id": "zfp", "rate": 12, "dims": 3}], ids=["1d", "3d"])
 def test_allreduce_zfp_in_place(comm, aware, config):
@@ -120,6 +163,7 @@ def test_allreduce_zfp_in_place(comm, aware, config):
         np.testing.assert_array_equal(y, host_result(comm, config, "ring", x))
 
 
+@device
 def test_allreduce_max_with_cast(comm, aware):
     r = comm.Get_rank()
     mc = mpicomp.Comm(comm, codec={"id": "cast", "dtype": "float16"}, threshold=0)
@@ -133,6 +177,7 @@ def test_allreduce_max_with_cast(comm, aware):
     assert mc.stats()["Allreduce"]["algorithms"] == {"cast_order": 1}
 
 
+@device
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
 def test_homomorphic_on_device(comm, aware, dtype):
     """GPU fixed-point kernels; exponents and packed words staged for MPI's host-side op."""
@@ -166,55 +211,59 @@ def test_homomorphic_on_device(comm, aware, dtype):
         np.testing.assert_array_equal(y, want)
 
 
-def test_nonfinite_goes_plain_and_exact(comm, aware):
-    """A NaN on one rank: every rank sends its device buffer uncompressed; MPI's exact sum."""
+def test_nonfinite_goes_plain_and_exact(comm, where):
+    """A NaN on one rank: every rank sends its buffer uncompressed; MPI's exact sum."""
+    kind, _, plain_label = where
     r = comm.Get_rank()
     mc = mpicomp.Comm(comm, codec="bitplane", threshold=0)
     x = gradient_like(N, np.float32, seed=50 + r)
     if r == 1:
         x[7] = np.nan
-    dx, dy = to_device(x, KINDS[0]), to_device(np.zeros(N, np.float32), KINDS[0])
+    dx, dy = make(x, kind), make(np.zeros(N, np.float32), kind)
     mc.Allreduce(dx, dy)
     want = np.empty_like(x)
     comm.Allreduce(x, want)
-    np.testing.assert_array_equal(to_host(dy), want)
+    np.testing.assert_array_equal(read(dy, kind), want)
     st = mc.stats()["Allreduce"]
     assert st["compressed"] == 0
     assert st["fallbacks"] == {"nonfinite (NaN or Inf on some rank)": 1}
-    assert st["memory"] == {PLAIN_LABEL[aware]: 1}
+    assert st["memory"] == {plain_label: 1}
 
 
-def test_unsupported_dtype_goes_plain(comm, aware):
+def test_unsupported_dtype_goes_plain(comm, where):
+    kind = where[0]
     r, p = comm.Get_rank(), comm.Get_size()
-    mc = mpicomp.Comm(comm, threshold=0)
+    mc = mpicomp.Comm(comm, codec="bitplane", threshold=0)
     x = np.arange(N, dtype=np.int32) + r
-    dx, dy = to_device(x, KINDS[0]), to_device(np.zeros(N, np.int32), KINDS[0])
+    dx, dy = make(x, kind), make(np.zeros(N, np.int32), kind)
     mc.Allreduce(dx, dy)
-    np.testing.assert_array_equal(to_host(dy), np.arange(N, dtype=np.int32) * p + p * (p - 1) // 2)
+    np.testing.assert_array_equal(read(dy, kind),
+                                  np.arange(N, dtype=np.int32) * p + p * (p - 1) // 2)
     assert mc.stats()["Allreduce"]["fallbacks"] == {"dtype int32 is not float32/float64": 1}
 
 
-def test_reduce_and_reduce_scatter(comm, aware):
+def test_reduce_and_reduce_scatter(comm, where):
+    kind, label, _ = where
     p, r = comm.Get_size(), comm.Get_rank()
     config = {"id": "bitplane", "rate": 12.25}
     mc = mpicomp.Comm(comm, codec=config, threshold=0)
     n = 64 * 7 * p
     x = gradient_like(n, np.float32, seed=60 + r)
-    dx = to_device(x, KINDS[0])
-    dy = to_device(np.zeros(n, np.float32), KINDS[0]) if r == 0 else None
+    dx = make(x, kind)
+    dy = make(np.zeros(n, np.float32), kind) if r == 0 else None
     mc.Reduce(dx, dy, root=0)
     c, a = bounds.codec_constants(get_codec(config), x.dtype)
     g = comm.allreduce(float(np.abs(x).max()), op=MPI.SUM)
     bound = bounds.allreduce_bound("ring", p, c, a, g, x.dtype)
     exact = exact_sum(comm, x)
     if r == 0:
-        assert np.abs(to_host(dy) - exact).max() <= bound
-    ds = to_device(np.zeros(n // p, np.float32), KINDS[0])
+        assert np.abs(read(dy, kind) - exact).max() <= bound
+    ds = make(np.zeros(n // p, np.float32), kind)
     mc.Reduce_scatter_block(dx, ds)
     part = exact[r * (n // p) : (r + 1) * (n // p)]
-    assert np.abs(to_host(ds) - part).max() <= bound
+    assert np.abs(read(ds, kind) - part).max() <= bound
     for name in ("Reduce", "Reduce_scatter_block"):
-        assert mc.stats()[name]["memory"] == {LABEL[aware]: 1}, name
+        assert mc.stats()[name]["memory"] == {label: 1}, name
 
 
 def within_codec(config, got: np.ndarray, want: np.ndarray) -> None:
@@ -223,74 +272,76 @@ def within_codec(config, got: np.ndarray, want: np.ndarray) -> None:
     assert float(err.max()) <= c * float(np.abs(want).max()) + a
 
 
-def test_data_movement(comm, aware):
-    """Allgather, Allgatherv, Alltoall, Bcast, Gather, Scatter on device buffers."""
+def test_data_movement(comm, where):
+    """Allgather, Allgatherv, Alltoall, Bcast, Gather, Scatter."""
+    kind, label, _ = where
     p, r = comm.Get_size(), comm.Get_rank()
     config = {"id": "bitplane", "rate": 10.25}
     mc = mpicomp.Comm(comm, codec=config, threshold=0)
     n = 500
-    kind = KINDS[-1]
     x = gradient_like(n, np.float32, seed=70 + r)
     everyone = np.concatenate([gradient_like(n, np.float32, seed=70 + i) for i in range(p)])
 
-    d = to_device(np.zeros(n * p, np.float32), kind)
-    mc.Allgather(to_device(x, kind), d)
-    within_codec(config, to_host(d), everyone)
+    d = make(np.zeros(n * p, np.float32), kind)
+    mc.Allgather(make(x, kind), d)
+    within_codec(config, read(d, kind), everyone)
 
     counts = [n - 3 * i for i in range(p)]
     displs = [int(v) for v in np.cumsum([0] + counts[:-1])]
-    d = to_device(np.zeros(sum(counts), np.float32), kind)
-    mc.Allgatherv(to_device(x[: counts[r]], kind), [d, counts, displs, MPI.FLOAT])
+    d = make(np.zeros(sum(counts), np.float32), kind)
+    mc.Allgatherv(make(x[: counts[r]], kind), [d, counts, displs, MPI.FLOAT])
     want = np.concatenate([everyone[i * n : i * n + counts[i]] for i in range(p)])
-    within_codec(config, to_host(d), want)
+    within_codec(config, read(d, kind), want)
 
     blocks = gradient_like(n * p, np.float32, seed=80 + r)
-    d = to_device(np.zeros(n * p, np.float32), kind)
-    mc.Alltoall(to_device(blocks, kind), d)
+    d = make(np.zeros(n * p, np.float32), kind)
+    mc.Alltoall(make(blocks, kind), d)
     want = np.concatenate([gradient_like(n * p, np.float32, seed=80 + i)[r * n : (r + 1) * n]
                            for i in range(p)])
-    within_codec(config, to_host(d), want)
+    within_codec(config, read(d, kind), want)
 
-    d = to_device(x if r == 1 else np.zeros(n, np.float32), kind)
+    d = make(x if r == 1 else np.zeros(n, np.float32), kind)
     mc.Bcast(d, root=1)
-    within_codec(config, to_host(d), gradient_like(n, np.float32, seed=71))
+    within_codec(config, read(d, kind), gradient_like(n, np.float32, seed=71))
 
-    d = to_device(np.zeros(n * p, np.float32), kind) if r == 0 else None
-    mc.Gather(to_device(x, kind), d, root=0)
+    d = make(np.zeros(n * p, np.float32), kind) if r == 0 else None
+    mc.Gather(make(x, kind), d, root=0)
     if r == 0:
-        within_codec(config, to_host(d), everyone)
+        within_codec(config, read(d, kind), everyone)
 
-    src = to_device(everyone, kind) if r == 0 else None
-    d = to_device(np.zeros(n, np.float32), kind)
+    src = make(everyone, kind) if r == 0 else None
+    d = make(np.zeros(n, np.float32), kind)
     mc.Scatter(src, d, root=0)
-    within_codec(config, to_host(d), x)
+    within_codec(config, read(d, kind), x)
 
     stats = mc.stats()
     for name in ("Allgather", "Allgatherv", "Alltoall", "Bcast", "Gather", "Scatter"):
         assert stats[name]["compressed"] == 1, name
-        assert stats[name]["memory"] == {LABEL[aware]: 1}, name
+        assert stats[name]["memory"] == {label: 1}, name
 
 
-def test_nonblocking(comm, aware):
+def test_nonblocking(comm, where):
+    kind, label, _ = where
     p, r = comm.Get_size(), comm.Get_rank()
     config = {"id": "bitplane", "rate": 8.25}
     mc = mpicomp.Comm(comm, codec=config, threshold=0, algorithm="ring")
     x = gradient_like(N, np.float32, seed=90 + r)
-    dx, dy = to_device(x, KINDS[0]), to_device(np.zeros(N, np.float32), KINDS[0])
-    dg = to_device(np.zeros(N * p, np.float32), KINDS[0])
+    dx, dy = make(x, kind), make(np.zeros(N, np.float32), kind)
+    dg = make(np.zeros(N * p, np.float32), kind)
     reqs = [mc.Iallreduce(dx, dy), mc.Iallgather(dx, dg)]
     for q in reqs:
         q.Wait()
-    check_sum(comm, config, "ring", x, to_host(dy))
+    check_sum(comm, config, "ring", x, read(dy, kind))
     everyone = np.concatenate([gradient_like(N, np.float32, seed=90 + i) for i in range(p)])
-    within_codec(config, to_host(dg), everyone)
+    within_codec(config, read(dg, kind), everyone)
     stats = mc.stats()
-    assert stats["Iallreduce"]["memory"] == {LABEL[aware]: 1}
-    assert stats["Iallgather"]["memory"] == {LABEL[aware]: 1}
+    assert stats["Iallreduce"]["memory"] == {label: 1}
+    assert stats["Iallgather"]["memory"] == {label: 1}
 
 
-def test_reduce_scatter_and_nonblocking_movement(comm, aware, capfd, monkeypatch):
+def test_reduce_scatter_and_nonblocking_movement(comm, where, capfd, monkeypatch):
     """Reduce_scatter with counts, Ialltoall, Ibcast; the MPICOMP_DEBUG line names the path."""
+    kind, label, _ = where
     p, r = comm.Get_size(), comm.Get_rank()
     monkeypatch.setenv("MPICOMP_DEBUG", "1")
     config = {"id": "bitplane", "rate": 12.25}
@@ -298,34 +349,35 @@ def test_reduce_scatter_and_nonblocking_movement(comm, aware, capfd, monkeypatch
     counts = [64 * (3 + i) + 5 * i for i in range(p)]
     total = sum(counts)
     x = gradient_like(total, np.float64, seed=110 + r)
-    d = to_device(np.zeros(counts[r], np.float64), KINDS[0])
-    mc.Reduce_scatter(to_device(x, KINDS[0]), d, counts)
+    d = make(np.zeros(counts[r], np.float64), kind)
+    mc.Reduce_scatter(make(x, kind), d, counts)
     exact = exact_sum(comm, x)
     c, a = bounds.codec_constants(get_codec(config), x.dtype)
     g = comm.allreduce(float(np.abs(x).max()), op=MPI.SUM)
     bound = bounds.allreduce_bound("ring", p, c, a, g, x.dtype)
     start = sum(counts[:r])
-    assert np.abs(to_host(d) - exact[start : start + counts[r]]).max() <= bound
+    assert np.abs(read(d, kind) - exact[start : start + counts[r]]).max() <= bound
 
     n = 300
     blocks = gradient_like(n * p, np.float64, seed=120 + r)
-    da = to_device(np.zeros(n * p, np.float64), KINDS[-1])
-    db = to_device(blocks[:n] if r == 0 else np.zeros(n, np.float64), KINDS[-1])
-    reqs = [mc.Ialltoall(to_device(blocks, KINDS[-1]), da), mc.Ibcast(db, root=0)]
+    da = make(np.zeros(n * p, np.float64), kind)
+    db = make(blocks[:n] if r == 0 else np.zeros(n, np.float64), kind)
+    reqs = [mc.Ialltoall(make(blocks, kind), da), mc.Ibcast(db, root=0)]
     for q in reqs:
         q.Wait()
     want = np.concatenate([gradient_like(n * p, np.float64, seed=120 + i)[r * n : (r + 1) * n]
                            for i in range(p)])
-    within_codec(config, to_host(da), want)
-    within_codec(config, to_host(db), gradient_like(n * p, np.float64, seed=120)[:n])
+    within_codec(config, read(da, kind), want)
+    within_codec(config, read(db, kind), gradient_like(n * p, np.float64, seed=120)[:n])
     stats = mc.stats()
     for name in ("Reduce_scatter", "Ialltoall", "Ibcast"):
-        assert stats[name]["compressed"] == 1 and stats[name]["memory"] == {LABEL[aware]: 1}
+        assert stats[name]["compressed"] == 1 and stats[name]["memory"] == {label: 1}
     err = capfd.readouterr().err
-    assert f"Reduce_scatter: compressed (ring, bitplane); {LABEL[aware]};" in err
+    assert f"Reduce_scatter: compressed (ring, bitplane); {label};" in err
 
 
-def test_point_to_point(comm, aware):
+def test_point_to_point(comm, where):
+    kind, label, _ = where
     r = comm.Get_rank()
     config = {"id": "bitplane", "rate": 8.25}
     mc = mpicomp.Comm(comm, codec=config, threshold=0)
@@ -334,43 +386,44 @@ def test_point_to_point(comm, aware):
     if r < 2:
         peer = 1 - r
         # blocking: 0 sends first
-        d = to_device(np.zeros(N, np.float64), KINDS[0])
+        d = make(np.zeros(N, np.float64), kind)
         st = MPI.Status()
         if r == 0:
-            mc.Send(to_device(x, KINDS[0]), peer, tag=3)
+            mc.Send(make(x, kind), peer, tag=3)
             mc.Recv(d, peer, tag=4, status=st)
         else:
             mc.Recv(d, peer, tag=3, status=st)
-            mc.Send(to_device(x, KINDS[0]), peer, tag=4)
-        within_codec(config, to_host(d), peer_x)
+            mc.Send(make(x, kind), peer, tag=4)
+        within_codec(config, read(d, kind), peer_x)
         assert st.Get_count(MPI.DOUBLE) == N
         # nonblocking, and a NaN buffer that goes plain (exact)
         y = x.copy()
         y[3] = np.nan
-        d1 = to_device(np.zeros(N, np.float64), KINDS[-1])
-        d2 = to_device(np.zeros(N, np.float64), KINDS[-1])
+        d1 = make(np.zeros(N, np.float64), kind)
+        d2 = make(np.zeros(N, np.float64), kind)
         reqs = [mc.Irecv(d1, peer, tag=5), mc.Irecv(d2, peer, tag=6),
-                mc.Isend(to_device(x, KINDS[-1]), peer, tag=5),
-                mc.Isend(to_device(y, KINDS[-1]), peer, tag=6)]
+                mc.Isend(make(x, kind), peer, tag=5),
+                mc.Isend(make(y, kind), peer, tag=6)]
         for q in reqs:
             q.Wait()
-        within_codec(config, to_host(d1), peer_x)
+        within_codec(config, read(d1, kind), peer_x)
         peer_y = peer_x.copy()
         peer_y[3] = np.nan
-        np.testing.assert_array_equal(to_host(d2), peer_y)
+        np.testing.assert_array_equal(read(d2, kind), peer_y)
         # Sendrecv
-        d3 = to_device(np.zeros(N, np.float64), KINDS[0])
-        mc.Sendrecv(to_device(x, KINDS[0]), peer, 7, d3, peer, 7)
-        within_codec(config, to_host(d3), peer_x)
+        d3 = make(np.zeros(N, np.float64), kind)
+        mc.Sendrecv(make(x, kind), peer, 7, d3, peer, 7)
+        within_codec(config, read(d3, kind), peer_x)
         stats = mc.stats()
-        assert stats["Send"]["memory"] == {LABEL[aware]: 1}
-        assert stats["Recv"]["memory"] == {LABEL[aware]: 2}  # Sendrecv's receive counts here
+        assert stats["Send"]["memory"] == {label: 1}
+        assert stats["Recv"]["memory"] == {label: 2}  # Sendrecv's receive counts here
         assert stats["Isend"]["compressed"] == 1
         assert stats["Isend"]["fallbacks"] == {"nonfinite (NaN or Inf)": 1}
         assert stats["Irecv"]["compressed"] == 1
     comm.Barrier()
 
 
+@device
 def test_bad_device_input_raises(comm, aware):
     mc = mpicomp.Comm(comm, threshold=0)
     x = np.zeros(N, np.float32)
