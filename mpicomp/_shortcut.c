@@ -1873,6 +1873,23 @@ module_nonblocking_bound(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(args))
     return PyBool_FromLong(mpi.request_new != NULL);
 }
 
+/* largest_count(spec, array_type): what the compiled Allgatherv reads as its size (the
+ * tests hold mpicomp.shortcut.largest_count, the Python methods' reading, to it) */
+static PyObject *
+module_largest_count(PyObject *Py_UNUSED(module), PyObject *args)
+{
+    PyObject *spec, *array;
+    if (!PyArg_ParseTuple(args, "OO!:largest_count", &spec, &PyType_Type, &array))
+        return NULL;
+    Py_ssize_t n = largest_count(spec, (PyTypeObject *)array);
+    if (n < 0) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    return PyLong_FromSsize_t(n);
+}
+
 static PyMethodDef module_methods[] = {
     {"bind", module_bind, METH_VARARGS,
      "bind(addresses, comm_get, status_get, op_get, byte, types, ops, op_type, exception): "
@@ -1889,6 +1906,9 @@ static PyMethodDef module_methods[] = {
      "Whether the nonblocking calls call MPI themselves."},
     {"bound", (PyCFunction)(void (*)(void))module_bound, METH_NOARGS,
      "Whether the shortcut calls MPI itself."},
+    {"largest_count", module_largest_count, METH_VARARGS,
+     "largest_count(spec, array_type): the bytes of a v-spec's largest count as the "
+     "compiled Allgatherv reads them, None for a form it does not read."},
     {"direct_calls", (PyCFunction)(void (*)(void))module_direct_calls, METH_NOARGS,
      "How many calls so far called MPI themselves."},
     {NULL, NULL, 0, NULL},

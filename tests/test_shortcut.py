@@ -51,6 +51,26 @@ def test_one_table_describes_every_fast_method():
         assert callable(mpicomp.Comm.__dict__[m.name])
 
 
+def test_python_and_c_read_a_v_specs_largest_count_alike():
+    """The Python methods' fast path (shortcut.largest_count) and the compiled Allgatherv
+    read a v-spec's size alike, form by form, and refuse the same forms."""
+    a = np.zeros(12, np.float32)
+    counts = [3, 5, 4]
+    displs = [0, 3, 8]
+    forms = [
+        [a, counts], (a, counts), [a, (counts, displs)], [a, (tuple(counts), displs)],
+        [a, counts, MPI.FLOAT], [a, counts, "f"], [a, counts, MPI.DOUBLE], [a, counts, "d"],
+        [a, (counts, displs), MPI.BYTE], [a, counts, displs, MPI.FLOAT],
+        [a, counts, displs, "i"], [a, [0, 0]], [a, []], [a, [2, -1]], [a, [2.0, 1]],
+        [a, (3, 5)], [a, np.array(counts)], [a, counts, "Zf"], [a, counts, 7],
+        [a.tolist(), counts], [a], [a, counts, displs, MPI.FLOAT, 1], a,
+        [a, [True, 2]], [a, [1 << 40, 1]],
+    ]
+    for spec in forms:
+        c_reading = shortcut._shortcut.largest_count(spec, np.ndarray)
+        assert shortcut.largest_count(spec) == c_reading, spec
+
+
 def _plain_method(name: str, **kw):
     args = (getattr(MPI.Intracomm, name), mpicomp.Comm.__dict__[name].slow, np.ndarray,
             mpicomp.Comm.__dict__["_shortcut"], 0, fast_methods.params(name), ())
