@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from mpi4py import MPI
 
 from . import data as bench_data
 from .allreduce import (
@@ -97,6 +98,9 @@ CALLS: dict[str, Callable[[Any, np.ndarray, np.ndarray], None]] = {
     "Ibcast": lambda c, x, y: c.Ibcast(x, root=0).Wait(),
     "Iallgather": lambda c, x, y: c.Iallgather(x, y).Wait(),
     "Ialltoall": lambda c, x, y: c.Ialltoall(x, y).Wait(),
+    # in place: the receive buffer is the data (MAX keeps its values as they are)
+    "Allreduce/IN_PLACE": lambda c, x, y: c.Allreduce(MPI.IN_PLACE, y, MPI.MAX),
+    "Allgather/IN_PLACE": lambda c, x, y: c.Allgather(MPI.IN_PLACE, y),
     "Send/Recv": _round_trip("Send", "Recv"),
     "Isend/Irecv": _round_trip("Isend", "Irecv"),
     "Sendrecv": _sendrecv,
@@ -127,7 +131,7 @@ def _vspec(y: Any, p: int) -> Any:
     return [a, [a.size // p] * p, rest[-1]]
 
 
-GATHERS = ("Allgather", "Gather", "Iallgather", "Scatter", "Reduce_scatter",
+GATHERS = ("Allgather", "Allgather/IN_PLACE", "Gather", "Iallgather", "Scatter", "Reduce_scatter",
            "Reduce_scatter_block", "Allgatherv")
 #: methods whose ``y`` holds one part per rank, a spec counting one part
 PER_RANK_Y = ("Allgather", "Gather", "Iallgather", "Scatter", "Reduce_scatter_block")

@@ -57,6 +57,7 @@ typedef struct {
     PyObject_VAR_HEAD  /* ob_size: the methods it counts for (ShortcutState(methods)) */
     double limit;      /* collectives of fewer bytes go plain; 0: none */
     double p2p_limit;  /* sends of fewer bytes go plain; 0: none (and no receive shortcut) */
+    int size;          /* the communicator's ranks (an in-place call sized per rank) */
     PyObject *spare;   /* a Status the receive shortcut reuses (taken while in use) */
     Counts counts[];
 } State;
@@ -187,6 +188,9 @@ static PyMemberDef state_members[] = {
      "Collectives of fewer bytes go to plain MPI (0: every call runs the Python method)."},
     {"p2p_limit", T_DOUBLE, offsetof(State, p2p_limit), 0,
      "Sends of fewer bytes go to plain MPI, and receives take the shortcut, when > 0."},
+    {"size", T_INT, offsetof(State, size), 0,
+     "The communicator's ranks: an in-place Allgather, Gather or Scatter is sized by one "
+     "rank's part of its receive buffer (0: such calls run the Python method)."},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -238,6 +242,8 @@ typedef struct {
                               (Allgatherv's receive buffer), 0: the `sized` buffer's bytes */
     Positions at;          /* where mpi4py's method takes its arguments */
     int counted;           /* the largest count index it uses (index, recv_index) */
+    int per_rank;          /* in place, its size is one rank's part of the other buffer
+                              (Allgather, Gather, Scatter; the state's size) */
     PyTypeObject *array;   /* numpy.ndarray, matched exactly */
     PyTypeObject *owner;   /* the class whose slot holds the state */
     Py_ssize_t offset;     /* where that slot lies in an instance */
@@ -271,6 +277,7 @@ static PyTypeObject *datatype_type;  /* mpi4py.MPI.Datatype */
 
 static PyObject *extent_name, *lb_name;
 static PyObject *typedict;  /* mpi4py.MPI._typedict: a type character -> its MPI.Datatype */
+static PyObject *in_place;  /* mpi4py.MPI.IN_PLACE */
 
 /* -- Buffer specs ------------------------------------------------------------------
  *
@@ -554,6 +561,8 @@ static struct {
     int ops[PREDEFINED_OPS];  /* the predefined reduction ops' handles (0: unused) */
     PyTypeObject *op_type;    /* MPI.Op */
     PyObject *exception;      /* MPI.Exception */
+    void *in_place;           /* MPI_IN_PLACE as the library defines it (NULL: not given;
+                                 in-place calls then go through mpi4py) */
 } mpi;
 
 /* a call's int argument (a source, tag or destination): 1 with *out set, 0 when it is not
@@ -1151,9 +1160,15 @@ direct_collective(Method *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
     if ((self->at.root > 0 && which != DIRECT_BCAST && mpi.comm_rank(*comm, &rank) != 0)
             || (which >= DIRECT_ALLGATHER && mpi.comm_size(*comm, &size) != 0))
         return 0;  /* (mpi4py's call reports it) */
-    /* which buffers count here: the send buffer (args[1]) and the receive buffer (args[2]) */
+    /* which buffers count here: the send buffer (args[1]) and the receive buffer (args[2]);
+     * an in-place Allreduce or Allgather (Iallreduce, Iallgather) sends from its receive
+     * buffer (Allgather: this rank's part of it, which MPI finds by the rank) */
+    int in_place_call = args[1] == in_place;
+    if (in_place_call && ((which != DIRECT_ALLREDUCE && which != DIRECT_ALLGATHER)
+                          || mpi.in_place == NULL))
+        return 0;
     int at_root = rank == root;
-    int sends = which != DIRECT_SCATTER || at_root;
+    int sends = !in_place_call && (which != DIRECT_SCATTER || at_root);
     int receives = which == DIRECT_ALLREDUCE || which == DIRECT_ALLGATHER
                    || which == DIRECT_ALLTOALL || which == DIRECT_SCATTER
                    || ((which == DIRECT_REDUCE || which == DIRECT_GATHER) && at_root);
@@ -1168,6 +1183,12 @@ direct_collective(Method *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
     }
     /* the counts MPI is called with: each rank's part (Allgather, Gather, Scatter: the send
      * or receive buffer holds size parts at the root's end; Alltoall: size blocks each) */
+    if (in_place_call) {
+        type = rtype;
+        count = which == DIRECT_ALLGATHER ? (rcount % size == 0 ? rcount / size : -1) : rcount;
+        send.buf = mpi.in_place;
+        fits = count >= 0;
+    }
     int part = count;
     switch (which) {
     case DIRECT_ALLREDUCE:
@@ -1179,7 +1200,7 @@ direct_collective(Method *self, PyObject *const *args, Py_ssize_t nargs, PyObjec
                                                        * (long long)count);
         break;
     case DIRECT_ALLGATHER:
-        fits = rtype == type && rcount == size * (long long)count;
+        fits = fits && rtype == type && rcount == size * (long long)count;
         break;
     case DIRECT_ALLTOALL:
         fits = rtype == type && rcount == count && count % size == 0;
@@ -1402,6 +1423,28 @@ shortcut_call(Method *self, State *state, PyObject *const *args, Py_ssize_t narg
               PyObject *kwnames, double limit, PyObject **result)
 {
     PyObject *sized = args[self->sized];
+    if (sized == in_place && self->kind == COLLECTIVE) {
+        /* in place: sized by the other buffer, a bare array (the same size on every rank,
+         * as the Python methods' fast path reads it), and handed to mpi4py */
+        if (self->vspec || self->other == 0 || nargs <= self->other
+                || Py_TYPE(args[self->other]) != self->array
+                || (self->per_rank && state->size <= 0))
+            return 0;
+        int rc;
+        if (self->per_rank) {
+            long long n = spec_nbytes(args[self->other], self->array);
+            rc = counted_below(state, self->index, n < 0 ? -1 : n / state->size, limit);
+        } else {
+            rc = below(state, self->index, args[self->other], limit);
+        }
+        if (rc != 1 || ((self->direct == DIRECT_ALLREDUCE || self->direct == DIRECT_IALLREDUCE
+                         || self->direct == DIRECT_ALLGATHER
+                         || self->direct == DIRECT_IALLGATHER)
+                        && (rc = direct_collective(self, args, nargs, kwnames, result)) != 0))
+            return rc;  /* (MPI called itself: an in-place Allreduce, Allgather, ...) */
+        *result = PyObject_Vectorcall(self->plain, args, (size_t)nargs, kwnames);
+        return *result == NULL ? -1 : 1;
+    }
     int bare = Py_TYPE(sized) == self->array
                && (self->other == 0 || (nargs > self->other
                                         && (Py_TYPE(args[self->other]) == self->array
@@ -1466,16 +1509,17 @@ method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"plain", "slow", "array", "slot", "index", "params", "keywords",
                             "kind", "mpi", "frame", "status_type", "byte", "defaults",
-                            "recv_index", "sized", "other", "vspec", NULL};
+                            "recv_index", "sized", "other", "vspec", "per_rank", NULL};
     PyObject *plain, *slow, *array, *slot, *params, *keywords, *mpi_name = Py_None;
     PyObject *frame = Py_None, *status_type = Py_None, *byte = Py_None, *defaults = Py_None;
     const char *kind_name = "collective";
-    int index, recv_index = -1, sized = 1, other = 0, vspec = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!iO!O!|$sOOOOOiiii:PlainMethod", names,
+    int index, recv_index = -1, sized = 1, other = 0, vspec = 0, per_rank = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!iO!O!|$sOOOOOiiiip:PlainMethod", names,
                                      &plain, &slow, &PyType_Type, &array, &PyMemberDescr_Type,
                                      &slot, &index, &PyTuple_Type, &params, &PyTuple_Type,
                                      &keywords, &kind_name, &mpi_name, &frame, &status_type,
-                                     &byte, &defaults, &recv_index, &sized, &other, &vspec))
+                                     &byte, &defaults, &recv_index, &sized, &other, &vspec,
+                                     &per_rank))
         return NULL;
     static const char *KINDS[] = {"collective", "send", "receive", "sendrecv"};
     int kind = -1;
@@ -1622,6 +1666,7 @@ method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->vspec = vspec;
     self->at = at;
     self->counted = index > recv_index ? index : recv_index;
+    self->per_rank = per_rank;
     self->frame = Py_NewRef(frame);
     self->status_type = Py_NewRef(status_type);
     self->byte = Py_NewRef(byte);
@@ -1712,7 +1757,7 @@ static PyTypeObject MethodType = {
                 | Py_TPFLAGS_METHOD_DESCRIPTOR,
     .tp_doc = "PlainMethod(plain, slow, array, slot, index, params, keywords, *, "
               "kind='collective', mpi=None, frame=None, status_type=None, byte=None, "
-              "defaults=None, recv_index=-1, sized=1, other=0, vspec=0): "
+              "defaults=None, recv_index=-1, sized=1, other=0, vspec=0, per_rank=False): "
               "see mpicomp/shortcut.py (FastMethod) and the module's source.",
     .tp_new = method_new,
     .tp_dealloc = (destructor)method_dealloc,
@@ -1767,12 +1812,20 @@ module_bind(PyObject *Py_UNUSED(module), PyObject *args)
         Py_RETURN_FALSE;
     }
     PyObject *addresses, *comm_get, *status_get, *op_get, *types, *ops, *op_type, *exception;
+    PyObject *in_place_address = Py_None;
     int byte;
-    if (!PyArg_ParseTuple(args, "O!O!O!O!iO!O!O!O:bind", &PyDict_Type, &addresses,
+    if (!PyArg_ParseTuple(args, "O!O!O!O!iO!O!O!O|O:bind", &PyDict_Type, &addresses,
                           &PyCapsule_Type, &comm_get, &PyCapsule_Type, &status_get,
                           &PyCapsule_Type, &op_get, &byte, &PyDict_Type, &types,
-                          &PyTuple_Type, &ops, &PyType_Type, &op_type, &exception))
+                          &PyTuple_Type, &ops, &PyType_Type, &op_type, &exception,
+                          &in_place_address))
         return NULL;
+    void *in_place_ptr = NULL;
+    if (in_place_address != Py_None) {
+        in_place_ptr = PyLong_AsVoidPtr(in_place_address);
+        if (in_place_ptr == NULL && PyErr_Occurred())
+            return NULL;
+    }
     void *found[NFUNCTIONS];
     for (int i = 0; i < NFUNCTIONS; i++)
         if ((found[i] = address_of(addresses, FUNCTIONS[i].name)) == NULL)
@@ -1822,6 +1875,7 @@ module_bind(PyObject *Py_UNUSED(module), PyObject *args)
     memcpy(mpi.ops, op_table, sizeof op_table);
     mpi.op_type = (PyTypeObject *)Py_NewRef(op_type);
     mpi.exception = Py_NewRef(exception);
+    mpi.in_place = in_place_ptr;
     Py_RETURN_TRUE;
 }
 
@@ -1935,11 +1989,12 @@ PyInit__shortcut(void)
         return NULL;
     datatype_type = (PyTypeObject *)PyObject_GetAttrString(mpi_module, "Datatype");
     typedict = PyObject_GetAttrString(mpi_module, "_typedict");  /* type characters */
+    in_place = PyObject_GetAttrString(mpi_module, "IN_PLACE");
     Py_DECREF(mpi_module);
     if (typedict != NULL && !PyDict_Check(typedict))
         Py_CLEAR(typedict);
     PyErr_Clear();  /* (without it, a type character goes to the Python method) */
-    if (datatype_type == NULL || !PyType_Check(datatype_type))
+    if (datatype_type == NULL || !PyType_Check(datatype_type) || in_place == NULL)
         return NULL;
     if (nbytes_name == NULL || status_name == NULL || get_count_name == NULL
             || itemsize_name == NULL || size_name == NULL || extent_name == NULL

@@ -3,9 +3,10 @@
 Each function runs one collective on compressed streams over the private
 communicator of ``ctx``. Streams have a size known from (count, dtype,
 codec) alone, so no sizes are exchanged. A rank that receives its own data
-back through a collective (Allgather, Alltoall, Gather's root, Bcast's root)
-gets the decoded stream like everyone else: all copies of a value are the
-same bits on every rank.
+back through a collective (Allgather, Gather's root, Bcast's root) gets the
+decoded stream like everyone else: all copies of a value are the same bits
+on every rank. Alltoall copies a rank's own block exactly (no other rank
+holds it).
 """
 from __future__ import annotations
 

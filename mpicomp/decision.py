@@ -177,6 +177,11 @@ class Decider:
             return "codec none"
         if collective and self.comm.Get_size() == 1:
             return "single rank"
+        if (pol.auto and method is not None and not any(b.on_device for b in bufs)
+                and self._one_node(pol)):
+            # before the buffers' and the op's own reasons: on one node every host call
+            # of the codec auto goes plain, so the first such call opens the fast path
+            return ONE_NODE
         for b in bufs:
             if not b.compressible:
                 return b.reason
@@ -202,14 +207,8 @@ class Decider:
     def _consult(self, method: str, pol: Resolved, nbytes: int, dtype: np.dtype,
                  on_device: bool, rec: Recorder | None) -> str | None:
         """Ask the model (collective the first time); the plain-MPI reason or None."""
-        if pol.auto and not on_device:
-            if self.layout is None:
-                self.layout = topology.layout(self.engines.main().comm)
-            if not self.layout.spans_nodes:
-                # shared memory moves bytes faster than a CPU codec encodes them: no probe
-                if pol is self.comm._default:
-                    self.comm._every_collective_plain(ONE_NODE)
-                return ONE_NODE
+        if pol.auto and not on_device and self._one_node(pol):
+            return ONE_NODE
         # Before the agreement step, ranks may hold different per-call settings (an error
         # the agreement reports): so the codec speed used here is that of the
         # communicator's own codec, which every rank measured at the same call (a
@@ -227,6 +226,19 @@ class Decider:
         if pol.auto and not pred.compress:
             return "model: plain MPI predicted faster"
         return None
+
+    def _one_node(self, pol: Resolved) -> bool:
+        """Whether the communicator lies on one node (collective the first time): shared
+        memory moves bytes faster than a CPU codec encodes them, so the codec ``auto``
+        sends every host collective plain, without a probe (the default policy's fast
+        path then takes them all)."""
+        if self.layout is None:
+            self.layout = topology.layout(self.engines.main().comm)
+        if self.layout.spans_nodes:
+            return False
+        if pol is self.comm._default:
+            self.comm._every_collective_plain(ONE_NODE)
+        return True
 
     # -- the model and what it rests on -----------------------------------------------
     def calibrate(self, pol: Resolved, force: bool = False) -> model.Calibration:

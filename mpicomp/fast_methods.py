@@ -25,7 +25,7 @@ import inspect
 from mpi4py import MPI
 
 __all__ = ["COLLECTIVES", "FAST_METHODS", "METHODS", "NO_LIMITS", "PER_RANK", "RECEIVES",
-           "SENDS", "FastMethod", "PlainLimits", "params"]
+           "RECEIVING", "SENDS", "FastMethod", "PlainLimits", "params"]
 
 #: the kinds of method (the compiled shortcut's too): a collective, below the state's
 #: ``limit``; a send (Send, Isend, Irecv), below ``p2p_limit``; a receive, received as
@@ -53,6 +53,9 @@ class FastMethod:
     #: the keywords a call may pass and still take the shortcut (default: every
     #: parameter that is not a buffer)
     keywords: tuple[str, ...] | None = None
+    #: whether its calls hand this rank's bytes to MPI to send (a receive's do not: the
+    #: stats count no wire bytes for it)
+    sends: bool = True
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -83,8 +86,8 @@ FAST_METHODS: tuple[FastMethod, ...] = (
     _collective("Allgatherv", "MPI_Allgatherv", other=None, vspec="recvbuf"),
     FastMethod("Send", "send", "MPI_Send", sized="buf", other=None),
     FastMethod("Isend", "send", "MPI_Isend", sized="buf", other=None),
-    FastMethod("Irecv", "send", "MPI_Irecv", sized="buf", other=None),
-    FastMethod("Recv", "receive", "MPI_Recv", sized="buf", other=None),
+    FastMethod("Irecv", "send", "MPI_Irecv", sized="buf", other=None, sends=False),
+    FastMethod("Recv", "receive", "MPI_Recv", sized="buf", other=None, sends=False),
     # its send below p2p_limit, its receive (positional, as the receive takes it) counted
     # as a Recv
     FastMethod("Sendrecv", "sendrecv", "MPI_Sendrecv", other=None, keywords=("status",)),
@@ -100,6 +103,8 @@ SENDS = tuple(m.name for m in FAST_METHODS if m.kind == "send")
 RECEIVES = tuple(m.name for m in FAST_METHODS if m.kind in ("receive", "sendrecv"))
 #: collectives whose in-place size is one rank's part of the receive buffer
 PER_RANK = frozenset(m.name for m in FAST_METHODS if m.per_rank)
+#: the receives: their plain calls send nothing
+RECEIVING = frozenset(m.name for m in FAST_METHODS if not m.sends)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -100,7 +100,7 @@ def install(cls: type) -> None:
         setattr(cls, m.name, PlainMethod(
             getattr(MPI.Intracomm, m.name), cls.__dict__[m.name], np.ndarray,
             cls.__dict__["_shortcut"], index, names, keywords(m), kind=m.kind, mpi=m.mpi,
-            sized=at(m.sized), other=at(m.other), vspec=at(m.vspec),
+            sized=at(m.sized), other=at(m.other), vspec=at(m.vspec), per_rank=m.per_rank,
             **(receive if m.kind in ("receive", "sendrecv") else {})))
     bind_mpi()
 
@@ -135,7 +135,7 @@ def bind_mpi(on: bool = True) -> bool:
     capi = MPI.__pyx_capi__
     if not _shortcut.bind(addresses, capi["PyMPIComm_Get"], capi["PyMPIStatus_Get"],
                           capi["PyMPIOp_Get"], MPI.BYTE.handle, types, ops, MPI.Op,
-                          MPI.Exception):
+                          MPI.Exception, int(MPI.IN_PLACE)):
         return False
     # a nonblocking call's Request must keep its buffers alive, as mpi4py's own do: the
     # extension fills in mpi4py's Request as mpi4py's public header lays it out, once a
@@ -157,6 +157,7 @@ def update(comm: Any, limits: PlainLimits) -> Any:
         if limits.collective <= 0 and limits.p2p <= 0:
             return None
         state = comm._shortcut = ShortcutState(len(METHODS))
+        state.size = comm.Get_size()  # (in-place calls sized per rank)
     state.limit = max(limits.collective, 0.0)
     state.p2p_limit = max(limits.p2p, 0.0)
     return state

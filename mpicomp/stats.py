@@ -137,7 +137,8 @@ class Stats:
             s = self._ops.setdefault(name, OpStats())
             s.calls += calls
             s.raw_bytes += calls * nbytes
-            s.wire_bytes += calls * nbytes
+            if name not in fast_methods.RECEIVING:  # (wire bytes: what this rank sent)
+                s.wire_bytes += calls * nbytes
             if reason == BELOW_THRESHOLD:
                 reason = below_threshold(nbytes, self.threshold)
             s.fallbacks[reason] += calls

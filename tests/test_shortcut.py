@@ -218,7 +218,8 @@ def test_without_the_extension_the_python_path_counts_the_same(comm, monkeypatch
 @pytest.mark.mpi(min_size=2)
 def test_the_shortcut_itself_takes_the_calls_with_mpi4pys_keywords(comm):
     """The state's own counts (not the Python path's): positional and mpi4py's keywords
-    (op, root) and buffer specs over arrays are taken; an mpicomp setting, IN_PLACE or a
+    (op, root), buffer specs over arrays and MPI.IN_PLACE (sized by the receive buffer)
+    are taken; an mpicomp setting or a
     spec over another kind of buffer are not."""
     mc = mpicomp.Comm(comm, codec="bitplane", threshold=1 << 20)
     x = np.ones(64, np.float32)
@@ -229,7 +230,7 @@ def test_the_shortcut_itself_takes_the_calls_with_mpi4pys_keywords(comm):
     mc.Allreduce(x, y, MPI.MAX)
     mc.Allreduce(x, y, op=MPI.MIN)
     mc.Allreduce(x, y, rate=8.25)  # a setting: the Python method
-    mc.Allreduce(MPI.IN_PLACE, y)
+    mc.Allreduce(MPI.IN_PLACE, y)  # sized by y
     mc.Allreduce([x, MPI.FLOAT], [y, MPI.FLOAT])
     mc.Allreduce([x, 10, MPI.FLOAT], [y, 10, MPI.FLOAT])  # counted by its count
     mc.Allreduce([memoryview(x), MPI.FLOAT], [y, MPI.FLOAT])
@@ -238,9 +239,9 @@ def test_the_shortcut_itself_takes_the_calls_with_mpi4pys_keywords(comm):
     mc.Bcast([x, 3, 2, MPI.FLOAT], 0)
     with pytest.raises(ValueError, match="count 60 at displacement 5 needs 65 elements"):
         mc.Bcast([x, 60, 5, MPI.FLOAT], 0)  # past the array's end: the Python method says so
-    assert mc._shortcut.take(shortcut.METHODS.index("Allreduce")) == {x.nbytes: 4, 40: 1}
+    assert mc._shortcut.take(shortcut.METHODS.index("Allreduce")) == {x.nbytes: 5, 40: 1}
     assert mc._shortcut.take(shortcut.METHODS.index("Bcast")) == {x.nbytes: 2, 12: 1}
-    assert mc.stats()["Allreduce"]["calls"] == 4  # the first call and the three not taken
+    assert mc.stats()["Allreduce"]["calls"] == 3  # the first call and the two not taken
 
 
 def _take(mc: mpicomp.Comm, name: str) -> dict[int, int]:
@@ -853,6 +854,44 @@ def _default_with_shortcut(comm):
     mc.check_settings()
     assert _shortcut_on(mc)
     return mc, shortcut._shortcut.direct_calls()
+
+
+@pytest.mark.mpi(min_size=2)
+def test_in_place_collectives_take_the_shortcut_sized_by_their_receive_buffer(comm):
+    """MPI.IN_PLACE: the compiled methods size the call by the other buffer (Allgather: one
+    rank's part of it, as the Python methods' fast path does) and call MPI (Allreduce,
+    Iallreduce, bound) or mpi4py: the plain result, counted as plain calls of that size."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    mc, before = _default_with_shortcut(comm)
+    y = np.full(6, r + 1.0)
+    mc.Allreduce(MPI.IN_PLACE, y)
+    np.testing.assert_array_equal(y, p * (p + 1) / 2)
+    z = np.full(4, float(r))
+    mc.Iallreduce(MPI.IN_PLACE, z, op=MPI.MAX).Wait()
+    np.testing.assert_array_equal(z, p - 1.0)
+    # bound (MPICH), both called MPI_Allreduce / MPI_Iallreduce with MPI_IN_PLACE themselves
+    # (and below, Allgather and Iallgather)
+    direct = int(shortcut._shortcut.bound()) + int(shortcut._shortcut.nonblocking_bound())
+    assert shortcut._shortcut.direct_calls() - before == direct
+    assert mc._shortcut.take(shortcut.METHODS.index("Allreduce")) == {y.nbytes: 1}
+    assert mc._shortcut.take(shortcut.METHODS.index("Iallreduce")) == {z.nbytes: 1}
+    g = np.zeros(3 * p)
+    g[3 * r: 3 * r + 3] = r
+    mc.Allgather(MPI.IN_PLACE, g)
+    np.testing.assert_array_equal(g, np.repeat(np.arange(p, dtype=float), 3))
+    assert mc._shortcut.take(shortcut.METHODS.index("Allgather")) == {3 * 8: 1}
+    gi = np.zeros(2 * p, np.float32)
+    gi[2 * r: 2 * r + 2] = r
+    mc.Iallgather(MPI.IN_PLACE, gi).Wait()
+    np.testing.assert_array_equal(gi, np.repeat(np.arange(p, dtype=np.float32), 2))
+    assert shortcut._shortcut.direct_calls() - before == 2 * direct
+    mc._shortcut.size = 0  # (no size known: the Python method's fast path, the same count)
+    mc.Allgather(MPI.IN_PLACE, g)
+    np.testing.assert_array_equal(g, np.repeat(np.arange(p, dtype=float), 3))
+    assert mc._shortcut.take(shortcut.METHODS.index("Allgather")) == {}
+    st = mc.stats()  # (take drained the compiled counts: the Python path's call is left)
+    assert st["Allgather"]["calls"] == 1 and st["Allgather"]["raw_bytes"] == 3 * 8
+    assert st["Allgather"]["compressed"] == 0
 
 
 def _gather_and_exchange_match(mc, comm, x, every, gather: str, exchange: str) -> None:
