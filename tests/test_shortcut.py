@@ -259,6 +259,15 @@ def _default_pair(comm):
     return mc
 
 
+@pytest.fixture
+def pair(comm):
+    """:func:`_default_pair` for a test of ranks 0 and 1; the other ranks skip it."""
+    mc = _default_pair(comm)
+    if mc is None:
+        pytest.skip("a test of ranks 0 and 1")
+    return mc
+
+
 @pytest.fixture(params=["direct", "mpi4py"])
 def receive_path(request):
     """The receiving shortcuts both ways: calling MPI itself (bound, the default on
@@ -396,14 +405,12 @@ def test_point_to_point_under_the_default_takes_the_shortcut(comm, receive_path)
 
 
 @pytest.mark.mpi(min_size=2)
-def test_a_frame_reaches_a_default_receiver_through_the_shortcut(comm, receive_path):
+def test_a_frame_reaches_a_default_receiver_through_the_shortcut(comm, receive_path, pair):
     """A sender that names a codec sends a compressed frame; the receiver's shortcut
     receives it as bytes into the buffer and decodes it there (any status form, a larger
     buffer, ANY_SOURCE), and an odd-length plain message of bytes stays exact."""
     r = comm.Get_rank()
-    mc = _default_pair(comm)
-    if mc is None:
-        return
+    mc = pair
     x = np.sin(np.arange(4096, dtype=np.float64) / 50)
     odd = np.arange(13, dtype=np.uint8)
     if r == 0:
@@ -436,11 +443,10 @@ def test_a_frame_reaches_a_default_receiver_through_the_shortcut(comm, receive_p
 
 
 @pytest.mark.mpi(min_size=2)
-def test_sendrecv_under_the_default_is_plain_and_decodes_a_partners_frame(comm, receive_path):
+def test_sendrecv_under_the_default_is_plain_and_decodes_a_partners_frame(comm, receive_path,
+                                                                         pair):
     r = comm.Get_rank()
-    mc = _default_pair(comm)
-    if mc is None:
-        return
+    mc = pair
     def values(rank: int) -> np.ndarray:
         return np.cos(np.arange(2048, dtype=np.float32) / 30) + rank
 
@@ -483,11 +489,9 @@ def test_point_to_point_without_the_extension_takes_the_python_fast_path(comm, m
 
 
 @pytest.mark.mpi(min_size=2)
-def test_sendrecv_positional_takes_the_shortcut_and_counts_its_receive(comm, receive_path):
+def test_sendrecv_positional_takes_the_shortcut_and_counts_its_receive(comm, receive_path, pair):
     r = comm.Get_rank()
-    mc = _default_pair(comm)
-    if mc is None:
-        return
+    mc = pair
     x = np.full(300, r, np.float64)
     y = np.empty_like(x)
     st = MPI.Status()
@@ -688,16 +692,14 @@ def test_the_shortcut_takes_host_buffers_only(comm):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_receives_keep_mpi4pys_types_errors_and_status(comm, receive_path):
+def test_receives_keep_mpi4pys_types_errors_and_status(comm, receive_path, pair):
     """Both receive paths: every dtype arrives exact (Sendrecv's send datatype from the
     buffer's format; a format without a one-letter datatype goes through mpi4py), a
     message too long for the buffer raises MPI.Exception (ERR_TRUNCATE) and leaves the
     pair in step, a strided receive buffer raises as mpi4py does, and a status reports
     source, tag and count."""
     r = comm.Get_rank()
-    mc = _default_pair(comm)
-    if mc is None:
-        return
+    mc = pair
     peer = 1 - r
     before = shortcut._shortcut.direct_calls()
     for dtype in (np.float32, np.float64, np.int32, np.int64, np.uint8, np.bool_,
@@ -746,7 +748,7 @@ def _spec_forms(a: np.ndarray, count: int, displ: int) -> list:
 
 
 @pytest.mark.mpi(min_size=2)
-def test_receives_of_buffer_specs_take_the_shortcut(comm, receive_path):
+def test_receives_of_buffer_specs_take_the_shortcut(comm, receive_path, pair):
     """Recv and Sendrecv into every buffer spec form over an array (a datatype or a type
     character, a count, a displacement) take the shortcut both ways: the values land
     where mpi4py puts them, nothing else is written, the status counts the values, a
@@ -754,9 +756,7 @@ def test_receives_of_buffer_specs_take_the_shortcut(comm, receive_path):
     the shortcut does not read (a strided datatype, a count past the end) goes to the
     Python method, which gives mpi4py's result or mpicomp's error."""
     r = comm.Get_rank()
-    mc = _default_pair(comm)
-    if mc is None:
-        return
+    mc = pair
     peer = 1 - r
     before = shortcut._shortcut.direct_calls()
     n, count, displ = 24, 10, 5
