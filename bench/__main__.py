@@ -20,6 +20,7 @@ from . import (
     osu,
     overhead,
     overlap,
+    rate_distortion,
     soak,
     train,
     transformer,
@@ -28,6 +29,8 @@ from . import (
 SUBCOMMANDS = {
     "codecs": (codecs, "codec encode/decode speed and error on one buffer"),
     "accuracy": (accuracy, "bitplane vs zfp 1D/3D PSNR at equal bits per value"),
+    "rate-distortion": (rate_distortion, "errbound's bits per value at bitplane's PSNR, and "
+                                         "both codecs' speeds"),
     "allreduce": (allreduce, "compressed vs plain MPI Allreduce: time, bytes, error "
                              "(run under mpiexec)"),
     "headline": (headline, "the headline comparison (make bench): compressed vs plain "

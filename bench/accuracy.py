@@ -106,12 +106,7 @@ def run(
     dt = np.dtype(dtype)
     if dt not in _BITPLANE_EBITS:
         raise TypeError(f"dtype must be float32 or float64, got {dt.name}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 64:
-        raise ValueError(f"n must be an integer >= 64, got {n!r}")
-    kinds = [k.strip() for k in data.split(",") if k.strip()]
-    for k in kinds:
-        if k not in bench_data.KINDS:
-            raise ValueError(f"data kind must be one of {list(bench_data.KINDS)}, got {k!r}")
+    kinds = bench_data.kinds_and_size(data, n)
 
     rows = []
     for kind in kinds:

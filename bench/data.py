@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DTYPES", "KINDS", "generate"]
+__all__ = ["DTYPES", "KINDS", "generate", "kinds_and_size"]
 
 #: the data kinds; the first, "real", is the benchmarks' default
 KINDS = ("real", "gradient", "gaussian", "smooth")
@@ -76,3 +76,16 @@ def generate(kind: str, n: int, dtype: Any = "float32", seed: int = 0) -> np.nda
         for period, amplitude, phase in zip(periods, amplitudes, phases, strict=True):
             x += amplitude * np.sin(t * (2 * np.pi / period) + phase)
     return x.astype(dt, copy=False)
+
+
+def kinds_and_size(data: str, n: Any) -> list[str]:
+    """The data kinds of a comma-separated ``--data`` list, checked with the values per set
+    ``n`` (an integer >= 64): ValueError naming the bad value."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 64:
+        raise ValueError(f"n must be an integer >= 64, got {n!r}")
+    kinds = [k.strip() for k in data.split(",") if k.strip()]
+    for k in kinds:
+        if k not in KINDS:
+            raise ValueError(f"data kind must be one of {list(KINDS)}, got {k!r}")
+    return kinds
+

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-__all__ = ["add_into", "max_abs_bits", "order_keys"]
+__all__ = ["add_into", "max_abs", "max_abs_bits", "order_keys"]
 
 
 @cuda.jit
@@ -49,3 +49,24 @@ def order_keys(codes):
         c = codes[i]
         if c < 0:
             codes[i] = c ^ np.int16(0x7FFF)
+
+
+def max_abs(x, stream) -> float:
+    """max |x| over a flat device array (+Inf for NaN/Inf), with :func:`max_abs_bits` on
+    ``stream``; waits for the stream."""
+    from . import cuda_runtime
+
+    if not x.size:
+        return 0.0
+    wide = np.dtype(x.dtype) == np.float64
+    utype, ftype = (np.uint64, np.float64) if wide else (np.uint32, np.float32)
+    mask = utype(0x7FFFFFFFFFFFFFFF if wide else 0x7FFFFFFF)
+    result = cuda_runtime.as_device(cuda_runtime.empty(1, utype), "result", sync=False)
+    result.copy_to_device(np.zeros(1, utype), stream=stream)  # (CuPy's pool: no malloc)
+    blocks, threads = cuda_runtime.grid(x.size)
+    with cuda_runtime.serialized():
+        max_abs_bits[min(blocks, 256), threads, stream](x.view(utype), mask, result)
+    bits = result.copy_to_host(stream=stream)
+    stream.synchronize()
+    v = float(bits.view(ftype)[0])
+    return v if v <= np.finfo(np.float64).max else float("inf")

@@ -11,7 +11,7 @@ user-wide folder, or in ``NUMBA_CACHE_DIR``).
 It calls every CPU kernel with the argument types the communicator passes
 (float32 and float64; read-only inputs; every codec path: bitplane's vector
 and general paths and its guarded encode, zfp in 1, 2 and 3 dimensions and
-its table decoder, both casts, the scans, the homomorphic allreduce's
+its table decoder, both casts, errbound, the scans, the homomorphic allreduce's
 kernels), and prints how long each took: the compile time on a cold cache,
 the load time on a warm one.
 """
@@ -84,6 +84,7 @@ STEPS: list[tuple[str, Callable[[np.dtype], None]]] = [
     ("zfp 3D", _codec_round_trip({"id": "zfp", "rate": 16, "dims": 3})),
     ("cast float16", _codec_round_trip({"id": "cast", "dtype": "float16"})),
     ("cast bfloat16", _codec_round_trip({"id": "cast", "dtype": "bfloat16"})),
+    ("errbound", _codec_round_trip({"id": "errbound", "tolerance": 1e-3})),
     ("scans (max |x|, add)", _scans),
     ("homomorphic kernels", _homomorphic),
 ]

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from mpicomp.bench import accuracy, codecs
+from mpicomp.bench import accuracy, codecs, rate_distortion
 
 pytestmark = pytest.mark.slow  # left out of make test-quick
 
@@ -39,3 +39,23 @@ def test_accuracy_benchmark_reports_psnr():
         for key in ("psnr_bitplane", "psnr_zfp1d", "psnr_zfp3d"):
             assert math.isfinite(r[key]) and r[key] > 0, r
     assert rows[0]["psnr_bitplane"] < rows[1]["psnr_bitplane"] < rows[2]["psnr_bitplane"]
+
+
+def test_rate_distortion_matches_bitplanes_psnr_with_errbound():
+    """Every row: errbound at or above bitplane's PSNR (the bisection's invariant), bits
+    from its stream, speeds measured; the table printed with its command."""
+    out = io.StringIO()
+    rows = rate_distortion.run(n=1 << 14, data="gradient,smooth", repeat=1, out=out,
+                               err=io.StringIO(), argv=["rate-distortion"])
+    assert [(r["data"], r["rate"]) for r in rows] == [
+        (d, rate) for d in ("gradient", "smooth") for rate in rate_distortion.RATES]
+    for r in rows:
+        assert r["psnr_errbound"] >= r["psnr"], r
+        assert 0 < r["bits_errbound"] < 33 and r["bits_bitplane"] == pytest.approx(r["rate"],
+                                                                                 abs=0.01)
+        assert r["ratio"] == pytest.approx(r["bits_errbound"] / r["bits_bitplane"])
+        assert min(r["enc_errbound"], r["dec_errbound"], r["enc_bitplane"],
+                   r["dec_bitplane"]) > 0, r
+    text = out.getvalue()
+    assert "# command: " in text and text.count("\ngradient ") == 3, text
+

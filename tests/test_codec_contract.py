@@ -169,7 +169,10 @@ def test_encode_size_is_known_in_advance(codec, count):
         stream = codec.encode(sample(count, dt, seed))
         assert isinstance(stream, np.ndarray)
         assert stream.dtype == np.uint8 and stream.ndim == 1
-        assert stream.size == n
+        if codec.variable:  # (errbound: the values decide, within a bound known in advance)
+            assert codec.min_stream_nbytes(count, dt) <= stream.size <= n
+        else:
+            assert stream.size == n
     if count:
         assert codec.bits_per_value(count, dt) == pytest.approx(8.0 * n / count)
     else:
@@ -234,10 +237,10 @@ def test_encode_into_out(codec):
     n = codec.encoded_nbytes(x.size, dt)
     big = np.full(n + 16, 0xAB, dtype=np.uint8)
     s = codec.encode(x, out=big)
-    assert s.size == n
+    assert s.size == n or (codec.variable and s.size < n)
     assert np.shares_memory(s, big) and s.ctypes.data == big.ctypes.data  # the head of out
     np.testing.assert_array_equal(s, codec.encode(x))
-    assert np.all(big[n:] == 0xAB)  # nothing written past the stream
+    assert np.all(big[s.size:] == 0xAB)  # nothing written past the stream
 
 
 def test_decode_accepts_bytes(codec):

@@ -16,6 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import cuda_cases_bitplane  # noqa: E402
+import cuda_cases_errbound  # noqa: E402
 import cuda_cases_zfp  # noqa: E402
 
 pytestmark = pytest.mark.slow  # left out of make test-quick
@@ -56,7 +57,7 @@ KERNELS = [
      "void(uint64[:], int16[:], int64, int64, int64, float32[:])"),
     ("fixedpoint_cuda", "unpack_dequantize",
      "void(uint64[:], int16[:], int64, int64, int64, float64[:])"),
-] + cuda_cases_bitplane.KERNELS + cuda_cases_zfp.KERNELS
+] + cuda_cases_bitplane.KERNELS + cuda_cases_zfp.KERNELS + cuda_cases_errbound.KERNELS
 
 
 @pytest.fixture(autouse=True)

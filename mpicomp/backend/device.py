@@ -66,7 +66,8 @@ class DeviceArrays:
 
     # -- the codec's kernels ------------------------------------------------------------
     def encode(self, codec: Codec, x: Any, out: Any) -> Any:
-        """Encode ``x`` into the head of the device ``out``; returns that head.
+        """Encode ``x`` into the head of the device ``out``; returns that head (a variable
+        codec's: the bytes it used).
 
         The refusal flag is not read: the agreement step (or the point-to-point
         screen) found ``x`` finite and in range, so the call stays asynchronous."""
@@ -76,18 +77,21 @@ class DeviceArrays:
             raise ValueError(f"a stream buffer of {out.size} bytes for a stream of {n}")
         if n:
             with cuda.serialized():
-                codec.encode_on_stream(xd, out[:n], self.stream, True)
+                used = codec.encode_on_stream(xd, out[:n], self.stream, True)
+            n = n if used is None else used
         return out[:n]
 
     def decode(self, codec: Codec, stream: Any, out: Any) -> Any:
         """Decode the head of the device ``stream`` into ``out``; returns ``out``."""
         od = cuda.as_device(out, "out")
-        n = codec.stream_nbytes(od.size, np.dtype(od.dtype))
+        dt = np.dtype(od.dtype)
+        n = (codec.min_stream_nbytes if codec.variable else codec.stream_nbytes)(od.size, dt)
         if stream.size < n:
             raise ValueError(f"a stream buffer of {stream.size} bytes for a stream of {n}")
         if od.size:
             with cuda.serialized():
-                codec.decode_on_stream(stream[:n], od, self.stream)
+                codec.decode_on_stream(stream if codec.variable else stream[:n], od,
+                                       self.stream)
         return out
 
     def roundtrip(self, codec: Codec, x: Any) -> Any:
@@ -130,22 +134,7 @@ class DeviceArrays:
         """max |x| over a device array (+Inf for NaN/Inf); waits for the stream."""
         from ..kernels import scan_cuda
 
-        if not x.size:
-            return 0.0
-        stream = self.stream
-        wide = np.dtype(x.dtype) == np.float64
-        utype, ftype = (np.uint64, np.float64) if wide else (np.uint32, np.float32)
-        mask = utype(0x7FFFFFFFFFFFFFFF if wide else 0x7FFFFFFF)
-        result = cuda.as_device(cuda.empty(1, utype), "result", sync=False)  # CuPy's pool
-        result.copy_to_device(np.zeros(1, utype), stream=stream)
-        blocks, threads = cuda.grid(x.size)
-        with cuda.serialized():
-            scan_cuda.max_abs_bits[min(blocks, 256), threads, stream](
-                x.view(utype), mask, result)
-        bits = result.copy_to_host(stream=stream)
-        stream.synchronize()
-        v = float(bits.view(ftype)[0])
-        return v if v <= np.finfo(np.float64).max else float("inf")
+        return scan_cuda.max_abs(x, self.stream)
 
     def finite(self, x: Any, rt: Any = None) -> bool:
         """True when every ``x`` (``x - rt`` when given) is finite; waits for the stream."""

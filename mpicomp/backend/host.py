@@ -84,10 +84,11 @@ class HostArrays:
 
     # -- the codec's kernels (arrays the caller made: flat, contiguous, right size) -----
     def encode(self, codec: Codec, x: np.ndarray, out: np.ndarray) -> np.ndarray:
-        """Encode ``x`` into the head of ``out``; returns that head (the stream)."""
+        """Encode ``x`` into the head of ``out``; returns that head (the stream; a variable
+        codec's: the bytes it used)."""
         stream = _head(out, codec.stream_nbytes(x.size, x.dtype))
-        codec.encode_into(x.reshape(-1), stream)
-        return stream
+        used = codec.encode_into(x.reshape(-1), stream)
+        return stream if used is None else stream[:used]
 
     def encode_guarded(self, codec: Codec, x: np.ndarray, out: np.ndarray) -> int:
         """Encode; the number of unsafe blocks (:meth:`Codec.encode_guarded`)."""
@@ -95,9 +96,13 @@ class HostArrays:
         return codec.encode_into_guarded(x.reshape(-1), stream)
 
     def decode(self, codec: Codec, stream: np.ndarray, out: np.ndarray) -> np.ndarray:
-        """Decode the head of ``stream`` into ``out``; returns ``out``."""
-        codec.decode_into(_head(stream, codec.stream_nbytes(out.size, out.dtype)),
-                          out.reshape(-1))
+        """Decode the head of ``stream`` into ``out`` (a variable codec's stream: all of
+        it, its length read from it); returns ``out``."""
+        if codec.variable:
+            _head(stream, codec.min_stream_nbytes(out.size, out.dtype))
+        else:
+            stream = _head(stream, codec.stream_nbytes(out.size, out.dtype))
+        codec.decode_into(stream, out.reshape(-1))
         return out
 
     def roundtrip(self, codec: Codec, x: np.ndarray) -> np.ndarray:

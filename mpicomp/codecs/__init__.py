@@ -1,4 +1,4 @@
-"""Codecs: fixed-size, header-free encodings of float buffers.
+"""Codecs: header-free encodings of float buffers, fixed-size but for ``errbound``.
 
 >>> import numpy as np
 >>> from mpicomp.codecs import get_codec
@@ -13,6 +13,7 @@ from ..errors import UncompressibleError, UnknownCodecError
 from .base import Codec
 from .bitplane import BitplaneCodec
 from .cast import CastCodec
+from .errbound import ErrboundCodec
 from .none import NoneCodec
 from .registry import get_codec, register_codec, registered_codecs
 from .zfp import ZfpCodec
@@ -21,11 +22,13 @@ register_codec(NoneCodec)
 register_codec(ZfpCodec)
 register_codec(BitplaneCodec)
 register_codec(CastCodec)
+register_codec(ErrboundCodec)
 
 __all__ = [
     "BitplaneCodec",
     "CastCodec",
     "Codec",
+    "ErrboundCodec",
     "NoneCodec",
     "UncompressibleError",
     "UnknownCodecError",

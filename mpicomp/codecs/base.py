@@ -50,10 +50,15 @@ class Codec(abc.ABC):
     lossy: ClassVar[bool] = True
     #: True when :meth:`encode_guarded` is implemented (host arrays)
     guards: ClassVar[bool] = False
+    #: True when a stream's size depends on the data: :meth:`encoded_nbytes` is then its
+    #: upper bound, :meth:`encode` returns the bytes used, :meth:`decode` reads the length
+    #: from the stream (``errbound``); the communicator carries such streams not yet
+    variable: ClassVar[bool] = False
 
     # -- public API ---------------------------------------------------------
     def encoded_nbytes(self, count: int, dtype: Any) -> int:
-        """Exact size in bytes of the stream for ``count`` values of ``dtype``."""
+        """Exact size in bytes of the stream for ``count`` values of ``dtype`` (a variable
+        codec's: the most its stream can take)."""
         count = _check_count(count)
         return self.stream_nbytes(count, self._check_dtype(dtype))
 
@@ -84,8 +89,8 @@ class Codec(abc.ABC):
         flat = self._check_input(x)
         n = self.stream_nbytes(flat.size, flat.dtype)
         stream = _check_stream_out(out, n)
-        self.encode_into(flat, stream)
-        return stream
+        used = self.encode_into(flat, stream)
+        return stream if used is None else stream[:used]
 
     def encode_guarded(self, x: np.ndarray, out: np.ndarray) -> int:
         """Encode host values into ``out`` as :meth:`encode` does, but never refuse them.
@@ -125,8 +130,10 @@ class Codec(abc.ABC):
                 raise TypeError("decode needs either out= or both count= and dtype=")
             out = np.empty(_check_count(count), dtype=self._check_dtype(dtype))
         flat = self._check_input(out, name="out", writable=True)
-        n = self.stream_nbytes(flat.size, flat.dtype)
-        stream = _as_stream(buf, n)
+        if self.variable:  # the whole buffer: the stream says how much of it is its own
+            stream = _as_stream(buf, self.min_stream_nbytes(flat.size, flat.dtype), whole=True)
+        else:
+            stream = _as_stream(buf, self.stream_nbytes(flat.size, flat.dtype))
         self.decode_into(stream, flat)
         return out
 
@@ -161,10 +168,15 @@ class Codec(abc.ABC):
     def stream_nbytes(self, count: int, dtype: np.dtype) -> int:
         """Stream size of ``count`` values of the NumPy dtype ``dtype`` (one the codec takes)."""
 
+    def min_stream_nbytes(self, count: int, dtype: np.dtype) -> int:
+        """The shortest stream of ``count`` values (a fixed-size codec's only size)."""
+        return self.stream_nbytes(count, dtype)
+
     @abc.abstractmethod
-    def encode_into(self, x: np.ndarray, out: np.ndarray) -> None:
+    def encode_into(self, x: np.ndarray, out: np.ndarray) -> int | None:
         """Encode the 1-D contiguous ``x`` into the uint8 ``out`` of exact size
-        (:class:`~mpicomp.errors.UncompressibleError` for values the format cannot carry)."""
+        (:class:`~mpicomp.errors.UncompressibleError` for values the format cannot carry);
+        a variable codec returns the bytes it used (``out`` has the upper bound)."""
 
     @abc.abstractmethod
     def decode_into(self, buf: np.ndarray, out: np.ndarray) -> None:
@@ -186,7 +198,8 @@ class Codec(abc.ABC):
             raise ValueError(f"out must be a device uint8 buffer of at least {n} bytes")
         if n:
             with cuda.serialized():  # the simulator runs one kernel at a time
-                self.encode_on_stream(xd, od[:n], cuda.current_stream(), checked)
+                used = self.encode_on_stream(xd, od[:n], cuda.current_stream(), checked)
+            n = n if used is None else used
         return out[:n]
 
     def _decode_device_buffer(self, buf: Any, out: Any, count: Any, dtype: Any) -> Any:
@@ -196,19 +209,21 @@ class Codec(abc.ABC):
             out = cuda.empty(_check_count(count), self._check_dtype(dtype), like=buf)
         od = cuda.as_device(out, "out")
         self._check_dtype(od.dtype)
-        n = self.stream_nbytes(od.size, np.dtype(od.dtype))
+        size = self.min_stream_nbytes if self.variable else self.stream_nbytes
+        n = size(od.size, np.dtype(od.dtype))
         bd = cuda.as_device(buf, "buf")
         if np.dtype(bd.dtype) != np.uint8 or bd.size < n:
             raise ValueError(f"buf must be a device uint8 buffer of at least {n} bytes")
         if od.size:
             with cuda.serialized():
-                self.decode_on_stream(bd[:n], od, cuda.current_stream())
+                self.decode_on_stream(bd if self.variable else bd[:n], od,
+                                      cuda.current_stream())
         return out
 
-    def encode_on_stream(self, x: Any, out: Any, stream: Any, checked: bool) -> None:
+    def encode_on_stream(self, x: Any, out: Any, stream: Any, checked: bool) -> int | None:
         """Encode the flat Numba device array ``x`` into the device uint8 ``out`` of exact
         size on ``stream`` (GPU codecs override); read the kernel's refusal flag unless
-        ``checked``."""
+        ``checked``; a variable codec returns the bytes it used."""
         raise TypeError(f"codec {self.codec_id!r} has no GPU kernels")
 
     def decode_on_stream(self, buf: Any, out: Any, stream: Any) -> None:
@@ -264,7 +279,7 @@ def _check_stream_out(out: np.ndarray | None, n: int) -> np.ndarray:
     return out[:n]
 
 
-def _as_stream(buf: Any, n: int) -> np.ndarray:
+def _as_stream(buf: Any, n: int, whole: bool = False) -> np.ndarray:
     if isinstance(buf, np.ndarray):
         if not buf.flags.c_contiguous:
             raise ValueError("buf must be contiguous")
@@ -280,7 +295,7 @@ def _as_stream(buf: Any, n: int) -> np.ndarray:
         raise ValueError(
             f"buf must hold at least {n} bytes for this count/dtype, got {stream.size}"
         )
-    return stream[:n]
+    return stream if whole else stream[:n]
 
 
 def check_rate(codec_id: str, rate: Any, low: float, high: float) -> float:

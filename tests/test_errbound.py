@@ -1,0 +1,153 @@
+"""The ``errbound`` codec: every decoded value within its bound, variable-size streams that
+pay on sparse and smooth data, hostile bytes refused, and the communicator's plain path."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mpicomp
+from mpicomp.codecs import get_codec
+from mpicomp.codecs.errbound import HEADER_NBYTES
+from mpicomp.decision import VARIABLE_STREAMS
+from mpicomp.errors import UncompressibleError
+from mpicomp.kernels.errbound_block import BLOCK
+
+sys.path.insert(0, str(Path(__file__).parent))
+from real_like import gradient_like  # noqa: E402
+
+DTYPES = [np.float32, np.float64]
+
+
+def _data(kind: str, n: int, dtype) -> np.ndarray:
+    rng = np.random.default_rng(3)
+    if kind == "gradient":
+        return gradient_like(n, dtype, seed=3)
+    if kind == "sparse":
+        x = rng.standard_normal(n).astype(dtype)
+        x[rng.random(n) < 0.7] = 0
+        return x
+    if kind == "smooth":
+        return np.sin(np.arange(n) / 300.0).astype(dtype) * 50
+    if kind == "subnormal":
+        tiny = np.finfo(dtype).tiny
+        return (rng.standard_normal(n) * tiny).astype(dtype)
+    if kind == "huge range":
+        return (rng.standard_normal(n) * 10.0 ** rng.integers(-30, 30, n)).astype(dtype)
+    if kind == "zeros":
+        return np.zeros(n, dtype)
+    raise AssertionError(kind)
+
+
+KINDS = ["gradient", "sparse", "smooth", "subnormal", "huge range", "zeros"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("tolerance,relative", [(1e-3, False), (1e-6, False), (1e-4, True),
+                                                (1e-30, False)])
+def test_every_value_within_the_bound(dtype, kind, tolerance, relative):
+    x = _data(kind, 10_000 + 17, dtype)  # a short last block
+    c = get_codec("errbound", tolerance=tolerance, relative=relative)
+    s = c.encode(x)
+    assert HEADER_NBYTES + -(-x.size // BLOCK) <= s.size <= c.encoded_nbytes(x.size, dtype)
+    y = c.decode(s, out=np.empty_like(x))
+    bound = tolerance * float(np.abs(x.astype(np.float64)).max()) if relative else tolerance
+    err = np.abs(y.astype(np.float64) - x.astype(np.float64))
+    assert float(err.max()) <= bound, (kind, float(err.max()), bound)
+    assert c.used_nbytes(s, x.size, dtype) == s.size
+    # deterministic, and decodable from a longer buffer (a receive of the upper bound)
+    longer = np.zeros(c.encoded_nbytes(x.size, dtype), np.uint8)
+    longer[: s.size] = s
+    np.testing.assert_array_equal(c.decode(longer, out=np.empty_like(x)), y)
+    np.testing.assert_array_equal(c.encode(x), s)
+
+
+def test_zeros_cost_a_byte_per_block_and_sparse_data_pays():
+    n = 1 << 16
+    c = get_codec("errbound", tolerance=1e-3)
+    assert c.encode(np.zeros(n, np.float32)).size == HEADER_NBYTES + n // BLOCK
+    x = np.zeros(n, np.float32)
+    x[: n // 8] = np.random.default_rng(0).standard_normal(n // 8)  # 7/8 zeros, in blocks
+    bits = 8 * c.encode(x).size / n
+    assert bits < 2.5, bits  # about 13 bits for 1/8 of the values, 0.25 for the rest
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nan_and_inf_are_refused(bad):
+    x = np.ones(100, np.float32)
+    x[57] = bad
+    with pytest.raises(UncompressibleError, match="NaN or Inf"):
+        get_codec("errbound").encode(x)
+    with pytest.raises(UncompressibleError):
+        get_codec("errbound", tolerance=1e-3, relative=True).encode(x)
+
+
+def test_bad_parameters_name_the_value():
+    for bad in (0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="tolerance must be finite and > 0"):
+            get_codec("errbound", tolerance=bad)
+    with pytest.raises(TypeError, match="tolerance must be a number, got 'x'"):
+        get_codec("errbound", tolerance="x")
+    with pytest.raises(TypeError, match="relative must be True or False"):
+        get_codec("errbound", relative=1)
+    c = get_codec({"id": "errbound", "tolerance": 0.5, "relative": True})
+    assert c.get_config() == {"id": "errbound", "tolerance": 0.5, "relative": True}
+
+
+def test_hostile_bytes_fail_cleanly():
+    """Random, truncated or altered streams raise ValueError (never read out of bounds)."""
+    rng = np.random.default_rng(5)
+    c = get_codec("errbound", tolerance=1e-2)
+    n = 1000
+    x = rng.standard_normal(n).astype(np.float32)
+    s = c.encode(x)
+    out = np.empty(n, np.float32)
+    with pytest.raises(ValueError):
+        c.decode(s[: s.size - 1], out=out)  # a payload cut short
+    with pytest.raises(ValueError):
+        c.decode(s[:HEADER_NBYTES], out=out)  # no code bytes
+    bad = s.copy()
+    bad[HEADER_NBYTES] = 100  # a code byte no encoder writes
+    with pytest.raises(ValueError, match="code byte"):
+        c.decode(bad, out=out)
+    bad = s.copy()
+    bad[:HEADER_NBYTES] = np.frombuffer(np.float64(np.nan).tobytes(), np.uint8)
+    with pytest.raises(ValueError, match="bad step"):
+        c.decode(bad, out=out)
+    for _ in range(200):  # random bytes: a clean error, or values (never a crash)
+        junk = rng.integers(0, 256, rng.integers(0, 2 * s.size), dtype=np.uint8)
+        try:
+            c.decode(junk, out=out)
+        except ValueError:
+            pass
+
+
+@pytest.mark.mpi(min_size=2)
+def test_the_communicator_sends_its_calls_plain_and_says_why(comm):
+    """Collectives and frames carry fixed-size streams so far: a communicator naming
+    errbound sends every call plain (exact), with the reason in its stats."""
+    r = comm.Get_rank()
+    mc = mpicomp.Comm(comm, codec="errbound", threshold=0)
+    x = np.full(1000, r + 1.0, np.float32)
+    y = np.empty_like(x)
+    mc.Allreduce(x, y)
+    p = comm.Get_size()
+    np.testing.assert_array_equal(y, p * (p + 1) / 2)
+    reason = VARIABLE_STREAMS.format(codec="errbound")
+    assert mc.stats()["Allreduce"]["fallbacks"] == {reason: 1}
+    if r < 2:
+        mc.Sendrecv(x, 1 - r, 0, y, 1 - r, 0)
+        np.testing.assert_array_equal(y, 2 - r)
+        assert mc.stats()["Sendrecv"]["fallbacks"] == {reason: 1}
+    comm.Barrier()
+
+
+
+def test_the_format_documents_example_bytes():
+    """docs/format.md, section errbound, Example."""
+    c = get_codec("errbound", tolerance=0.25)
+    s = c.encode(np.array([1.0, -0.5, 0.0, 3.0], np.float32))
+    assert s.tobytes() == bytes.fromhex("000000000000e03f" "04" "14c0")
