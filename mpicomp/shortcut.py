@@ -53,16 +53,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .backend import mpi_library
-from .fast_methods import (
-    COLLECTIVES,
-    FAST_METHODS,
-    METHODS,
-    RECEIVES,
-    SENDS,
-    PlainLimits,
-    keywords,
-    params,
-)
+from .fast_methods import FAST_METHODS, METHODS, PlainLimits, keywords, params
 
 try:
     from mpicomp import _shortcut
@@ -70,8 +61,8 @@ try:
 except ImportError:  # built without a C compiler (setup.py marks the extension optional)
     _shortcut = PlainMethod = ShortcutState = None
 
-__all__ = ["COLLECTIVES", "COMPILED", "METHODS", "RECEIVED_PLAIN", "RECEIVES", "SENDS",
-           "PlainMethod", "ShortcutState", "bind_mpi", "install", "largest_count", "update"]
+__all__ = ["COMPILED", "METHODS", "RECEIVED_PLAIN", "PlainMethod", "ShortcutState", "bind_mpi",
+           "install", "largest_count", "update"]
 
 #: whether the compiled shortcut is there
 COMPILED = PlainMethod is not None
