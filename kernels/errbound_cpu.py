@@ -1,10 +1,11 @@
-"""Numba CPU drivers of the ``errbound`` codec: blocks in parallel, the per-block code of
-``errbound_block.py``.
+"""Numba CPU drivers of the ``errbound`` codec: groups of blocks in parallel, the per-block
+code of ``errbound_block.py``.
 
-Encoding takes two passes over the blocks: :func:`codes` finds each block's
-code byte, the caller turns them into payload offsets (a prefix sum over one
-byte per 32 values), and :func:`pack` writes every block's payload at its
-offset. :func:`unpack` decodes blocks in parallel from those offsets.
+Encoding takes two passes: :func:`codes` finds each block's code byte and
+writes each group's byte size into the stream, the caller turns the sizes
+into group offsets (a prefix sum over one uint16 per 256 values), and
+:func:`pack` writes every group at its offset. :func:`unpack` decodes groups
+in parallel from those offsets.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..threads import start_numba_workers
-from .errbound_block import BLOCK, NONFINITE, block_code, pack_block, unpack_block
+from .errbound_block import BLOCK, GROUP, NONFINITE, block_code, pack_group, unpack_group
 
 start_numba_workers()  # before any kernel here runs: idle OpenMP workers sleep
 
@@ -20,35 +21,44 @@ __all__ = ["codes", "pack", "unpack"]
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def codes(x, inv_step, step, bound, single, out):
-    """Each block's code byte into ``out``; returns the number of blocks holding NaN/Inf."""
+def codes(x, inv_step, step, bound, single, out, sizes):
+    """Each block's code byte into ``out``, each group's byte size into ``sizes`` (two
+    little-endian bytes a group); returns the number of blocks holding NaN/Inf."""
     n = x.size
+    nblocks = out.size
     bad = 0
-    for b in prange(out.size):
-        start = b * BLOCK
-        c = block_code(x, start, min(start + BLOCK, n), inv_step, step, bound, single)
-        if c == NONFINITE:
-            bad += 1
-            c = 0
-        out[b] = np.uint8(c)
+    for g in prange(sizes.size // 2):
+        bits = 0
+        for b in range(g * GROUP, min(g * GROUP + GROUP, nblocks)):
+            start = b * BLOCK
+            c, nbits = block_code(x, start, min(start + BLOCK, n), inv_step, step, bound,
+                                  single)
+            if c == NONFINITE:
+                bad += 1
+                c = 0
+                nbits = 0
+            out[b] = np.uint8(c)
+            bits += nbits
+        nbytes = (bits + 7) // 8
+        sizes[2 * g] = np.uint8(nbytes & 0xFF)
+        sizes[2 * g + 1] = np.uint8(nbytes >> 8)
     return bad
 
 
 @njit(parallel=True, cache=True, nogil=True)
 def pack(x, xb, inv_step, code, offsets, out, itemsize):
-    """Every block's payload at ``out[offsets[b]:]``."""
-    n = x.size
-    for b in prange(code.size):
-        start = b * BLOCK
-        pack_block(x, xb, start, min(start + BLOCK, n), inv_step, np.int64(code[b]), out,
-                   offsets[b], itemsize)
+    """Every group's bit stream at ``out[offsets[g]:]``."""
+    for g in prange(offsets.size - 1):
+        pack_group(x, xb, g, inv_step, code, out, offsets[g], itemsize)
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def unpack(buf, code, offsets, step, out, outb, itemsize):
-    """Decode every block from ``buf[offsets[b]:]`` into ``out``."""
-    n = out.size
-    for b in prange(code.size):
-        start = b * BLOCK
-        unpack_block(buf, offsets[b], np.int64(code[b]), start, min(start + BLOCK, n), step,
-                     out, outb, itemsize)
+def unpack(buf, code, offsets, step, inv_step, out, outb, itemsize):
+    """Decode every group from ``buf[offsets[g]:offsets[g + 1]]`` into ``out``; returns the
+    number of groups whose codes run past their bytes."""
+    bad = 0
+    for g in prange(offsets.size - 1):
+        if not unpack_group(buf, offsets[g], offsets[g + 1], g, code, step, inv_step, out, outb,
+                            itemsize):
+            bad += 1
+    return bad

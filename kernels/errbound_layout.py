@@ -5,15 +5,31 @@ See ``docs/format.md``, section errbound.
 """
 from __future__ import annotations
 
-__all__ = ["BLOCK", "HEADER_NBYTES", "NONFINITE", "RAW", "WIDEST"]
+__all__ = ["BLOCK", "DELTA", "GROUP", "HEADER_NBYTES", "MASK", "NONFINITE", "RAW", "RICE", "WIDEST",
+           "valid_code"]
 
-#: values per block
+#: values per block (one code byte each)
 BLOCK = 32
+#: blocks per group: a group's payload is one bit stream, its byte size a uint16
+GROUP = 8
 #: the stream's header: the quantization step, a little-endian float64
 HEADER_NBYTES = 8
+#: the largest width of a zigzag code (codes of ``|q| <= 2**31 - 1`` fit 32 bits)
+WIDEST = 32
+#: code ``RICE + k`` (``k`` 0 to 31): Rice codes with ``k`` low bits
+RICE = 64
+#: code ``DELTA + k`` (``k`` 0 to 31): Rice codes of the differences of successive ``q``
+DELTA = 96
+#: code ``MASK + w`` (``w`` 0 to 32): a zero mask, then each non-zero code minus one in w bits
+MASK = 128
 #: the code byte of a block stored raw (its values' bytes)
 RAW = 255
 #: the encoder's code of a block holding a NaN or an Inf (never written: refused)
 NONFINITE = 254
-#: the largest code byte of a coded block (a 32-bit zigzag code)
-WIDEST = 32
+
+
+def valid_code(code):
+    """Whether a code byte (an int or a NumPy integer array, elementwise) is one an encoder
+    writes: a width 0-32, RICE + 0-31, DELTA + 0-31, MASK + 0-32 or RAW."""
+    return ((code <= WIDEST) | ((code >= RICE) & (code < DELTA + 32))
+            | ((code >= MASK) & (code <= MASK + WIDEST)) | (code == RAW))

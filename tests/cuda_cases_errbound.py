@@ -2,8 +2,9 @@
 
 ``CASES``: dicts with codec (config), dtype, n, seed, kind (see cudasim_run.case_data),
 run by tests/test_cuda_sim.py: absolute and relative bounds, bounds below the dtype's
-rounding (raw blocks), partial last blocks, NaN/Inf refused, hostile bytes. ``KERNELS``:
-(module, kernel name, signature) for tests/test_cuda_compile.py.
+rounding (raw blocks), partial last blocks, every block coding (mixed data), NaN/Inf
+refused, hostile bytes. ``KERNELS``: (module, kernel name, signature) for
+tests/test_cuda_compile.py.
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ def _cases() -> list[dict]:
             for kind in ("nonfinite", "tiny"):
                 out.append({"codec": codec, "dtype": dtype, "n": 333, "seed": 5, "kind": kind})
     for dtype in ("float32", "float64"):
+        out.append({"codec": {"id": "errbound", "tolerance": 1e-2}, "dtype": dtype, "n": 2000,
+                    "seed": 13, "kind": "mixed"})
         out.append({"codec": {"id": "errbound", "tolerance": 1e-2}, "dtype": dtype, "n": 517,
                     "seed": 11, "kind": "random_stream"})
     return out
@@ -27,14 +30,16 @@ def _cases() -> list[dict]:
 
 CASES: list[dict] = _cases()
 
-_CODES = "void({x}[:], float64, float64, float64, boolean, uint8[:], int32[:])"
+_CODES = "void({x}[:], float64, float64, float64, boolean, uint8[:], int32[:], int32[:])"
+_SIZES = "void(int32[:], uint8[:])"
 _PACK = "void({x}[:], uint8[:], float64, uint8[:], int64[:], uint8[:], int64)"
-_UNPACK = "void(uint8[:], uint8[:], int64[:], float64, {x}[:], uint8[:], int64)"
+_UNPACK = "void(uint8[:], uint8[:], int64[:], float64, float64, {x}[:], uint8[:], int64, int32[:])"
 
 KERNELS: list[tuple[str, str, str]] = [
     (module, name, sig.format(x=x))
     for x in ("float32", "float64")
     for module, name, sig in (("errbound_cuda", "codes", _CODES),
+                              ("errbound_cuda", "sizes", _SIZES),
                               ("errbound_cuda", "pack", _PACK),
                               ("errbound_cuda", "unpack", _UNPACK))
 ]

@@ -41,12 +41,23 @@ def test_accuracy_benchmark_reports_psnr():
     assert rows[0]["psnr_bitplane"] < rows[1]["psnr_bitplane"] < rows[2]["psnr_bitplane"]
 
 
-def test_rate_distortion_matches_bitplanes_psnr_with_errbound():
-    """Every row: errbound at or above bitplane's PSNR (the bisection's invariant), bits
-    from its stream, speeds measured; the table printed with its command."""
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def test_rate_distortion_matches_bitplanes_psnr_with_errbound(tmp_path):
+    """Every row: errbound (and SZ3 where pysz is installed) at or above bitplane's PSNR
+    (the bisection's invariant), bits from the streams, speeds measured; the table printed
+    with its command; the curves plotted."""
+    from mpicomp.bench import sz3
+
     out = io.StringIO()
+    plot = tmp_path / "rd.png"
     rows = rate_distortion.run(n=1 << 14, data="gradient,smooth", repeat=1, out=out,
-                               err=io.StringIO(), argv=["rate-distortion"])
+                               err=io.StringIO(), argv=["rate-distortion"],
+                               plot_path=str(plot) if _has("matplotlib") else None)
     assert [(r["data"], r["rate"]) for r in rows] == [
         (d, rate) for d in ("gradient", "smooth") for rate in rate_distortion.RATES]
     for r in rows:
@@ -56,6 +67,13 @@ def test_rate_distortion_matches_bitplanes_psnr_with_errbound():
         assert r["ratio"] == pytest.approx(r["bits_errbound"] / r["bits_bitplane"])
         assert min(r["enc_errbound"], r["dec_errbound"], r["enc_bitplane"],
                    r["dec_bitplane"]) > 0, r
+        if sz3.available():
+            assert r["psnr_sz3"] >= r["psnr"] and 0 < r["bits_sz3"] < 40, r
+            assert r["ratio_sz3"] == pytest.approx(r["bits_errbound"] / r["bits_sz3"])
+        else:
+            assert "bits_sz3" not in r
+    if _has("matplotlib"):
+        assert plot.stat().st_size > 10_000
     text = out.getvalue()
     assert "# command: " in text and text.count("\ngradient ") == 3, text
 

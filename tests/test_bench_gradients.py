@@ -145,3 +145,38 @@ def test_missing_scikit_learn_says_what_to_install(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_sklearn)
     with pytest.raises(ImportError, match=r"pip install 'mpicomp\[bench\]'"):
         G.load_digits_data()
+
+
+def test_weights_are_the_trained_parameters():
+    """Snapshot 1 is the parameters after WEIGHT_INTERVAL SGD steps on the gradients of
+    the same seed's training; dense; deterministic; float32 is float64 rounded once."""
+    n = G.N_PARAMS + 100
+    w = bench_data.generate("weights", n, "float64", seed=3)
+    params = G.init_params()
+    g = G.gradients(G.WEIGHT_INTERVAL * G.N_PARAMS, "float64", seed=3)
+    at = 0
+    for _ in range(G.WEIGHT_INTERVAL):
+        for p in params:
+            p -= G.LEARNING_RATE * g[at:at + p.size].reshape(p.shape)
+            at += p.size
+    first = np.concatenate([p.ravel() for p in params])
+    np.testing.assert_allclose(w[:G.N_PARAMS], first, rtol=1e-12, atol=1e-15)
+    assert np.mean(w == 0) < 0.01
+    np.testing.assert_array_equal(bench_data.generate("weights", n, "float32", seed=3),
+                                  w.astype(np.float32))
+
+
+def test_field_solves_the_wave_equation():
+    """The field is smooth (neighbours differ by a few % of the range), non-trivial, zero on
+    the walls, and one more leapfrog step from it agrees with the discrete equation."""
+    from mpicomp.bench import field as F
+
+    side = 64
+    u = bench_data.generate("field", side * side, "float64", seed=2).reshape(side, side)
+    assert np.all(u[0] == 0) and np.all(u[:, -1] == 0)
+    spread = float(u.max() - u.min())
+    assert spread > 0.01
+    assert float(np.abs(np.diff(u, axis=1)).max()) < 0.2 * spread
+    assert np.array_equal(F.field(100, "float32", seed=2), F.field(100, "float32", seed=2))
+    with pytest.raises(ValueError, match="n must be"):
+        F.field(-1)

@@ -52,7 +52,8 @@ def test_every_value_within_the_bound(dtype, kind, tolerance, relative):
     x = _data(kind, 10_000 + 17, dtype)  # a short last block
     c = get_codec("errbound", tolerance=tolerance, relative=relative)
     s = c.encode(x)
-    assert HEADER_NBYTES + -(-x.size // BLOCK) <= s.size <= c.encoded_nbytes(x.size, dtype)
+    assert c.min_stream_nbytes(x.size, np.dtype(dtype)) <= s.size
+    assert s.size <= c.encoded_nbytes(x.size, dtype)
     y = c.decode(s, out=np.empty_like(x))
     bound = tolerance * float(np.abs(x.astype(np.float64)).max()) if relative else tolerance
     err = np.abs(y.astype(np.float64) - x.astype(np.float64))
@@ -68,11 +69,55 @@ def test_every_value_within_the_bound(dtype, kind, tolerance, relative):
 def test_zeros_cost_a_byte_per_block_and_sparse_data_pays():
     n = 1 << 16
     c = get_codec("errbound", tolerance=1e-3)
-    assert c.encode(np.zeros(n, np.float32)).size == HEADER_NBYTES + n // BLOCK
+    # header, a code byte per block, a uint16 size per group of 8 blocks
+    assert c.encode(np.zeros(n, np.float32)).size == HEADER_NBYTES + n // BLOCK + n // 128
     x = np.zeros(n, np.float32)
     x[: n // 8] = np.random.default_rng(0).standard_normal(n // 8)  # 7/8 zeros, in blocks
     bits = 8 * c.encode(x).size / n
     assert bits < 2.5, bits  # about 13 bits for 1/8 of the values, 0.25 for the rest
+
+
+def _width_only_nbytes(x: np.ndarray, step: float) -> int:
+    """Bytes of the payloads if every block took the width coding (the first format)."""
+    q = np.floor(x.astype(np.float64) / step + 0.5).astype(np.int64)
+    z = ((q << 1) ^ (q >> 63)).reshape(-1, BLOCK)
+    widths = np.ceil(np.log2(z.max(axis=1) + 1.0)).astype(np.int64)
+    return int((widths * BLOCK).sum()) // 8
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_each_block_coding_is_chosen_where_it_pays_and_round_trips(dtype):
+    """Width (uniform values), Rice (heavy tails), zero mask (sparse, large non-zeros),
+    delta Rice (a smooth ramp), raw (a bound below the dtype's rounding), zeros: each
+    appears, each decodes within the bound, and the stream is smaller than width coding
+    alone on heavy-tailed data."""
+    rng = np.random.default_rng(7)
+    k = 8 * BLOCK  # a group of each
+    uniform = rng.uniform(-1, 1, k)
+    heavy = rng.standard_normal(k) * np.exp(2 * rng.standard_normal(k)) * 0.01
+    sparse = np.where(rng.random(k) < 0.8, 0.0, rng.uniform(-1, 1, k) * 100)
+    tiny_step = np.float64(1.0) + np.arange(k) * np.finfo(dtype).eps  # below rounding
+    smooth = np.sin(np.arange(k) / 40.0) * 3
+    x = np.concatenate([uniform, heavy, sparse, np.zeros(k), smooth,
+                        tiny_step * 1e6]).astype(dtype)
+    c = get_codec("errbound", tolerance=1e-3)
+    s = c.encode(x)
+    codes = s[HEADER_NBYTES:HEADER_NBYTES + x.size // BLOCK].reshape(6, 8)
+    assert (codes[0] <= 32).all() and codes[0].min() > 0  # width
+    assert ((codes[1] >= 64) & (codes[1] < 96)).sum() >= 6  # Rice
+    assert ((codes[2] >= 128) & (codes[2] <= 160)).sum() >= 6  # zero mask
+    assert (codes[3] == 0).all()
+    assert ((codes[4] >= 96) & (codes[4] < 128)).sum() >= 6  # delta Rice
+    y = c.decode(s, out=np.empty_like(x))
+    assert float(np.abs(y.astype(np.float64) - x).max()) <= 1e-3
+    heavy_only = heavy.astype(dtype)
+    assert c.encode(heavy_only).size - c.min_stream_nbytes(k, np.dtype(dtype)) < 0.8 * (
+        _width_only_nbytes(heavy_only, 2e-3))
+    fine = get_codec("errbound", tolerance=1e-12)  # float32 cannot hold it: raw
+    s = fine.encode(x[5 * k:])
+    if dtype == np.float32:
+        assert (s[HEADER_NBYTES:HEADER_NBYTES + 8] == 255).all()
+    np.testing.assert_array_equal(fine.decode(s, out=np.empty(k, dtype)), x[5 * k:])
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
@@ -110,8 +155,12 @@ def test_hostile_bytes_fail_cleanly():
     with pytest.raises(ValueError):
         c.decode(s[:HEADER_NBYTES], out=out)  # no code bytes
     bad = s.copy()
-    bad[HEADER_NBYTES] = 100  # a code byte no encoder writes
+    bad[HEADER_NBYTES] = 200  # a code byte no encoder writes
     with pytest.raises(ValueError, match="code byte"):
+        c.decode(bad, out=out)
+    bad = s.copy()
+    bad[HEADER_NBYTES] = 32  # a wider code than the group's bytes hold
+    with pytest.raises(ValueError, match="run past"):
         c.decode(bad, out=out)
     bad = s.copy()
     bad[:HEADER_NBYTES] = np.frombuffer(np.float64(np.nan).tobytes(), np.uint8)
@@ -149,5 +198,7 @@ def test_the_communicator_sends_its_calls_plain_and_says_why(comm):
 def test_the_format_documents_example_bytes():
     """docs/format.md, section errbound, Example."""
     c = get_codec("errbound", tolerance=0.25)
-    s = c.encode(np.array([1.0, -0.5, 0.0, 3.0], np.float32))
-    assert s.tobytes() == bytes.fromhex("000000000000e03f" "04" "14c0")
+    x = np.arange(1, 7, dtype=np.float32)
+    s = c.encode(x)
+    assert s.tobytes() == bytes.fromhex("000000000000e03f" "61" "0300" "444444")
+    np.testing.assert_array_equal(c.decode(s, out=np.empty_like(x)), x)

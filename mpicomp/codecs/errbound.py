@@ -2,12 +2,13 @@
 data need.
 
 Each value is quantized to a multiple of ``step = 2 * bound`` (so no decoded
-value is off by more than ``bound``); each block of 32 values then takes the
-bit width of its largest zigzag-coded multiple: a block of zeros costs one
-byte, a block of small values a few bits per value, a block the bound cannot
-reach through the dtype's rounding is stored raw. The bound is absolute
-(``tolerance``), or relative to the buffer's largest magnitude
-(``relative=True``: ``bound = tolerance * max|x|``).
+value is off by more than ``bound``); each block of 32 values is then coded
+the cheapest of three ways: the bit width of its largest zigzag-coded
+multiple, Rice codes (heavy-tailed data such as gradients), or a zero mask
+and the non-zeros (sparse data); a block of zeros costs its code byte only,
+a block the bound cannot reach through the dtype's rounding is stored raw.
+The bound is absolute (``tolerance``), or relative to the buffer's largest
+magnitude (``relative=True``: ``bound = tolerance * max|x|``).
 
 Streams are variable-size (``variable = True``): ``encode`` returns the
 bytes used, at most :meth:`~Codec.encoded_nbytes` (the upper bound, known in
@@ -35,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..kernels import cuda_runtime as cuda
-from ..kernels.errbound_layout import BLOCK, HEADER_NBYTES, RAW, WIDEST
+from ..kernels.errbound_layout import BLOCK, GROUP, HEADER_NBYTES, valid_code
 from .base import Codec
 
 __all__ = ["HEADER_NBYTES", "ErrboundCodec"]
@@ -45,7 +46,8 @@ _HEADER = struct.Struct("<d")
 
 
 class ErrboundCodec(Codec):
-    """Quantize to a step from an error bound; per-block bit widths.
+    """Quantize to a step from an error bound; per block the cheapest of bit width, Rice
+    codes and zero mask.
 
     Parameters
     ----------
@@ -81,12 +83,12 @@ class ErrboundCodec(Codec):
 
     # -- sizes ------------------------------------------------------------------------
     def stream_nbytes(self, count: int, dtype: np.dtype) -> int:
-        """The upper bound: header, one code byte per block, every block raw."""
-        return HEADER_NBYTES + -(-count // BLOCK) + count * dtype.itemsize
+        """The upper bound: header, code bytes, group sizes, every block raw."""
+        return _head_nbytes(count) + count * dtype.itemsize
 
     def min_stream_nbytes(self, count: int, dtype: np.dtype) -> int:
-        """The shortest stream of ``count`` values: header and code bytes (all zero)."""
-        return HEADER_NBYTES + -(-count // BLOCK)
+        """The shortest stream of ``count`` values: header, code bytes and group sizes."""
+        return _head_nbytes(count)
 
     def bound(self, x: np.ndarray) -> float:
         """The absolute error bound an encode of ``x`` keeps."""
@@ -96,135 +98,153 @@ class ErrboundCodec(Codec):
 
         return self.tolerance * (max_abs(x) if x.size else 0.0)
 
+    def _step(self, bound: float) -> tuple[float, float]:
+        if not math.isfinite(bound):
+            raise self._uncompressible("nonfinite", "the buffer holds NaN or Inf")
+        step = 2.0 * bound
+        return step, _inverse(step)
+
     # -- host kernels -----------------------------------------------------------------
     def encode_into(self, x: np.ndarray, out: np.ndarray) -> int:
         from ..kernels import errbound_cpu
         from ..kernels.launch import call, readonly
 
         bound = self.bound(x)
-        if not math.isfinite(bound):
-            raise self._uncompressible("nonfinite", "the buffer holds NaN or Inf")
-        step = 2.0 * bound
-        inv_step = 1.0 / step if step > 0 else 0.0
-        nblocks = -(-x.size // BLOCK)
-        codes = out[HEADER_NBYTES:HEADER_NBYTES + nblocks]
+        step, inv_step = self._step(bound)
+        codes, sizes = _sections(out, x.size)
         single = x.dtype == np.float32
-        bad = call(errbound_cpu.codes, readonly(x), inv_step, step, bound, single, codes)
+        bad = call(errbound_cpu.codes, readonly(x), inv_step, step, bound, single, codes,
+                   sizes)
         if bad:
             raise self._uncompressible("nonfinite", f"{bad} block(s) hold NaN or Inf")
-        offsets, used = _offsets(codes, x.size, x.dtype.itemsize)
+        offsets = _offsets(sizes, x.size)
         _HEADER.pack_into(out, 0, step)
         call(errbound_cpu.pack, readonly(x), readonly(x.view(np.uint8)), inv_step, codes,
              offsets, out, x.dtype.itemsize)
-        return used
+        return int(offsets[-1])
 
     def decode_into(self, buf: np.ndarray, out: np.ndarray) -> None:
         from ..kernels import errbound_cpu
         from ..kernels.launch import call, readonly
 
         step, codes, offsets = self.read_layout(buf, out.size, out.dtype)
-        call(errbound_cpu.unpack, readonly(buf), codes, offsets, step, out,
-             out.view(np.uint8), out.dtype.itemsize)
+        bad = call(errbound_cpu.unpack, readonly(buf), codes, offsets, step, _inverse(step), out,
+                   out.view(np.uint8), out.dtype.itemsize)
+        if bad:
+            raise ValueError(f"errbound stream: the codes of {bad} group(s) run past their "
+                             "bytes")
 
     def read_layout(self, buf: np.ndarray, count: int, dtype: np.dtype,
                     total: int | None = None) -> tuple[float, np.ndarray, np.ndarray]:
-        """(step, code bytes, payload offsets) of a stream of ``count`` values, checked:
+        """(step, code bytes, group offsets) of a stream of ``count`` values, checked:
         ValueError when its bytes cannot be a stream of this codec (hostile bytes).
-        ``buf`` holds at least the header and code bytes; ``total``: the stream's whole
-        length when ``buf`` is only its head (a device stream's)."""
+        ``buf`` holds at least the header, code bytes and group sizes; ``total``: the
+        stream's whole length when ``buf`` is only its head (a device stream's)."""
         total = buf.size if total is None else total
-        nblocks = -(-count // BLOCK)
-        if buf.size < HEADER_NBYTES + nblocks:
+        head = _head_nbytes(count)
+        if buf.size < head:
             raise ValueError(f"errbound stream of {count} values: {total} bytes, fewer "
-                             f"than its header and code bytes ({HEADER_NBYTES + nblocks})")
+                             f"than its header, code bytes and group sizes ({head})")
         (step,) = _HEADER.unpack_from(buf, 0)
         if not (math.isfinite(step) and step >= 0):
             raise ValueError(f"errbound stream: bad step {step!r}")
-        codes = buf[HEADER_NBYTES:HEADER_NBYTES + nblocks]
-        if codes.size and (int(codes.max()) > WIDEST and bool(
-                ((codes > WIDEST) & (codes != RAW)).any())):
-            raise ValueError("errbound stream: a block code byte other than 0-32 or 255")
-        offsets, used = _offsets(codes, count, dtype.itemsize)
-        if used > total:
-            raise ValueError(f"errbound stream of {count} values: its blocks need {used} "
-                             f"bytes, the stream holds {total}")
+        codes, sizes = _sections(buf, count)
+        if codes.size and not bool(valid_code(codes).all()):
+            raise ValueError("errbound stream: a block code byte that no encoder writes "
+                             "(0-32, 64-127, 128-160 or 255)")
+        offsets = _offsets(sizes, count)
+        if offsets[-1] > total:
+            raise ValueError(f"errbound stream of {count} values: its groups need "
+                             f"{int(offsets[-1])} bytes, the stream holds {total}")
         return step, codes, offsets
 
     # -- device kernels -------------------------------------------------------------------
     def encode_on_stream(self, x: Any, out: Any, stream: Any, checked: bool) -> int:
-        from ..kernels import errbound_cuda
+        from ..kernels import errbound_cuda, scan_cuda
 
         single = np.dtype(x.dtype) == np.float32
-        from ..kernels import scan_cuda
-
         bound = (self.tolerance if not self.relative
                  else self.tolerance * scan_cuda.max_abs(x, stream))
-        if not math.isfinite(bound):
-            raise self._uncompressible("nonfinite", "the buffer holds NaN or Inf (device)")
-        step = 2.0 * bound
-        inv_step = 1.0 / step if step > 0 else 0.0
-        nblocks = -(-x.size // BLOCK)
+        step, inv_step = self._step(bound)
         header = np.frombuffer(_HEADER.pack(step), np.uint8).copy()
+        out[:HEADER_NBYTES].copy_to_device(header, stream=stream)
+        nblocks = -(-x.size // BLOCK)
         if not nblocks:
-            out[:HEADER_NBYTES].copy_to_device(header, stream=stream)
             stream.synchronize()
             return HEADER_NBYTES
-        codes_d = out[HEADER_NBYTES:HEADER_NBYTES + nblocks]
+        codes_d, sizes_d = _sections(out, x.size)
+        bits_d = cuda.as_device(cuda.empty(nblocks, np.int32), "bits", sync=False)
         flag = cuda.zeros_like_flag(stream)
         blocks, threads = cuda.grid(nblocks)
         errbound_cuda.codes[blocks, threads, stream](x, inv_step, step, bound, single, codes_d,
-                                                     flag)
-        # the payload offsets need the code bytes: one read (a stream synchronization)
-        codes = codes_d.copy_to_host(stream=stream)
+                                                     bits_d, flag)
+        ngroups = sizes_d.size // 2
+        blocks, threads = cuda.grid(ngroups)
+        errbound_cuda.sizes[blocks, threads, stream](bits_d, sizes_d)
+        # the group offsets need the sizes: one read (a stream synchronization)
+        sizes = sizes_d.copy_to_host(stream=stream)
         if int(flag.copy_to_host(stream=stream)[0]):
             raise self._uncompressible("nonfinite", "the buffer holds NaN or Inf (device)")
-        offsets, used = _offsets(codes, x.size, np.dtype(x.dtype).itemsize)
-        out[:HEADER_NBYTES].copy_to_device(header, stream=stream)
-        offsets_d = cuda.as_device(cuda.empty(nblocks, np.int64), "offsets", sync=False)
+        offsets = _offsets(sizes, x.size)
+        offsets_d = cuda.as_device(cuda.empty(ngroups + 1, np.int64), "offsets", sync=False)
         offsets_d.copy_to_device(offsets, stream=stream)
         errbound_cuda.pack[blocks, threads, stream](x, x.view(np.uint8), inv_step, codes_d,
                                                     offsets_d, out, np.dtype(x.dtype).itemsize)
         stream.synchronize()  # (the host arrays copied above must outlive the copies)
-        return used
+        return int(offsets[-1])
 
     def decode_on_stream(self, buf: Any, out: Any, stream: Any) -> None:
         from ..kernels import errbound_cuda
 
-        nblocks = -(-out.size // BLOCK)
-        head = min(buf.size, HEADER_NBYTES + nblocks)
-        host = buf[:head].copy_to_host(stream=stream)  # header and code bytes
-        step, codes, offsets = self.read_layout(host, out.size, np.dtype(out.dtype),
-                                                total=buf.size)
-        codes_d = buf[HEADER_NBYTES:HEADER_NBYTES + nblocks]
-        offsets_d = cuda.as_device(cuda.empty(max(nblocks, 1), np.int64), "offsets",
-                                   sync=False)[:nblocks]
+        head = min(buf.size, _head_nbytes(out.size))
+        host = buf[:head].copy_to_host(stream=stream)  # header, code bytes, group sizes
+        step, _, offsets = self.read_layout(host, out.size, np.dtype(out.dtype),
+                                            total=buf.size)
+        if out.size == 0:
+            return
+        codes_d, _ = _sections(buf, out.size)
+        offsets_d = cuda.as_device(cuda.empty(offsets.size, np.int64), "offsets", sync=False)
         offsets_d.copy_to_device(offsets, stream=stream)
-        blocks, threads = cuda.grid(nblocks)
-        errbound_cuda.unpack[blocks, threads, stream](buf, codes_d, offsets_d, step, out,
+        flag = cuda.zeros_like_flag(stream)
+        blocks, threads = cuda.grid(offsets.size - 1)
+        errbound_cuda.unpack[blocks, threads, stream](buf, codes_d, offsets_d, step,
+                                                      _inverse(step), out,
                                                       out.view(np.uint8),
-                                                      np.dtype(out.dtype).itemsize)
-        stream.synchronize()
+                                                      np.dtype(out.dtype).itemsize, flag)
+        if int(flag.copy_to_host(stream=stream)[0]):
+            raise ValueError("errbound stream: the codes of a group run past its bytes "
+                             "(device)")
 
     def used_nbytes(self, buf: np.ndarray, count: int, dtype: Any) -> int:
-        """The bytes a stream of ``count`` values uses (read from its code bytes)."""
-        dt = self._check_dtype(dtype)
-        nblocks = -(-count // BLOCK)
-        return _offsets(np.asarray(buf)[HEADER_NBYTES:HEADER_NBYTES + nblocks], count,
-                        dt.itemsize)[1]
+        """The bytes a stream of ``count`` values uses (read from its group sizes)."""
+        self._check_dtype(dtype)
+        return int(_offsets(_sections(np.asarray(buf), count)[1], count)[-1])
 
 
-def _offsets(codes: np.ndarray, count: int, itemsize: int) -> tuple[np.ndarray, int]:
-    """Each block's payload offset in the stream, and the stream's length."""
-    nblocks = codes.size
-    start = HEADER_NBYTES + nblocks
-    offsets = np.empty(nblocks, np.int64)
-    if not nblocks:
-        return offsets, start
-    values = np.full(nblocks, BLOCK, np.int64)
-    values[-1] = count - (nblocks - 1) * BLOCK  # the last block may be short
-    code = codes.astype(np.int64)
-    sizes = np.where(code == RAW, values * itemsize, (code * values + 7) // 8)
-    offsets[0] = start
-    np.cumsum(sizes[:-1], out=offsets[1:])
-    offsets[1:] += start
-    return offsets, int(offsets[-1] + sizes[-1])
+def _inverse(step: float) -> float:
+    """``1 / step`` (0 for a step of 0): encoder and decoder compute it alike."""
+    return 1.0 / step if step > 0 else 0.0
+
+
+def _head_nbytes(count: int) -> int:
+    """Header, code bytes and group sizes of a stream of ``count`` values."""
+    nblocks = -(-count // BLOCK)
+    return HEADER_NBYTES + nblocks + 2 * -(-nblocks // GROUP)
+
+
+def _sections(stream: Any, count: int) -> tuple[Any, Any]:
+    """The code bytes and the group sizes (uint16 as byte pairs) of a stream."""
+    nblocks = -(-count // BLOCK)
+    at = HEADER_NBYTES + nblocks
+    return stream[HEADER_NBYTES:at], stream[at:at + 2 * -(-nblocks // GROUP)]
+
+
+def _offsets(sizes: np.ndarray, count: int) -> np.ndarray:
+    """Each group's offset in the stream, and the stream's length last (``ngroups + 1``
+    values) from the group sizes' bytes."""
+    nbytes = sizes[0::2].astype(np.int64) | (sizes[1::2].astype(np.int64) << 8)
+    offsets = np.empty(nbytes.size + 1, np.int64)
+    offsets[0] = _head_nbytes(count)
+    np.cumsum(nbytes, out=offsets[1:])
+    offsets[1:] += offsets[0]
+    return offsets
