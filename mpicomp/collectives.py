@@ -1,8 +1,13 @@
 """Compressed data-movement collectives (everything but the allreduce algorithms).
 
 Each function runs one collective on compressed streams over the private
-communicator of ``ctx``. Streams have a size known from (count, dtype,
-codec) alone, so no sizes are exchanged. A rank that receives its own data
+communicator of ``ctx``. Streams of a fixed-size codec have a size known
+from (count, dtype, codec) alone, so no sizes are exchanged. A variable
+codec's streams (``codec.variable``) move only the bytes used: receives of
+point-to-point messages are posted for the upper bound (the decoder reads
+a stream's length from the stream); where a collective needs the counts,
+the ranks exchange them first (one int64 per rank: an MPI_Allgather, or an
+MPI_Bcast from the root). A rank that receives its own data
 back through a collective (Allgather, Gather's root, Bcast's root) gets the
 decoded stream like everyone else: all copies of a value are the same bits
 on every rank. Alltoall copies a rank's own block exactly (no other rank
@@ -29,6 +34,14 @@ TAG_NODE_PACK = 14
 
 def _offsets(sizes: list[int]) -> list[int]:
     return [int(v) for v in np.cumsum([0] + list(sizes[:-1]))]
+
+
+def _gathered_sizes(ctx: Ctx, used: int, root: int) -> list[int]:
+    """Every rank's ``used`` on ``root`` (an MPI_Gather of one int64; [] elsewhere)."""
+    every = np.empty(ctx.size, np.int64) if ctx.rank == root else None
+    with ctx.rec.mpi():
+        ctx.comm.Gather(np.array([used], np.int64), every, root=root)
+    return [int(v) for v in every] if every is not None else []
 
 
 def allgatherv(ctx: Ctx, x: np.ndarray | None, out: np.ndarray,
@@ -80,8 +93,8 @@ def alltoall(ctx: Ctx, x: np.ndarray, out: np.ndarray, count: int,
         if j in local:
             sends.append(ctx.isend(block(x, j), j, TAG_ALLTOALL))
             continue
-        ctx.encode_into(block(x, j), send[j * nb : (j + 1) * nb])
-        sends.append(ctx.isend(send[j * nb : (j + 1) * nb], j, TAG_ALLTOALL))
+        stream = ctx.encode_into(block(x, j), send[j * nb : (j + 1) * nb])
+        sends.append(ctx.isend(stream, j, TAG_ALLTOALL))
     ctx.post_verdict()
     ctx.copy(block(out, r), block(x, r))  # the own block: one copy anywhere, so exact
     for i, req in arrivals:
@@ -112,20 +125,26 @@ def allgather_nodes(ctx: Ctx, x: np.ndarray, out: np.ndarray, node_of: tuple[int
     nb = ctx.nbytes(n, x.dtype)
     nodes = max(node_of) + 1
     members = [[i for i in range(p) if node_of[i] == k] for k in range(nodes)]
-    first = _offsets([len(m) * nb for m in members])
-    packs = ctx.wire("node-packs", p * nb)
+    mine = ctx.encode(x, "send")
+    # every stream's bytes (a variable codec's exchanged first), packs laid out by them
+    sizes = ctx.sizes(mine.size) if ctx.codec.variable else [nb] * p
+    within = [_offsets([sizes[i] for i in m]) for m in members]  # a stream's place in its pack
+    first = _offsets([sum(sizes[i] for i in m) for m in members])
+    packs = ctx.wire("node-packs", sum(sizes))
 
     def pack(k: int) -> np.ndarray:
-        return packs[first[k] : first[k] + len(members[k]) * nb]
+        return packs[first[k] : first[k] + sum(sizes[i] for i in members[k])]
 
     me = node_of[r]
     leader = node.Get_rank() == 0
-    mine = ctx.encode(x, "send")
     ctx.post_verdict()
     with ctx.rec.mpi():
-        node.Allgather(mine, pack(me))
+        if ctx.codec.variable:
+            node.Allgatherv(mine, [pack(me), ([sizes[i] for i in members[me]], within[me])])
+        else:
+            node.Allgather(mine, pack(me))
     if node.Get_size() > 1:
-        ctx.rec.sent(nb)
+        ctx.rec.sent(mine.size)
     lctx = Ctx(leaders, ctx.codec, ctx.rec, ctx.memory) if leader else None
     order = [(me + s) % nodes for s in range(1, nodes)]
     arrivals, sends = {}, []
@@ -135,7 +154,8 @@ def allgather_nodes(ctx: Ctx, x: np.ndarray, out: np.ndarray, node_of: tuple[int
 
     def unpack(k: int) -> None:
         for j, i in enumerate(members[k]):
-            ctx.decode(pack(k)[j * nb : (j + 1) * nb], out[i * n : (i + 1) * n])
+            at = within[k][j]
+            ctx.decode(pack(k)[at : at + sizes[i]], out[i * n : (i + 1) * n])
 
     unpack(me)  # while the other nodes' packs travel
     for k in order:
@@ -144,7 +164,7 @@ def allgather_nodes(ctx: Ctx, x: np.ndarray, out: np.ndarray, node_of: tuple[int
         if node.Get_size() > 1:
             ctx.wait(node.Ibcast(pack(k), root=0), idle=not leader)
             if leader:
-                ctx.rec.sent(len(members[k]) * nb)
+                ctx.rec.sent(pack(k).size)
         unpack(k)
     if lctx is not None:
         lctx.waitall(sends)
@@ -163,6 +183,9 @@ def bcast_nodes(ctx: Ctx, buf: np.ndarray, root: int, node_of: tuple[int, ...],
     home = node_of[root]
     me = node_of[ctx.rank]
     stream = ctx.encode(buf, "send") if ctx.rank == root else ctx.wire("send", nb)
+    if ctx.codec.variable:
+        stream = stream[: ctx.size_from(stream.size, root)]
+        nb = stream.size
     ctx.post_verdict()
     several = node.Get_size() > 1
     leader = node.Get_rank() == 0
@@ -184,9 +207,11 @@ def bcast(ctx: Ctx, buf: np.ndarray, root: int) -> None:
     nb = ctx.nbytes(buf.size, buf.dtype)
     if ctx.rank == root:
         stream = ctx.encode(buf, "send")
-        ctx.rec.sent(nb)
+        ctx.rec.sent(stream.size)
     else:
         stream = ctx.wire("send", nb)
+    if ctx.codec.variable:
+        stream = stream[: ctx.size_from(stream.size, root)]
     ctx.post_verdict()
     with ctx.rec.mpi():
         ctx.comm.Bcast(stream, root=root)
@@ -200,9 +225,15 @@ def gather(ctx: Ctx, x: np.ndarray, out: np.ndarray | None, root: int) -> None:
     mine = ctx.encode(x, "send")
     ctx.post_verdict()
     streams = ctx.wire("streams", p * nb) if ctx.rank == root else None
-    with ctx.rec.mpi():
-        ctx.comm.Gather(mine, streams, root=root)
-    ctx.rec.sent(nb)
+    if ctx.codec.variable:
+        sizes = _gathered_sizes(ctx, mine.size, root)
+        with ctx.rec.mpi():
+            ctx.comm.Gatherv(mine, [streams, (sizes, [i * nb for i in range(p)])]
+                             if ctx.rank == root else None, root=root)
+    else:
+        with ctx.rec.mpi():
+            ctx.comm.Gather(mine, streams, root=root)
+    ctx.rec.sent(mine.size)
     if ctx.rank == root:
         assert out is not None and streams is not None
         for i in range(p):
@@ -215,16 +246,25 @@ def scatter(ctx: Ctx, x: np.ndarray | None, out: np.ndarray | None, n: int, root
     dt = x.dtype if x is not None else out.dtype
     nb = ctx.nbytes(n, dt)
     streams = None
+    used = [nb] * p
     if ctx.rank == root:
         assert x is not None
         streams = ctx.wire("streams", p * nb)
         for i in range(p):
-            ctx.encode_into(x[i * n : (i + 1) * n], streams[i * nb : (i + 1) * nb])
-        ctx.rec.sent((p - 1) * nb)
+            used[i] = ctx.encode_into(x[i * n : (i + 1) * n],
+                                      streams[i * nb : (i + 1) * nb]).size
+        ctx.rec.sent(sum(used) - used[root])
     ctx.post_verdict()
     mine = ctx.wire("recv", nb)
     with ctx.rec.mpi():
-        ctx.comm.Scatter(streams, mine, root=root)
+        if ctx.codec.variable:
+            size = np.empty(1, np.int64)
+            ctx.comm.Scatter(np.array(used, np.int64) if ctx.rank == root else None, size,
+                             root=root)
+            ctx.comm.Scatterv([streams, (used, [i * nb for i in range(p)])]
+                              if ctx.rank == root else None, mine[: int(size[0])], root=root)
+        else:
+            ctx.comm.Scatter(streams, mine, root=root)
     if out is not None:
         ctx.decode(mine, out)
 

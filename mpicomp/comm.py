@@ -4,8 +4,9 @@
 communicator's handle (as ``mpi4py.util.pkl5`` does): it *is* that
 communicator, and every method it does not override behaves exactly as
 mpi4py's. The overridden uppercase methods take the same arguments as
-mpi4py's plus keyword-only ``codec``, ``rate``, ``threshold`` and
-``algorithm``, which override the communicator's policy for one call.
+mpi4py's plus keyword-only ``codec``, ``rate``, ``threshold``,
+``algorithm`` and ``tolerance``, which override the communicator's policy
+for one call.
 
 Each call goes one of two ways, and ``stats()`` / ``MPICOMP_DEBUG=1`` say
 which and why:
@@ -67,11 +68,11 @@ class Comm(MPI.Intracomm):
     ----------
     comm
         The communicator to wrap (its handle is shared, not duplicated).
-    codec, rate, threshold, algorithm
+    codec, rate, threshold, algorithm, tolerance
         This communicator's policy (:class:`mpicomp.policy.Policy`); unset
         settings come from the environment, then from the defaults.
     policy
-        A whole :class:`~mpicomp.policy.Policy` instead of the four settings.
+        A whole :class:`~mpicomp.policy.Policy` instead of the five settings.
     """
 
     _policy: Policy
@@ -89,6 +90,7 @@ class Comm(MPI.Intracomm):
         rate: float | None = None,
         threshold: int | None = None,
         algorithm: str | None = None,
+        tolerance: Any = None,
         policy: Policy | None = None,
     ) -> Comm:
         if comm is None:
@@ -103,7 +105,7 @@ class Comm(MPI.Intracomm):
         if not isinstance(base, Policy):
             raise TypeError(f"policy must be an mpicomp.Policy, got {type(base).__name__}")
         self._setup(base.override(codec=codec, rate=rate, threshold=threshold,
-                                  algorithm=algorithm))
+                                  algorithm=algorithm, tolerance=tolerance))
         return self
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:  # noqa: D107 - done in __new__

@@ -58,8 +58,7 @@ if TYPE_CHECKING:
     from .comm import Comm
     from .engine import Engine, Engines
 
-__all__ = ["GUARD_TRIPPED", "ONE_NODE", "P2P_AUTO", "VARIABLE_STREAMS", "Decider", "agree",
-           "fingerprint",
+__all__ = ["GUARD_TRIPPED", "ONE_NODE", "P2P_AUTO", "Decider", "agree", "fingerprint",
            "local_check", "op_name"]
 
 #: why the codec ``auto`` leaves host buffers of a one-node communicator to plain MPI
@@ -69,10 +68,6 @@ P2P_AUTO = "codec auto: point to point stays plain (name a codec to compress it)
 #: the plain-MPI reason when a speculative encoder flagged a value or partial sum near
 #: the dtype's range although every input passed the agreement's overflow rule
 GUARD_TRIPPED = "overflow risk (an encoder met a value within the codec's headroom of the range)"
-#: the reason a codec whose streams vary in size (errbound) goes plain: the collectives
-#: and frames carry fixed-size streams so far
-VARIABLE_STREAMS = ("codec {codec}: variable-size streams are not carried by the "
-                    "communicator yet")
 
 _OP_NAMES = ("SUM", "MAX", "MIN", "PROD", "LAND", "LOR", "LXOR", "BAND", "BOR", "BXOR",
              "MAXLOC", "MINLOC", "REPLACE", "NO_OP")
@@ -180,8 +175,6 @@ class Decider:
             self.check_settings()
         if not pol.enabled:
             return "codec none"
-        if pol.codec.variable:
-            return VARIABLE_STREAMS.format(codec=pol.codec.codec_id)
         if collective and self.comm.Get_size() == 1:
             return "single rank"
         if (pol.auto and method is not None and not any(b.on_device for b in bufs)
@@ -285,11 +278,17 @@ class Decider:
     def agree(self, engine: Engine, name: str, pol: Resolved, local: Any, dtype: np.dtype,
               settings: str, summands: int, memory: HostMemory | DeviceMemory) -> str | None:
         """The agreement step: None to go ahead compressed, else the plain-MPI reason."""
+        return self.agreement(engine, name, pol, local, dtype, settings, summands, memory)[0]
+
+    def agreement(self, engine: Engine, name: str, pol: Resolved, local: Any, dtype: np.dtype,
+                  settings: str, summands: int,
+                  memory: HostMemory | DeviceMemory) -> tuple[str | None, float]:
+        """:meth:`agree`'s reason, and the largest magnitude of ``local`` over all ranks."""
         local_max = memory.max_abs(local) if local is not None else 0.0
         max_abs = agree(engine.comm, name, local_max, f"{settings} {pol.description}")
         if not math.isfinite(max_abs):
-            return "nonfinite (NaN or Inf on some rank)"
-        return _overflow_risk(pol, dtype, max_abs, summands)
+            return "nonfinite (NaN or Inf on some rank)", max_abs
+        return _overflow_risk(pol, dtype, max_abs, summands), max_abs
 
     def verdict(self, engine: Engine, ctx: Ctx, name: str, pol: Resolved, local: Any,
                 dtype: np.dtype, settings: str, summands: int) -> str | None:

@@ -8,7 +8,9 @@ description at its end::
     [codec stream][JSON header, space padded][uint16 LE header length][b"MPCZ"]
 
 The JSON header is ``{"v": 1, "codec": <codec config>, "dtype": "float32",
-"count": n}``; the receiver decodes with the sender's codec config. The
+"count": n}``; the receiver decodes with the sender's codec config. A
+variable codec's stream is the bytes its encode used (between the codec's
+least and upper bound), the header right after them. The
 padding makes the frame's byte length odd. A plain message of float32 or
 float64 values always has a length that is a multiple of 4, so the length
 alone (from ``MPI.Status.Get_count(MPI.BYTE)``) tells the two apart, before
@@ -55,7 +57,8 @@ def header_bytes(codec: Codec, count: int, dtype: np.dtype, payload: int) -> byt
 
 
 def frame_nbytes(codec: Codec, x: np.ndarray) -> int:
-    """Length of the frame :func:`build` would make for ``x``."""
+    """Length of the frame :func:`build` would make for ``x`` (a variable codec's: the
+    longest it can make)."""
     nb = codec.encoded_nbytes(x.size, x.dtype)
     return nb + len(header_bytes(codec, x.size, x.dtype, nb))
 
@@ -70,12 +73,13 @@ def build(codec: Codec, x: Any, memory: Any = None) -> Any:
     """
     x_dtype = np.dtype(x.dtype)
     nb = codec.encoded_nbytes(x.size, x_dtype)
-    tail = np.frombuffer(header_bytes(codec, x.size, x_dtype, nb), dtype=np.uint8)
+    longest = len(header_bytes(codec, x.size, x_dtype, 0)) + 1  # (the padding: 0 or 1)
     memory = HOST if memory is None else memory
-    frame = memory.fresh_wire(nb + tail.size)
-    memory.encode(codec, x, frame[:nb])
-    memory.copy(frame[nb:], tail)
-    return frame
+    frame = memory.fresh_wire(nb + longest)
+    used = memory.encode(codec, x, frame[:nb]).size
+    tail = np.frombuffer(header_bytes(codec, x.size, x_dtype, used), dtype=np.uint8)
+    memory.copy(frame[used : used + tail.size], tail)
+    return frame[: used + tail.size]
 
 
 def last_bytes_of(frame: Any) -> Callable[[int], bytes]:
@@ -123,7 +127,13 @@ def parse(frame: Any) -> tuple[Codec, int, np.dtype, Any]:
     except (ValueError, TypeError, KeyError) as exc:
         raise FrameError(f"compressed frame: unreadable header ({exc})") from None
     expected = codec.encoded_nbytes(count, dtype)
-    if expected != start:
+    if codec.variable:
+        least = codec.min_stream_nbytes(count, dtype)
+        if not least <= start <= expected:
+            raise FrameError(
+                f"compressed frame: {count} {dtype} values need a stream of {least} to "
+                f"{expected} bytes, the frame holds {start}")
+    elif expected != start:
         raise FrameError(
             f"compressed frame: {count} {dtype} values need a {expected}-byte stream, "
             f"the frame holds {start}"

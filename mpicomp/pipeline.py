@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from mpi4py import MPI
 
+from . import tolerance
 from .algorithms.common import Ctx, screens_in_encoder
 from .backend import plain as plain_mpi
 from .buffers import Buf
@@ -86,6 +87,9 @@ class Call:
     #: mpi4py's nonblocking method for a nonblocking call (its plain case): the call then
     #: runs on the worker thread and returns a request
     nonblocking: Callable[..., Any] | None = None
+    #: how many encodes' errors reach one value of the result (a tolerance divides among
+    #: them: :mod:`mpicomp.tolerance`)
+    encodes: int = 1
 
 
 class Pipeline:
@@ -152,11 +156,15 @@ class Pipeline:
         settings = f"{call.settings} {dtype}"
         guarded = (screens_in_encoder(pol.codec, on_device) if call.guarded is None
                    else call.guarded)
-        reason = decider.agree(engine, call.collective, pol, None if guarded else call.local,
-                               dtype, settings, call.summands, memory)
+        reason, max_abs = decider.agreement(engine, call.collective, pol,
+                                            None if guarded else call.local, dtype, settings,
+                                            call.summands, memory)
         if reason is None:
             rec.where(memory.label)
-            ctx = Ctx(engine.comm, pol.codec, rec, memory, guarded=guarded, protect=call.local)
+            codec, bound = pol.codec, ""
+            if pol.tolerance is not None:  # (errbound: never guarded, so max_abs is known)
+                codec, rec.error_bound, bound = tolerance.codec_for(pol, max_abs, call.encodes)
+            ctx = Ctx(engine.comm, codec, rec, memory, guarded=guarded, protect=call.local)
             assert call.body is not None
             ran = call.body(ctx, engine)
             reason = decider.verdict(engine, ctx, call.collective, pol, call.local, dtype,
@@ -164,7 +172,7 @@ class Pipeline:
             if reason is None:
                 algorithm, detail = ran if isinstance(ran, tuple) else (ran, "")
                 rec.compressed(algorithm or call.collective.lower(),
-                               detail or pol.codec.codec_id)
+                               detail or bound or pol.codec.codec_id)
         if reason is not None:
             plain_on(engine.comm, rec, reason, call.plain, call.args)
             rec.sent(rec.raw_bytes)

@@ -1,12 +1,12 @@
 """Compression policies: which codec, at what rate, above what size, by which algorithm.
 
-A :class:`Policy` holds four optional settings. ``None`` means "not set
+A :class:`Policy` holds five optional settings. ``None`` means "not set
 here": a setting is taken from the first place that sets it, in this order:
 
 1. the arguments of the call (``comm.Allreduce(a, b, rate=8)``),
 2. the communicator's policy (``mpicomp.Comm(MPI.COMM_WORLD, codec="bitplane")``),
 3. the environment (``MPICOMP_CODEC``, ``MPICOMP_RATE``, ``MPICOMP_THRESHOLD``,
-   ``MPICOMP_ALGORITHM``),
+   ``MPICOMP_ALGORITHM``, ``MPICOMP_TOLERANCE``),
 4. :data:`DEFAULT`: codec ``auto`` at 16 bits per value above 64 KiB,
    automatic algorithm.
 
@@ -19,6 +19,14 @@ compression cannot pay (on one node the model always picks plain MPI), and
 compresses by itself where the network is slow. Naming a codec (call, communicator or environment) compresses every
 call above the threshold, with the algorithm still chosen by the model
 unless one is given; ``MPICOMP_CODEC=none`` turns compression off.
+
+A ``tolerance`` (``1e-3``: absolute; ``"rel:1e-3"``: relative to the
+largest magnitude of the call's input over all ranks) bounds the error of
+a whole collective on every rank: it selects the error-bounded codec
+``errbound`` when no codec is named (and compresses every call above the
+threshold, as naming a codec does, on one node too), and each call derives
+its codec's bound from it (:mod:`mpicomp.tolerance`). Naming another codec
+with it is an error: only ``errbound`` has a bound to set.
 
 The environment is read when a communicator is created
 (``mpicomp.COMM_WORLD``: when ``mpicomp`` is imported).
@@ -63,6 +71,7 @@ ENV = {
     "rate": "MPICOMP_RATE",
     "threshold": "MPICOMP_THRESHOLD",
     "algorithm": "MPICOMP_ALGORITHM",
+    "tolerance": "MPICOMP_TOLERANCE",
 }
 
 
@@ -80,12 +89,16 @@ class Policy:
         Buffers of fewer bytes than this go to plain MPI.
     algorithm
         One of :data:`ALGORITHMS`.
+    tolerance
+        The largest error of a whole collective's result: a number (absolute),
+        or ``"rel:X"`` / ``"abs:X"``; kept as ``(X, relative)``.
     """
 
     codec: str | Mapping[str, Any] | None = None
     rate: float | None = None
     threshold: int | None = None
     algorithm: str | None = None
+    tolerance: Any = None
 
     def __post_init__(self) -> None:
         if self.codec is not None:
@@ -96,6 +109,8 @@ class Policy:
             object.__setattr__(self, "threshold", _check_threshold(self.threshold, "threshold"))
         if self.algorithm is not None:
             object.__setattr__(self, "algorithm", _check_algorithm(self.algorithm, "algorithm"))
+        if self.tolerance is not None:
+            object.__setattr__(self, "tolerance", _check_tolerance(self.tolerance, "tolerance"))
 
     def override(self, **settings: Any) -> Policy:
         """This policy with the settings that are not ``None`` in ``settings`` replaced."""
@@ -121,6 +136,8 @@ class Resolved:
     algorithm: str
     #: True when the codec is ``auto``: the model decides whether to compress
     auto: bool = False
+    #: ``(value, relative)``: the bound of a whole collective (the codec is errbound)
+    tolerance: tuple[float, bool] | None = None
     #: False when the codec is ``none`` (everything goes to plain MPI)
     enabled: bool = dataclasses.field(init=False)
     #: every setting in one line (what the agreement step fingerprints)
@@ -132,7 +149,8 @@ class Resolved:
         object.__setattr__(self, "description", (
             f"codec={'auto:' if self.auto else ''}"
             f"{json.dumps(self.codec.get_config(), sort_keys=True)} rate={self.rate:g} "
-            f"threshold={self.threshold} algorithm={self.algorithm}"))
+            f"threshold={self.threshold} algorithm={self.algorithm}"
+            + (f" tolerance={_tolerance_text(self.tolerance)}" if self.tolerance else "")))
 
     def settings(self) -> dict[str, str]:
         """Each setting as text (the error that names differing settings compares these)."""
@@ -142,6 +160,7 @@ class Resolved:
             "rate": f"{self.rate:g}",
             "threshold": str(self.threshold),
             "algorithm": self.algorithm,
+            "tolerance": _tolerance_text(self.tolerance) if self.tolerance else "none",
         }
 
     def describe(self) -> str:
@@ -163,6 +182,8 @@ def environment_policy(environ: Mapping[str, str] | None = None) -> Policy:
             values[name] = _check_rate(_parse_number(raw, var), var)
         elif name == "threshold":
             values[name] = _check_threshold(_parse_size(raw, var), var)
+        elif name == "tolerance":
+            values[name] = _check_tolerance(raw, var)
         else:
             values[name] = _check_algorithm(raw, var)
     return Policy(**values)
@@ -182,13 +203,29 @@ def resolve(call: Policy, comm: Policy, environ: Mapping[str, str] | None = None
     auto = spec == AUTO and merged.algorithm != "homomorphic"
     config = dict(spec) if isinstance(spec, Mapping) else {
         "id": AUTO_CODEC if spec == AUTO else spec}
+    tolerance = merged.tolerance
+    if tolerance is not None:
+        if merged.algorithm == "homomorphic":
+            raise ValueError(f"tolerance {_tolerance_text(tolerance)}: the homomorphic "
+                             "algorithm has no error bound to set (it sums fixed-point "
+                             "values at its rate); choose another algorithm")
+        if spec == AUTO:
+            config, auto = {"id": "errbound"}, False
+        elif config["id"] not in ("errbound", "none"):
+            raise ValueError(f"tolerance {_tolerance_text(tolerance)} with codec "
+                             f"{config['id']!r}: only the errbound codec has an error "
+                             "bound to set; name codec 'errbound' or leave the codec unset")
+        if config["id"] == "errbound":
+            config.update(tolerance=tolerance[0], relative=tolerance[1])
+        else:
+            tolerance = None
     codec_id = config["id"]
     # the policy's rate goes to the codec unless the codec config names its own
     if "rate" not in config and codec_id not in ("none",):
         config["rate"] = merged.rate
     codec = _build_codec(json.dumps(config, sort_keys=True))
     return Resolved(codec, float(merged.rate), int(merged.threshold), str(merged.algorithm),
-                    auto)
+                    auto, tolerance)
 
 
 @functools.lru_cache(maxsize=256)
@@ -256,6 +293,38 @@ def _check_algorithm(algorithm: Any, source: str) -> str:
     if name not in ALGORITHMS:
         raise ValueError(f"{source} must be one of {list(ALGORITHMS)}, got {algorithm!r}")
     return name
+
+
+def _check_tolerance(tolerance: Any, source: str) -> tuple[float, bool]:
+    """``(value, relative)`` from a number (absolute), ``"rel:X"``, ``"abs:X"``, ``"X"`` or
+    an already checked pair."""
+    relative = False
+    value = tolerance
+    if isinstance(tolerance, tuple) and len(tolerance) == 2 and isinstance(tolerance[1], bool):
+        value, relative = tolerance
+    elif isinstance(tolerance, str):
+        text = tolerance.strip().lower()
+        kind, _, number = text.rpartition(":")
+        if kind not in ("", "abs", "rel"):
+            raise ValueError(f"{source} must be a number, 'abs:X' or 'rel:X', "
+                             f"got {tolerance!r}")
+        relative = kind == "rel"
+        try:
+            value = float(number)
+        except ValueError:
+            raise ValueError(f"{source} must be a number, 'abs:X' or 'rel:X', "
+                             f"got {tolerance!r}") from None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{source} must be a number, 'abs:X' or 'rel:X', got {tolerance!r}")
+    value = float(value)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{source} must be finite and > 0, got {tolerance!r}")
+    return value, relative
+
+
+def _tolerance_text(tolerance: tuple[float, bool]) -> str:
+    return f"{'rel' if tolerance[1] else 'abs'}:{tolerance[0]:g}"
 
 
 def _parse_number(raw: str, var: str) -> float:

@@ -38,6 +38,7 @@ SETTINGS = {
     "rate": "MPICOMP_RATE",
     "threshold": "MPICOMP_THRESHOLD",
     "algorithm": "MPICOMP_ALGORITHM",
+    "tolerance": "MPICOMP_TOLERANCE",
 }
 
 USAGE = ("python -m mpicomp [options] (prog.py | -m module | -c command) [args ...]\n"
@@ -55,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--threshold", help="MPICOMP_THRESHOLD: smallest buffer compressed "
                                         "(bytes, K/M/G suffixes)")
     ap.add_argument("--algorithm", help="MPICOMP_ALGORITHM: the compressed allreduce's algorithm")
+    ap.add_argument("--tolerance", help="MPICOMP_TOLERANCE: the largest error of a collective "
+                    "(1e-3 absolute, rel:1e-3 relative to the largest input magnitude)")
     ap.add_argument("--debug", action="store_true", help="MPICOMP_DEBUG=1: one line per call")
     ap.add_argument("--stats", action="store_true",
                     help="rank 0 prints a job-wide summary per method at exit")

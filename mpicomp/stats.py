@@ -3,12 +3,14 @@
 ``comm.stats()`` returns, per method name (``"Allreduce"``, ``"Send"``, ...):
 calls, compressed calls, raw bytes (what the caller's buffers hold), bytes
 on the wire (what this rank handed to MPI to send), seconds spent in codecs
-and in MPI, plain-MPI calls with their reasons, the algorithms that ran, and
-where the data was (``memory``: ``host``; ``device, CUDA-aware MPI``: device
-buffers handed to MPI; ``device, staged through pinned host``: only the
-compressed bytes copied through reused page-locked host buffers; ``device,
-staged through host (plain data)``: a plain call on device buffers with an
-MPI that is not CUDA-aware). ``MPICOMP_DEBUG=1`` prints one line per call,
+and in MPI, plain-MPI calls with their reasons, the algorithms that ran, the
+largest error a compressed call guaranteed under a ``tolerance``
+(``error_bound``, absolute; 0 without one), and where the data was
+(``memory``: ``host``; ``device, CUDA-aware MPI``: device buffers handed to
+MPI; ``device, staged through pinned host``: only the compressed bytes
+copied through reused page-locked host buffers; ``device, staged through
+host (plain data)``: a plain call on device buffers with an MPI that is not
+CUDA-aware). ``MPICOMP_DEBUG=1`` prints one line per call,
 on stderr, saying which path ran, why, and where.
 """
 from __future__ import annotations
@@ -56,6 +58,7 @@ class OpStats:
     fallbacks: Counter = dataclasses.field(default_factory=Counter)
     algorithms: Counter = dataclasses.field(default_factory=Counter)
     memory: Counter = dataclasses.field(default_factory=Counter)
+    error_bound: float = 0.0
 
     @property
     def ratio(self) -> float:
@@ -174,6 +177,7 @@ class Recorder:
         self.reason = ""
         self.detail = ""
         self.memory = "host"
+        self.error_bound = 0.0  #: a tolerance's bound of the whole call (absolute)
         self.prediction: Any = None  #: the model's mpicomp.model.Prediction, if it was asked
 
     @contextlib.contextmanager
@@ -220,6 +224,7 @@ class Recorder:
             if self.path == "compressed":
                 s.compressed += 1
                 s.algorithms[self.reason] += 1
+                s.error_bound = max(s.error_bound, self.error_bound)
             else:
                 s.fallbacks[self.reason] += 1
             s.memory[self.memory] += 1

@@ -1,5 +1,5 @@
 """The ``errbound`` codec: every decoded value within its bound, variable-size streams that
-pay on sparse and smooth data, hostile bytes refused, and the communicator's plain path."""
+pay on sparse and smooth data, hostile bytes refused, and the communicator carrying them."""
 from __future__ import annotations
 
 import sys
@@ -11,7 +11,6 @@ import pytest
 import mpicomp
 from mpicomp.codecs import get_codec
 from mpicomp.codecs.errbound import HEADER_NBYTES
-from mpicomp.decision import VARIABLE_STREAMS
 from mpicomp.errors import UncompressibleError
 from mpicomp.kernels.errbound_block import BLOCK
 
@@ -175,24 +174,75 @@ def test_hostile_bytes_fail_cleanly():
 
 
 @pytest.mark.mpi(min_size=2)
-def test_the_communicator_sends_its_calls_plain_and_says_why(comm):
-    """Collectives and frames carry fixed-size streams so far: a communicator naming
-    errbound sends every call plain (exact), with the reason in its stats."""
-    r = comm.Get_rank()
-    mc = mpicomp.Comm(comm, codec="errbound", threshold=0)
-    x = np.full(1000, r + 1.0, np.float32)
-    y = np.empty_like(x)
-    mc.Allreduce(x, y)
-    p = comm.Get_size()
-    np.testing.assert_array_equal(y, p * (p + 1) / 2)
-    reason = VARIABLE_STREAMS.format(codec="errbound")
-    assert mc.stats()["Allreduce"]["fallbacks"] == {reason: 1}
-    if r < 2:
-        mc.Sendrecv(x, 1 - r, 0, y, 1 - r, 0)
-        np.testing.assert_array_equal(y, 2 - r)
-        assert mc.stats()["Sendrecv"]["fallbacks"] == {reason: 1}
-    comm.Barrier()
+@pytest.mark.parametrize("algorithm", ["ring", "hierarchical"])
+def test_the_communicator_moves_only_the_bytes_used(comm, monkeypatch, algorithm):
+    """errbound through the communicator on real gradients, on pretend nodes of two ranks
+    (the layout is replaced, the transfers are real MPI): ``hierarchical`` runs the
+    node-aware Allreduce, Allgather, Bcast and Alltoall. Every result is within its bound
+    on every rank (data movement: the tolerance; Allreduce: p times it, plus rounding),
+    the Allreduce gives every rank the same bits, the wire carries the streams' own bytes
+    (far fewer than plain), and a buffer holding NaN goes plain on every rank, exact."""
+    from mpicomp import topology
+    from mpicomp.bench.gradients import gradients
 
+    monkeypatch.setattr(topology, "layout",
+                        lambda c: topology.Layout(tuple(i // 2 for i in range(c.Get_size()))))
+    p, r = comm.Get_size(), comm.Get_rank()
+    t, n = 1e-5, 5000
+    mc = mpicomp.Comm(comm, codec={"id": "errbound", "tolerance": t}, threshold=0,
+                      algorithm=algorithm)
+    x = gradients(n, np.float32, seed=r)
+    every = np.empty((p, n), np.float32)
+    comm.Allgather(x, every)
+    y = np.empty(n, np.float32)
+    mc.Allreduce(x, y)
+    g = float(np.abs(every).max(axis=1).sum())
+    bound = p * t + p * float(np.finfo(np.float32).eps) * g
+    assert float(np.abs(y - every.astype(np.float64).sum(axis=0)).max()) <= bound
+    assert len(set(comm.allgather(y.tobytes()))) == 1
+    z = np.empty(p * n, np.float32)
+    mc.Allgather(x, z)
+    assert float(np.abs(z - every.ravel()).max()) <= t
+    b = x.copy()
+    mc.Bcast(b, root=1)
+    assert float(np.abs(b - every[1]).max()) <= t
+    blocks = np.concatenate([gradients(n, np.float32, seed=10 * r + j) for j in range(p)])
+    sent_by = comm.alltoall([blocks[j * n:(j + 1) * n] for j in range(p)])
+    a = np.empty(p * n, np.float32)
+    mc.Alltoall(blocks, a)
+    for i in range(p):
+        err = float(np.abs(a[i * n:(i + 1) * n] - sent_by[i]).max())
+        assert err <= t if i != r else err == 0, (i, err)
+    st = mc.stats()
+    # the same calls with streams of a fixed size (bitplane at 24.25 bits per value, its
+    # most): the same algorithms move the same messages, each of its full size
+    full = mpicomp.Comm(comm, codec={"id": "bitplane", "rate": 24.25}, threshold=0,
+                        algorithm=algorithm)
+    full.Allreduce(x, y)
+    full.Allgather(x, z)
+    full.Bcast(b, root=1)
+    full.Alltoall(blocks, a)
+    fixed = full.stats()
+    for name in ("Allreduce", "Allgather", "Bcast", "Alltoall"):
+        assert st[name]["compressed"] == 1, (name, st[name])
+        ours = comm.allreduce(st[name]["wire_bytes"])
+        theirs = comm.allreduce(fixed[name]["wire_bytes"])
+        if algorithm == "ring":
+            assert 0 < ours < 0.6 * theirs, (name, ours, theirs)
+        else:  # node-aware: the bytes inside a pretend node go plain in both
+            assert 0 < ours <= theirs and (p == 2 or ours < theirs), (name, ours, theirs)
+    if algorithm == "hierarchical":
+        assert st["Allgather"]["algorithms"] == {"allgather-hierarchical": 1}
+        assert st["Bcast"]["algorithms"] == {"bcast-hierarchical": 1}
+    bad = x.copy()
+    if r == 0:
+        bad[7] = np.nan
+    want = np.empty(n, np.float32)
+    comm.Allreduce(bad, want)
+    mc.Allreduce(bad, y)
+    np.testing.assert_array_equal(y, want)
+    assert mc.stats()["Allreduce"]["compressed"] == 1  # the second went plain
+    comm.Barrier()
 
 
 def test_the_format_documents_example_bytes():

@@ -40,6 +40,9 @@ def codec_constants(codec: Codec, dtype: np.dtype) -> tuple[float, float] | None
             return 2.0**-11, 2.0**-25
         extra = 0.0 if dt == np.float32 else 2.0**-24 + 2.0**-32
         return 2.0**-8 + extra, 2.0**-134 + 2.0**-150
+    if cid == "errbound":  # its bound, absolute or relative to the encoded piece's max|v|
+        cfg = codec.get_config()
+        return (cfg["tolerance"], 0.0) if cfg["relative"] else (0.0, cfg["tolerance"])
     return None
 
 

@@ -182,6 +182,30 @@ class Ctx:
         with self.rec.mpi():
             poll(req.Test, idle)
 
+    def received(self, req: MPI.Request) -> int:
+        """Complete the receive ``req``; the bytes it received (a variable codec's stream
+        may be shorter than the buffer it was received into)."""
+        status = MPI.Status()
+        with self.rec.mpi():
+            poll(lambda: req.Test(status))
+        return status.Get_count(MPI.BYTE)
+
+    def sizes(self, used: int) -> list[int]:
+        """Every rank's ``used`` (stream bytes), in rank order: one MPI_Allgather of an
+        int64 (the size exchange of variable-size streams)."""
+        mine = np.array([used], np.int64)
+        every = np.empty(self.size, np.int64)
+        with self.rec.mpi():
+            self.comm.Allgather(mine, every)
+        return [int(v) for v in every]
+
+    def size_from(self, used: int, root: int) -> int:
+        """``root``'s ``used`` on every rank: one MPI_Bcast of an int64."""
+        value = np.array([used], np.int64)
+        with self.rec.mpi():
+            self.comm.Bcast(value, root=root)
+        return int(value[0])
+
     def waitall(self, reqs: list[MPI.Request]) -> None:
         if reqs:
             with self.rec.mpi():

@@ -39,7 +39,7 @@ def allreduce(ctx: Ctx, x: np.ndarray, out: np.ndarray) -> None:
         with ctx.rec.mpi():
             ctx.comm.Send(send, r + 1, 0)
             ctx.comm.Recv(recv, r + 1, 1)
-        ctx.rec.sent(nb)
+        ctx.rec.sent(send.size)
         ctx.decode(recv, out)
         return
     if r < 2 * extra:
@@ -71,5 +71,5 @@ def allreduce(ctx: Ctx, x: np.ndarray, out: np.ndarray) -> None:
         if r < 2 * extra:
             with ctx.rec.mpi():
                 ctx.comm.Send(send, r - 1, 1)
-            ctx.rec.sent(nb)
+            ctx.rec.sent(send.size)
         ctx.decode(send, out)

@@ -13,6 +13,12 @@ same bytes, so all ranks end with the same bits.
 A chunk's value has been quantized once per hop: ``p - 1`` times in the
 reduce-scatter, and once more for the allgather.
 
+Variable-size streams (an error-bounded codec's): every receive is posted
+for a piece's upper bound, every send carries the bytes its encode used,
+and a forwarded piece the bytes that arrived (the decoder reads a stream's
+length from the stream); no sizes are exchanged but the root's in
+:func:`reduce`.
+
 Pipelining: each chunk is further cut into pieces of about
 :data:`~.common.PIECE_BYTES` wire bytes (:func:`~.common.pieces`), each
 sent as its own nonblocking message. A piece travels on as soon as it is
@@ -83,9 +89,8 @@ def reduce_scatter(
                 for j in range(len(lay.wire[c]))]
 
     def send_piece(values: Any, region: int, c: int, j: int) -> None:
-        buf = lay.piece(send, region * span, c, j)
-        ctx.encode_into(values, buf)
-        pending[region].append(ctx.isend(buf, right, TAG_RS))
+        stream = ctx.encode_into(values, lay.piece(send, region * span, c, j))
+        pending[region].append(ctx.isend(stream, right, TAG_RS))
 
     recvs = post(0)
     first = (r - 1) % p
@@ -142,17 +147,16 @@ def allgather(ctx: Ctx, mine: Any, out: Any, counts: list[int], displs: list[int
                 for j in range(len(lay.wire[c]))]
     sends = []
     for j, (start, n) in enumerate(lay.values[r]):
-        buf = piece(r, j)
-        ctx.encode_into(mine[start - displs[r] : start - displs[r] + n], buf)
+        stream = ctx.encode_into(mine[start - displs[r] : start - displs[r] + n], piece(r, j))
         if p > 1:
-            sends.append(ctx.isend(buf, right, TAG_AG))
+            sends.append(ctx.isend(stream, right, TAG_AG))
     ctx.post_verdict()
     for j in range(len(lay.values[r])):  # own block, while its pieces travel
         decode(r, j)
     for step, c, j, req in arrivals:
-        ctx.wait(req)
+        nbytes = ctx.received(req)  # (a variable codec's piece: its stream's bytes)
         if step < p - 2:
-            sends.append(ctx.isend(piece(c, j), right, TAG_AG))
+            sends.append(ctx.isend(piece(c, j)[:nbytes], right, TAG_AG))
         decode(c, j)
     ctx.waitall(sends)
 
@@ -184,16 +188,17 @@ def _final_streams(
     sizes = [ctx.nbytes(c, x.dtype) for c in counts]
     offsets = [int(v) for v in np.cumsum([0] + sizes[:-1])]
     streams = ctx.wire("streams", sum(sizes))
-    ctx.encode_into(mine, streams[offsets[r] : offsets[r] + sizes[r]])
+    used = ctx.encode_into(mine, streams[offsets[r] : offsets[r] + sizes[r]]).size
+    if ctx.codec.variable:  # the root receives each stream's own length
+        sizes = ctx.sizes(used)
     return streams, counts, displs, sizes, offsets
 
 
-def _decode_all(ctx: Ctx, streams: np.ndarray, sizes: list[int], counts: list[int],
-                displs: list[int], out: np.ndarray) -> None:
-    off = 0
+def _decode_all(ctx: Ctx, streams: np.ndarray, sizes: list[int], offsets: list[int],
+                counts: list[int], displs: list[int], out: np.ndarray) -> None:
     for c in range(ctx.size):
-        ctx.decode(streams[off : off + sizes[c]], out[displs[c] : displs[c] + counts[c]])
-        off += sizes[c]
+        ctx.decode(streams[offsets[c] : offsets[c] + sizes[c]],
+                   out[displs[c] : displs[c] + counts[c]])
 
 
 def reduce(ctx: Ctx, x: np.ndarray, out: np.ndarray | None, root: int) -> None:
@@ -213,4 +218,4 @@ def reduce(ctx: Ctx, x: np.ndarray, out: np.ndarray | None, root: int) -> None:
     ctx.rec.sent(sizes[r])
     if r == root:
         assert out is not None
-        _decode_all(ctx, streams, sizes, counts, displs, out)
+        _decode_all(ctx, streams, sizes, offsets, counts, displs, out)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from mpi4py import MPI
 
-from .. import algorithms
+from .. import algorithms, tolerance
 from ..algorithms.common import Ctx, screens_in_encoder
 from ..buffers import is_in_place, parse, same_count
 from ..decision import op_name
@@ -77,8 +77,10 @@ def _plan(call: Call, rec: Recorder) -> Call:
             getattr(algorithms, algorithm).allreduce(ctx, x, out)
         return algorithm
 
+    encodes = (tolerance.encodes(algorithm, call.summands) if call.pol.tolerance is not None
+               else 1)
     return dataclasses.replace(
-        call, local=x, guarded=guarded, body=body,
+        call, local=x, guarded=guarded, body=body, encodes=encodes,
         settings=f"Allreduce n={x.size} op={opname} alg={algorithm}")
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util import dtlib
 
-from .. import p2p, shortcut
+from .. import p2p, shortcut, tolerance
 from ..backend import plain as plain_mpi
 from ..backend.device import DeviceMemory, DevicePools
 from ..backend.host import HostMemory, Scratch
@@ -165,6 +165,10 @@ def _memory(pipeline: Pipeline, on_device: bool,
     return DeviceMemory(pools)
 
 
+#: why a message goes plain when its frame would not be shorter
+NO_GAIN = "no gain (compressed frame not smaller than the data)"
+
+
 def _frame_for(pipeline: Pipeline, name: str, buf: Any,
                settings: dict[str, Any]) -> tuple[Any, Recorder]:
     """The message to send: a compressed frame, or ``buf`` itself (plain)."""
@@ -175,18 +179,28 @@ def _frame_for(pipeline: Pipeline, name: str, buf: Any,
     memory = _memory(pipeline, b.on_device)
     if reason is None:
         reason = local_check(pol, b.data(), memory)
-    if reason is None and p2p.frame_nbytes(pol.codec, b.data()) >= b.nbytes:
+    codec = pol.codec
+    if reason is None and pol.tolerance is not None:  # one encode: the bound is the tolerance
+        values = b.data()
+        codec, rec.error_bound, bound = tolerance.codec_for(
+            pol, memory.max_abs(values) if values.size else 0.0, 1)
+    if (reason is None and not codec.variable
+            and p2p.frame_nbytes(codec, b.data()) >= b.nbytes):
         # never longer than the plain message: receivers size their landing buffers by it
-        reason = "no gain (compressed frame not smaller than the data)"
+        reason = NO_GAIN
+    frame = None
+    if reason is None:
+        with rec.codec():
+            frame = p2p.build(codec, b.data(), memory)
+        if frame.nbytes >= b.nbytes:  # a variable codec's stream, known once encoded
+            reason = NO_GAIN
     if reason is not None:
         rec.plain(reason)
         rec.sent(b.nbytes)
         return buf, rec
-    with rec.codec():
-        frame = p2p.build(pol.codec, b.data(), memory)
     memory.synchronize()  # MPI reads the frame next
     rec.where(memory.label)
-    rec.compressed("frame", pol.codec.codec_id)
+    rec.compressed("frame", bound if pol.tolerance is not None else codec.codec_id)
     rec.sent(frame.nbytes)
     return frame, rec
 

@@ -46,7 +46,7 @@ def call(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, op: MPI.Op, root: int,
             ring.reduce(ctx, x, out, root)
             return "ring"
 
-        return dataclasses.replace(described, local=x, body=body,
+        return dataclasses.replace(described, local=x, body=body, encodes=described.summands,
                                    settings=f"Reduce n={x.size} root={root}")
 
     return Call(

@@ -74,6 +74,7 @@ def _described(pipeline: Pipeline, name: str, counts: list[int], op: MPI.Op, sbu
             return "ring"
 
         return dataclasses.replace(described, local=x, body=body,
+                                   encodes=max(described.summands - 1, 1),
                                    settings=f"{name} counts={counts}")
 
     return Call(
