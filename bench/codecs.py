@@ -65,7 +65,8 @@ def parse_case(spec: str) -> tuple[str, Codec]:
     """Turn a case spec into ``(label, codec)``.
 
     Specs: ``zfp:RATE[:DIMS]``, ``bitplane:RATE[:BLOCK_SIZE]``,
-    ``cast:bfloat16`` / ``cast:float16``, ``none``.
+    ``cast:bfloat16`` / ``cast:float16``, ``errbound:TOLERANCE[:rel]`` (absolute, or
+    relative to each encoded buffer's largest magnitude), ``none``.
 
     >>> label, codec = parse_case("zfp:8")
     >>> label, codec.get_config()
@@ -82,6 +83,8 @@ def parse_case(spec: str) -> tuple[str, Codec]:
             codec = get_codec("bitplane", rate=float(args[0]), block_size=block)
         elif kind == "cast" and len(args) == 1:
             codec = get_codec("cast", dtype=args[0])
+        elif kind == "errbound" and (len(args) == 1 or (len(args) == 2 and args[1] == "rel")):
+            codec = get_codec("errbound", tolerance=float(args[0]), relative=len(args) == 2)
         elif kind == "none" and not args:
             codec = get_codec("none")
         else:
@@ -89,7 +92,7 @@ def parse_case(spec: str) -> tuple[str, Codec]:
     except (TypeError, ValueError) as exc:
         raise ValueError(
             f"bad case {spec!r} ({exc}); use zfp:RATE[:DIMS], bitplane:RATE[:BLOCK_SIZE], "
-            "cast:bfloat16|float16 or none"
+            "cast:bfloat16|float16, errbound:TOLERANCE[:rel] or none"
         ) from exc
     return spec.strip(), codec
 

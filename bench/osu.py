@@ -21,10 +21,11 @@ and the relative L2 and largest absolute error against the exact result.
 (``mpicomp.bench.plot``).
 
 The communicator is ``mpicomp.Comm(MPI.COMM_WORLD.Dup(), codec=...,
-rate=..., algorithm=..., threshold=...)`` with the options given: with no
-``--codec`` it is what ``mpicomp.COMM_WORLD`` gives a user (environment,
-then the library's default policy); with ``--codec`` the threshold is 0
-(every size compressed) unless ``--threshold`` says otherwise.
+rate=..., algorithm=..., threshold=..., tolerance=...)`` with the options
+given: with no ``--codec`` or ``--tolerance`` it is what
+``mpicomp.COMM_WORLD`` gives a user (environment, then the library's default
+policy); with either the threshold is 0 (every size compressed) unless
+``--threshold`` says otherwise.
 
 Quick run (seconds)::
 
@@ -162,6 +163,9 @@ def _codec_words(pol: Any) -> str:
     words = f"{cid} ({', '.join(f'{k} {v}' for k, v in sorted(cfg.items()))})" if cfg else cid
     if getattr(pol, "auto", False):
         words = f"auto: {words} where the model predicts a gain, else plain MPI"
+    if getattr(pol, "tolerance", None):
+        value, relative = pol.tolerance
+        words += f", tolerance {value:g}{' relative' if relative else ''} per call"
     return words
 
 
@@ -302,6 +306,7 @@ def run(
     rate: float | None = None,
     algorithm: str | None = None,
     threshold: int | None = None,
+    tolerance: str | None = None,
     data: str = DEFAULT_DATA,
     threads: int | None = None,
     json_path: str | None = None,
@@ -326,8 +331,9 @@ def run(
     world = MPI.COMM_WORLD
     rank, p = world.Get_rank(), world.Get_size()
     bench = BENCHMARKS[name]
-    settings = {"codec": codec, "rate": rate, "algorithm": algorithm,
-                "threshold": 0 if codec is not None and threshold is None else threshold}
+    named = codec is not None or tolerance is not None
+    settings = {"codec": codec, "rate": rate, "algorithm": algorithm, "tolerance": tolerance,
+                "threshold": 0 if named and threshold is None else threshold}
     error = None
     try:
         s = _setup(name, bench, world, sizes, iterations, warmup, buffer, datatype, plot_path,
@@ -347,7 +353,7 @@ def run(
     plain = (mpicomp.Comm(world.Dup(), codec="none") if s.bufs.on_device
              else MPI.Intracomm(world.Dup()))
     env = Env(world, comm, plain, s.bufs, s.dtype, data)
-    explicit_codec = codec is not None and pol.enabled and not getattr(pol, "auto", False)
+    explicit_codec = named and pol.enabled and not getattr(pol, "auto", False)
     if not hasattr(comm, "predict"):
         model_words = "Predicted: - (this mpicomp has no comm.predict)"
     elif not pol.enabled:
@@ -438,6 +444,8 @@ def add_arguments(parser: argparse.ArgumentParser, bench: Benchmark) -> None:
                              "mpicomp.COMM_WORLD; given: threshold 0 unless --threshold)")
     parser.add_argument("--rate", type=float, default=None, help="bits per value")
     parser.add_argument("--algorithm", default=None, help="allreduce algorithm")
+    parser.add_argument("--tolerance", default=None,
+                        help="the largest error of each call (1e-3, or rel:1e-3): errbound")
     parser.add_argument("--threshold", type=int, default=None,
                         help="bytes below which calls go to plain MPI")
     parser.add_argument("--data", choices=bench_data.KINDS, default=DEFAULT_DATA,
@@ -479,7 +487,8 @@ class Subcommand:
             self.name, sizes=args.message_size, iterations=args.iterations,
             warmup=args.warmup, full=args.full, validate=args.validation,
             buffer=args.buffer, datatype=args.datatype, codec=args.codec, rate=args.rate,
-            algorithm=args.algorithm, threshold=args.threshold, data=args.data,
+            algorithm=args.algorithm, threshold=args.threshold, tolerance=args.tolerance,
+            data=args.data,
             threads=args.threads, json_path=args.json_path, plot_path=args.plot_path,
             show_progress=args.progress, argv=argv)
         return status

@@ -297,6 +297,11 @@ def pack_group(x, xb, group, inv_step, codes, out, pos, itemsize):
                 z = _zz(q - previous) if delta else _zz(q)
                 previous = q
                 zeros = np.int64(z >> np.uint64(k))
+                if zeros + k < np.int64(32):  # the usual code: one store of all its bits
+                    p, acc, fill = _put(out, p, acc, fill,
+                                        (_U1 | ((z & low) << _U1)) << np.uint64(zeros),
+                                        zeros + k + np.int64(1))
+                    continue
                 while zeros >= np.int64(32):
                     p, acc, fill = _put(out, p, acc, fill, _U0, 32)
                     zeros -= np.int64(32)

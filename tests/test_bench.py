@@ -77,3 +77,14 @@ def test_rate_distortion_matches_bitplanes_psnr_with_errbound(tmp_path):
     text = out.getvalue()
     assert "# command: " in text and text.count("\ngradient ") == 3, text
 
+
+
+def test_errbound_case_specs():
+    from mpicomp.bench.codecs import parse_case
+
+    assert parse_case("errbound:1e-3")[1].get_config() == {
+        "id": "errbound", "tolerance": 1e-3, "relative": False}
+    assert parse_case("errbound:2e-4:rel")[1].get_config() == {
+        "id": "errbound", "tolerance": 2e-4, "relative": True}
+    with pytest.raises(ValueError, match="errbound:TOLERANCE"):
+        parse_case("errbound:1e-3:abs")

@@ -53,7 +53,7 @@ def _run(*args: str, n: int = 2,
     env = dict(os.environ, MPIEXEC_TIMEOUT=str(TIMEOUT_S), OMP_WAIT_POLICY="PASSIVE",
                NUMBA_NUM_THREADS="1")
     for var in ("MPICOMP_TEST_REPORT", "MPICOMP_TEST_STAGE", "MPICOMP_DEBUG", "MPICOMP_CODEC",
-                "MPICOMP_RATE", "MPICOMP_THRESHOLD", "MPICOMP_ALGORITHM"):
+                "MPICOMP_RATE", "MPICOMP_THRESHOLD", "MPICOMP_ALGORITHM", "MPICOMP_TOLERANCE"):
         env.pop(var, None)
     cmd = [mpiexec, "-n", str(n), sys.executable, *entry, *args]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
@@ -323,3 +323,16 @@ def test_osu_allreduce_hierarchical_check(tmp_path):
     records = json.loads(out.read_text())["records"]
     assert [r["path"] for r in records] == ["compressed (hierarchical)"] * len(SIZES)
     assert all(r["check_ok"] for r in records), lines
+
+
+@pytest.mark.parametrize("name", ["osu_allgather", "osu_allreduce"])
+def test_osu_tolerance_compresses_with_errbound_and_checks(tmp_path, name):
+    """``--tolerance``: every size compressed with errbound (threshold 0), the header says
+    so, ``-c`` passes (moved data: the codec's round trip; sums: within the bound), the
+    streams smaller than the data, and the error within the tolerance plus rounding."""
+    out = tmp_path / "run.json"
+    lines = _ok(_run(name, *TINY, "-c", "--tolerance", "1e-4", "--json", str(out)))
+    assert any("tolerance 0.0001 per call" in line for line in lines), lines
+    records = json.loads(out.read_text())["records"]
+    assert all(r["path"].startswith("compressed") and r["check_ok"] for r in records), lines
+    assert all(r["ratio"] > 1.5 and r["max_abs_err"] <= 1e-4 * 1.01 for r in records), records
