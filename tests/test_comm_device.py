@@ -121,9 +121,10 @@ def host_result(comm, config, algorithm, x):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
-@pytest.mark.parametrize("config", [{"id": "bitplane", "rate": 8.25}, {"id": "cast",
-                                                                       "dtype": "bfloat16"}],
-                         ids=["bitplane8", "bf16"])
+@pytest.mark.parametrize("config", [{"id": "bitplane", "rate": 8.25},
+                                    {"id": "cast", "dtype": "bfloat16"},
+                                    {"id": "errbound", "tolerance": 1e-3}],
+                         ids=["bitplane8", "bf16", "errbound"])
 @pytest.mark.parametrize("algorithm", ["allgather", "ring", "recursive_doubling"])
 def test_allreduce(comm, where, dtype, config, algorithm):
     kind, label, _ = where
@@ -272,11 +273,14 @@ def within_codec(config, got: np.ndarray, want: np.ndarray) -> None:
     assert float(err.max()) <= c * float(np.abs(want).max()) + a
 
 
-def test_data_movement(comm, where):
-    """Allgather, Allgatherv, Alltoall, Bcast, Gather, Scatter."""
+@pytest.mark.parametrize("config", [{"id": "bitplane", "rate": 10.25},
+                                    {"id": "errbound", "tolerance": 1e-3}],
+                         ids=["bitplane10", "errbound"])
+def test_data_movement(comm, where, config):
+    """Allgather, Allgatherv, Alltoall, Bcast, Gather, Scatter (errbound: variable-size
+    streams, sizes exchanged where MPI needs them)."""
     kind, label, _ = where
     p, r = comm.Get_size(), comm.Get_rank()
-    config = {"id": "bitplane", "rate": 10.25}
     mc = mpicomp.Comm(comm, codec=config, threshold=0)
     n = 500
     x = gradient_like(n, np.float32, seed=70 + r)
@@ -376,10 +380,12 @@ def test_reduce_scatter_and_nonblocking_movement(comm, where, capfd, monkeypatch
     assert f"Reduce_scatter: compressed (ring, bitplane); {label};" in err
 
 
-def test_point_to_point(comm, where):
+@pytest.mark.parametrize("config", [{"id": "bitplane", "rate": 8.25},
+                                    {"id": "errbound", "tolerance": 1e-3}],
+                         ids=["bitplane8", "errbound"])
+def test_point_to_point(comm, where, config):
     kind, label, _ = where
     r = comm.Get_rank()
-    config = {"id": "bitplane", "rate": 8.25}
     mc = mpicomp.Comm(comm, codec=config, threshold=0)
     x = gradient_like(N, np.float64, seed=100 + r)
     peer_x = gradient_like(N, np.float64, seed=100 + (1 - r)) if r < 2 else None
