@@ -36,14 +36,6 @@ def _offsets(sizes: list[int]) -> list[int]:
     return [int(v) for v in np.cumsum([0] + list(sizes[:-1]))]
 
 
-def _gathered_sizes(ctx: Ctx, used: int, root: int) -> list[int]:
-    """Every rank's ``used`` on ``root`` (an MPI_Gather of one int64; [] elsewhere)."""
-    every = np.empty(ctx.size, np.int64) if ctx.rank == root else None
-    with ctx.rec.mpi():
-        ctx.comm.Gather(np.array([used], np.int64), every, root=root)
-    return [int(v) for v in every] if every is not None else []
-
-
 def allgatherv(ctx: Ctx, x: np.ndarray | None, out: np.ndarray,
                counts: list[int], displs: list[int]) -> None:
     """Rank r's ``counts[r]`` values (``x``, or ``out`` at ``displs[r]`` when None) to all:
@@ -226,7 +218,7 @@ def gather(ctx: Ctx, x: np.ndarray, out: np.ndarray | None, root: int) -> None:
     ctx.post_verdict()
     streams = ctx.wire("streams", p * nb) if ctx.rank == root else None
     if ctx.codec.variable:
-        sizes = _gathered_sizes(ctx, mine.size, root)
+        sizes = ctx.sizes_at(mine.size, root)
         with ctx.rec.mpi():
             ctx.comm.Gatherv(mine, [streams, (sizes, [i * nb for i in range(p)])]
                              if ctx.rank == root else None, root=root)
@@ -256,14 +248,13 @@ def scatter(ctx: Ctx, x: np.ndarray | None, out: np.ndarray | None, n: int, root
         ctx.rec.sent(sum(used) - used[root])
     ctx.post_verdict()
     mine = ctx.wire("recv", nb)
-    with ctx.rec.mpi():
-        if ctx.codec.variable:
-            size = np.empty(1, np.int64)
-            ctx.comm.Scatter(np.array(used, np.int64) if ctx.rank == root else None, size,
-                             root=root)
+    if ctx.codec.variable:
+        size = ctx.size_of_mine(used, root)
+        with ctx.rec.mpi():
             ctx.comm.Scatterv([streams, (used, [i * nb for i in range(p)])]
-                              if ctx.rank == root else None, mine[: int(size[0])], root=root)
-        else:
+                              if ctx.rank == root else None, mine[:size], root=root)
+    else:
+        with ctx.rec.mpi():
             ctx.comm.Scatter(streams, mine, root=root)
     if out is not None:
         ctx.decode(mine, out)

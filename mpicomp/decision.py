@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from .engine import Engine, Engines
 
 __all__ = ["GUARD_TRIPPED", "ONE_NODE", "P2P_AUTO", "Decider", "agree", "fingerprint",
-           "local_check", "op_name"]
+           "local_agreement", "op_name"]
 
 #: why the codec ``auto`` leaves host buffers of a one-node communicator to plain MPI
 ONE_NODE = "codec auto: one node (plain MPI through shared memory is faster)"
@@ -326,13 +326,15 @@ def fingerprint(*parts: object) -> float:
     return float(int.from_bytes(digest, "little"))
 
 
-def local_check(pol: Resolved, values: Any, memory: HostMemory | DeviceMemory) -> str | None:
+def local_agreement(pol: Resolved, values: Any,
+                    memory: HostMemory | DeviceMemory) -> tuple[str | None, float]:
     """A point-to-point message's own agreement (nothing to agree with): the plain-MPI
-    reason when its values hold NaN/Inf or could overflow the codec, else None."""
+    reason when its values hold NaN/Inf or could overflow the codec, else None; and their
+    largest magnitude."""
     m = memory.max_abs(values) if values.size else 0.0
     if not math.isfinite(m):
-        return "nonfinite (NaN or Inf)"
-    return _overflow_risk(pol, values.dtype, m, 1)
+        return "nonfinite (NaN or Inf)", m
+    return _overflow_risk(pol, values.dtype, m, 1), m
 
 
 def _overflow_risk(pol: Resolved, dtype: np.dtype, max_abs: float, summands: int) -> str | None:

@@ -46,13 +46,21 @@ def is_frame_length(nbytes: int) -> bool:
 
 
 def header_bytes(codec: Codec, count: int, dtype: np.dtype, payload: int) -> bytes:
-    header = json.dumps(
+    """A frame's tail after a stream of ``payload`` bytes: header, padding, trailer."""
+    return _tail(_header(codec, count, dtype), payload)
+
+
+def _header(codec: Codec, count: int, dtype: np.dtype) -> bytes:
+    return json.dumps(
         {"v": VERSION, "codec": codec.get_config(), "dtype": dtype.name, "count": count},
         sort_keys=True,
         separators=(",", ":"),
     ).encode()
+
+
+def _tail(header: bytes, payload: int) -> bytes:
     if (payload + len(header) + _TRAILER.size) % 2 == 0:
-        header += b" "
+        header += b" "  # an odd frame length
     return header + _TRAILER.pack(len(header), MAGIC)
 
 
@@ -73,11 +81,11 @@ def build(codec: Codec, x: Any, memory: Any = None) -> Any:
     """
     x_dtype = np.dtype(x.dtype)
     nb = codec.encoded_nbytes(x.size, x_dtype)
-    longest = len(header_bytes(codec, x.size, x_dtype, 0)) + 1  # (the padding: 0 or 1)
+    header = _header(codec, x.size, x_dtype)
     memory = HOST if memory is None else memory
-    frame = memory.fresh_wire(nb + longest)
+    frame = memory.fresh_wire(nb + len(header) + 1 + _TRAILER.size)  # (padding: 0 or 1)
     used = memory.encode(codec, x, frame[:nb]).size
-    tail = np.frombuffer(header_bytes(codec, x.size, x_dtype, used), dtype=np.uint8)
+    tail = np.frombuffer(_tail(header, used), dtype=np.uint8)
     memory.copy(frame[used : used + tail.size], tail)
     return frame[: used + tail.size]
 

@@ -206,6 +206,22 @@ class Ctx:
             self.comm.Bcast(value, root=root)
         return int(value[0])
 
+    def sizes_at(self, used: int, root: int) -> list[int]:
+        """Every rank's ``used`` on ``root`` (an MPI_Gather of one int64; [] elsewhere)."""
+        every = np.empty(self.size, np.int64) if self.rank == root else None
+        with self.rec.mpi():
+            self.comm.Gather(np.array([used], np.int64), every, root=root)
+        return [int(v) for v in every] if every is not None else []
+
+    def size_of_mine(self, used: list[int], root: int) -> int:
+        """Rank r's ``used[r]`` from ``root`` (an MPI_Scatter of one int64 each; ``used``
+        is read on ``root`` only)."""
+        mine = np.empty(1, np.int64)
+        with self.rec.mpi():
+            self.comm.Scatter(np.array(used, np.int64) if self.rank == root else None, mine,
+                              root=root)
+        return int(mine[0])
+
     def waitall(self, reqs: list[MPI.Request]) -> None:
         if reqs:
             with self.rec.mpi():

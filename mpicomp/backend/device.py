@@ -85,13 +85,12 @@ class DeviceArrays:
         """Decode the head of the device ``stream`` into ``out``; returns ``out``."""
         od = cuda.as_device(out, "out")
         dt = np.dtype(od.dtype)
-        n = (codec.min_stream_nbytes if codec.variable else codec.stream_nbytes)(od.size, dt)
+        n = codec.min_stream_nbytes(od.size, dt)
         if stream.size < n:
             raise ValueError(f"a stream buffer of {stream.size} bytes for a stream of {n}")
         if od.size:
             with cuda.serialized():
-                codec.decode_on_stream(stream if codec.variable else stream[:n], od,
-                                       self.stream)
+                codec.decode_on_stream(codec.stream_part(stream, od.size, dt), od, self.stream)
         return out
 
     def roundtrip(self, codec: Codec, x: Any) -> Any:

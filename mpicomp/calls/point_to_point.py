@@ -22,7 +22,7 @@ from ..backend import plain as plain_mpi
 from ..backend.device import DeviceMemory, DevicePools
 from ..backend.host import HostMemory, Scratch
 from ..buffers import Buf, parse
-from ..decision import P2P_AUTO, local_check
+from ..decision import P2P_AUTO, local_agreement
 from ..kernels import cuda_runtime as cuda
 from ..pipeline import Pipeline
 from ..requests import Request
@@ -177,13 +177,12 @@ def _frame_for(pipeline: Pipeline, name: str, buf: Any,
     rec = pipeline.recorder(name, b.nbytes)
     reason = pipeline.decision.screen(pol, [b], b.nbytes, collective=False)
     memory = _memory(pipeline, b.on_device)
+    max_abs = 0.0
     if reason is None:
-        reason = local_check(pol, b.data(), memory)
+        reason, max_abs = local_agreement(pol, b.data(), memory)
     codec = pol.codec
     if reason is None and pol.tolerance is not None:  # one encode: the bound is the tolerance
-        values = b.data()
-        codec, rec.error_bound, bound = tolerance.codec_for(
-            pol, memory.max_abs(values) if values.size else 0.0, 1)
+        codec, rec.error_bound, bound = tolerance.codec_for(pol, max_abs, 1)
     if (reason is None and not codec.variable
             and p2p.frame_nbytes(codec, b.data()) >= b.nbytes):
         # never longer than the plain message: receivers size their landing buffers by it

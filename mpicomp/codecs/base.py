@@ -52,7 +52,7 @@ class Codec(abc.ABC):
     guards: ClassVar[bool] = False
     #: True when a stream's size depends on the data: :meth:`encoded_nbytes` is then its
     #: upper bound, :meth:`encode` returns the bytes used, :meth:`decode` reads the length
-    #: from the stream (``errbound``); the communicator carries such streams not yet
+    #: from the stream (``errbound``); the collectives send the bytes used
     variable: ClassVar[bool] = False
 
     # -- public API ---------------------------------------------------------
@@ -130,11 +130,8 @@ class Codec(abc.ABC):
                 raise TypeError("decode needs either out= or both count= and dtype=")
             out = np.empty(_check_count(count), dtype=self._check_dtype(dtype))
         flat = self._check_input(out, name="out", writable=True)
-        if self.variable:  # the whole buffer: the stream says how much of it is its own
-            stream = _as_stream(buf, self.min_stream_nbytes(flat.size, flat.dtype), whole=True)
-        else:
-            stream = _as_stream(buf, self.stream_nbytes(flat.size, flat.dtype))
-        self.decode_into(stream, flat)
+        stream = _as_stream(buf, self.min_stream_nbytes(flat.size, flat.dtype))
+        self.decode_into(self.stream_part(stream, flat.size, flat.dtype), flat)
         return out
 
     def get_config(self) -> dict[str, Any]:
@@ -171,6 +168,13 @@ class Codec(abc.ABC):
     def min_stream_nbytes(self, count: int, dtype: np.dtype) -> int:
         """The shortest stream of ``count`` values (a fixed-size codec's only size)."""
         return self.stream_nbytes(count, dtype)
+
+    def stream_part(self, stream: Any, count: int, dtype: np.dtype) -> Any:
+        """What a decode of ``count`` values reads of a uint8 ``stream`` buffer (host or
+        device) that holds at least :meth:`min_stream_nbytes`: its first
+        :meth:`stream_nbytes`, or a variable codec's whole buffer (the stream holds its
+        own length)."""
+        return stream if self.variable else stream[: self.stream_nbytes(count, dtype)]
 
     @abc.abstractmethod
     def encode_into(self, x: np.ndarray, out: np.ndarray) -> int | None:
@@ -209,14 +213,14 @@ class Codec(abc.ABC):
             out = cuda.empty(_check_count(count), self._check_dtype(dtype), like=buf)
         od = cuda.as_device(out, "out")
         self._check_dtype(od.dtype)
-        size = self.min_stream_nbytes if self.variable else self.stream_nbytes
-        n = size(od.size, np.dtype(od.dtype))
+        dt = np.dtype(od.dtype)
+        n = self.min_stream_nbytes(od.size, dt)
         bd = cuda.as_device(buf, "buf")
         if np.dtype(bd.dtype) != np.uint8 or bd.size < n:
             raise ValueError(f"buf must be a device uint8 buffer of at least {n} bytes")
         if od.size:
             with cuda.serialized():
-                self.decode_on_stream(bd if self.variable else bd[:n], od,
+                self.decode_on_stream(self.stream_part(bd, od.size, dt), od,
                                       cuda.current_stream())
         return out
 
@@ -279,7 +283,8 @@ def _check_stream_out(out: np.ndarray | None, n: int) -> np.ndarray:
     return out[:n]
 
 
-def _as_stream(buf: Any, n: int, whole: bool = False) -> np.ndarray:
+def _as_stream(buf: Any, n: int) -> np.ndarray:
+    """``buf`` as a flat uint8 array of at least ``n`` bytes (all of it)."""
     if isinstance(buf, np.ndarray):
         if not buf.flags.c_contiguous:
             raise ValueError("buf must be contiguous")
@@ -295,7 +300,7 @@ def _as_stream(buf: Any, n: int, whole: bool = False) -> np.ndarray:
         raise ValueError(
             f"buf must hold at least {n} bytes for this count/dtype, got {stream.size}"
         )
-    return stream if whole else stream[:n]
+    return stream
 
 
 def check_rate(codec_id: str, rate: Any, low: float, high: float) -> float:
