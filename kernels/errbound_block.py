@@ -33,21 +33,32 @@ group's bytes (hostile bytes) instead of reading beyond them.
 These functions allocate nothing and use only scalars and element access,
 so the same source compiles for the CPU drivers (``errbound_cpu.py``) and as
 device functions for the CUDA kernels (``errbound_cuda.py``): both write the
-same bytes. Every integer is an explicit 64-bit scalar (in Numba ``uint64``
-mixed with ``int64`` silently becomes ``float64``). The wire format is in
-``docs/format.md`` (section errbound).
+same bytes. Their caller hands them a scratch row of ``SCRATCH`` int64 (a
+block's predictor and quantized values: a CPU driver's row per parallel
+iteration, a CUDA thread's local array). Every integer is an explicit
+64-bit scalar (in Numba ``uint64`` mixed with ``int64`` silently becomes
+``float64``). The wire format is in ``docs/format.md`` (section errbound).
+
+Speed (the CPU compiler's view): a block is first quantized and checked in
+one loop without branches (``_quantize_checked``), which the compiler
+vectorizes only when it sees all of it: the loop functions are inlined by
+Numba (``NUMBA_INLINE``: an LLVM-inlined callee's loops stay scalar here),
+the array index is unsigned (a signed one carries Python's negative-index
+wraparound, which stops vectorizing), and a full block's trip count is the
+constant ``BLOCK``. The costs then come from integer loops over the block;
+only the packing and unpacking of bits are serial, and their zero-mask
+loops have no branch (zeros and non-zeros mix at random).
 """
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
 from .errbound_layout import BLOCK, DELTA, GROUP, MASK, NONFINITE, RAW, RICE
-from .intbits import ctz64
-from .jit import njit
+from .intbits import clz64, ctz64, imax, is_single
+from .jit import NUMBA_INLINE, njit
 
-__all__ = ["BLOCK", "GROUP", "NONFINITE", "RAW", "block_code", "pack_group", "unpack_group"]
+__all__ = ["BLOCK", "GROUP", "NONFINITE", "RAW", "SCRATCH", "block_code", "pack_group",
+           "unpack_group"]
 
 #: the largest |q| coded (so a zigzag code fits 32 bits)
 _Q_MAX = 2147483647.0
@@ -55,6 +66,8 @@ _U0 = np.uint64(0)
 _U1 = np.uint64(1)
 _U8 = np.uint64(8)
 _BYTE = np.uint64(0xFF)
+#: int64 scratch a caller hands the block functions: a predictor and the quantized values
+SCRATCH = BLOCK + 1
 
 
 @njit(inline="always")
@@ -68,19 +81,10 @@ def _reconstructed(q, step, single):
 
 @njit(inline="always")
 def _floor(s):
-    """``floor(s)`` as an int64 for ``|s| < 2**63``: a truncation and a correction, which
-    compiles to two instructions where ``math.floor`` is a library call (4x slower)."""
+    """``floor(s)`` as an int64 for ``|s| < 2**63``: a truncation and a correction without
+    a branch, where ``math.floor`` is a library call (4x slower) and blocks vectorizing."""
     t = np.int64(s)
-    if np.float64(t) > s:
-        t -= np.int64(1)
-    return t
-
-
-@njit(inline="always")
-def _zigzag(v, inv_step):
-    """The zigzag code (uint64) of ``v``'s quantized value."""
-    q = _floor(v * inv_step + 0.5)
-    return np.uint64((q << np.int64(1)) ^ (q >> np.int64(63)))
+    return t - np.int64(np.float64(t) > s)
 
 
 @njit(inline="always")
@@ -103,16 +107,14 @@ def _predictor(x, start, inv_step):
 
 @njit(inline="always")
 def _zz(d):
-    return np.uint64((d << np.int64(1)) ^ (d >> np.int64(63)))
+    """The zigzag code of the int64 ``d`` (``|d| < 2**62``) as a non-negative int64."""
+    return (d << np.int64(1)) ^ (d >> np.int64(63))
 
 
 @njit(inline="always")
 def _bit_length(z):
-    """Bits needed for the uint64 ``z`` (0 for 0)."""
-    w = np.int64(0)
-    while w < np.int64(64) and (z >> np.uint64(w)) != _U0:
-        w += np.int64(1)
-    return w
+    """Bits needed for the non-negative int64 ``z`` (0 for 0)."""
+    return np.int64(64) - clz64(z)
 
 
 @njit(inline="always")
@@ -124,54 +126,79 @@ def _rice_cost(n, k, shifted_sum):
 def _first_k(total, n):
     """The least of the three Rice parameters tried: two below the bit length of the mean
     code ``total / n``, at least 0."""
-    km = _bit_length(total // np.uint64(n))
+    km = _bit_length(total // np.int64(n))
     return km - np.int64(2) if km >= np.int64(2) else np.int64(0)
 
 
-@njit
-def block_code(x, start, end, inv_step, step, bound, single):
-    """``(code byte, payload bits)`` of ``x[start:end]``: the cheapest coding, RAW, or
-    NONFINITE for a block holding NaN or Inf."""
-    n = np.int64(end) - np.int64(start)
-    widest = _U0
-    total = _U0
-    nonzero = np.int64(0)
-    raw = False
-    previous = _predictor(x, start, inv_step)
-    delta_total = _U0
-    delta_ok = True
-    for i in range(start, end):
-        v = np.float64(x[i])
-        if not math.isfinite(v):
-            return np.int64(NONFINITE), np.int64(0)
-        if raw:
-            continue
+@njit(inline=NUMBA_INLINE)
+def _quantize(x, start, n, inv_step, q):
+    """``q[1 + i]`` = the quantized ``x[start + i]`` and ``q[0]`` the delta predictor, for a
+    block that is not raw (every value in range)."""
+    q[0] = _predictor(x, start, inv_step)
+    base = np.uint64(start)  # (an unsigned index: no negative-index wraparound to vectorize)
+    for i in range(n):
+        q[i + 1] = _floor(np.float64(x[base + np.uint64(i)]) * inv_step + 0.5)
+
+
+@njit(inline=NUMBA_INLINE)
+def _quantize_checked(x, start, n, inv_step, step, bound, single, q):
+    """:func:`_quantize` with every value's check, without a branch (the loop vectorizes):
+    0, RAW (a value out of range or off by more than ``bound``) or NONFINITE."""
+    q[0] = _predictor(x, start, inv_step)
+    off = np.int64(0)
+    nonfinite = np.int64(0)
+    base = np.uint64(start)  # (an unsigned index: no negative-index wraparound to vectorize)
+    for i in range(n):
+        v = np.float64(x[base + np.uint64(i)])
         s = v * inv_step + 0.5
-        if not abs(s) <= _Q_MAX:  # (tested before the floor: the simulator's would raise)
-            raw = True
-            continue
-        q = _floor(s)
-        if abs(v - _reconstructed(q, step, single)) > bound:
-            raw = True
-            continue
-        z = _zz(q)
-        dz = _zz(q - previous)
-        previous = q
-        if dz > np.uint64(0xFFFFFFFF):
-            delta_ok = False
-        delta_total += dz
+        inside = abs(s) <= _Q_MAX  # (False for NaN; tested before the floor, which the
+        t = _floor(s if inside else 0.0)  # simulator's int conversion would refuse)
+        error = abs(v - _reconstructed(t, step, is_single(x)))
+        off += np.int64(not inside) + np.int64(error > bound)
+        nonfinite += np.int64(v - v != 0.0)  # (NaN for NaN and Inf)
+        q[i + 1] = t
+    if nonfinite:
+        return np.int64(NONFINITE)
+    return np.int64(RAW) if off else np.int64(0)
+
+
+@njit(inline=NUMBA_INLINE)
+def block_code(x, start, end, inv_step, step, bound, single, q):
+    """``(code byte, payload bits)`` of ``x[start:end]``: the cheapest coding, RAW, or
+    NONFINITE for a block holding NaN or Inf. ``q``: scratch of ``SCRATCH`` int64."""
+    n = np.int64(end) - np.int64(start)
+    return _block_code(x, start, n, inv_step, step, bound, single, q)
+
+
+@njit(inline=NUMBA_INLINE)
+def _block_code(x, start, n, inv_step, step, bound, single, q):
+    """:func:`block_code` of the ``n`` values from ``x[start]``."""
+    if n == np.int64(BLOCK):  # (a trip count the compiler knows: the loop vectorizes whole)
+        status = _quantize_checked(x, start, np.int64(BLOCK), inv_step, step, bound, single, q)
+    else:
+        status = _quantize_checked(x, start, n, inv_step, step, bound, single, q)
+    if status == np.int64(NONFINITE):
+        return status, np.int64(0)
+    if status == np.int64(RAW):
+        return status, n * np.int64(32 if single else 64)
+    widest = np.int64(0)
+    total = np.int64(0)
+    nonzero = np.int64(0)
+    delta_widest = np.int64(0)
+    delta_total = np.int64(0)
+    for i in range(n):
+        z = _zz(q[i + 1])
+        dz = _zz(q[i + 1] - q[i])
+        widest = imax(widest, z)
         total += z
-        if z != _U0:
-            nonzero += np.int64(1)
-        if z > widest:
-            widest = z
-    if raw:
-        return np.int64(RAW), n * np.int64(32 if single else 64)
+        nonzero += np.int64(z != np.int64(0))
+        delta_widest = imax(delta_widest, dz)
+        delta_total += dz
     w = _bit_length(widest)
     code = w
     best = n * w
     if nonzero > np.int64(0) and nonzero < n:
-        wz = _bit_length(widest - _U1)
+        wz = _bit_length(widest - np.int64(1))
         cost = n + nonzero * wz
         if cost < best:
             code = np.int64(MASK) + wz
@@ -180,24 +207,21 @@ def block_code(x, start, end, inv_step, step, bound, single):
         # Rice: the best k lies near log2 of the mean code; try three around it
         k0 = _first_k(total, n)
         d0 = _first_k(delta_total, n)
-        s0 = _U0
-        s1 = _U0
-        s2 = _U0
-        t0 = _U0
-        t1 = _U0
-        t2 = _U0
-        previous = _predictor(x, start, inv_step)
-        for i in range(start, end):
-            q = _floor(np.float64(x[i]) * inv_step + 0.5)
-            z = _zz(q)
-            s0 += z >> np.uint64(k0)
-            s1 += z >> np.uint64(k0 + np.int64(1))
-            s2 += z >> np.uint64(k0 + np.int64(2))
-            dz = _zz(q - previous)
-            previous = q
-            t0 += dz >> np.uint64(d0)
-            t1 += dz >> np.uint64(d0 + np.int64(1))
-            t2 += dz >> np.uint64(d0 + np.int64(2))
+        s0 = np.int64(0)
+        s1 = np.int64(0)
+        s2 = np.int64(0)
+        t0 = np.int64(0)
+        t1 = np.int64(0)
+        t2 = np.int64(0)
+        for i in range(n):
+            z = _zz(q[i + 1])
+            dz = _zz(q[i + 1] - q[i])
+            s0 += z >> k0
+            s1 += z >> (k0 + np.int64(1))
+            s2 += z >> (k0 + np.int64(2))
+            t0 += dz >> d0
+            t1 += dz >> (d0 + np.int64(1))
+            t2 += dz >> (d0 + np.int64(2))
         for j in range(3):
             k = k0 + np.int64(j)
             s = s0 if j == 0 else (s1 if j == 1 else s2)
@@ -206,7 +230,7 @@ def block_code(x, start, end, inv_step, step, bound, single):
                 if cost < best:
                     code = np.int64(RICE) + k
                     best = cost
-        if delta_ok:
+        if delta_widest <= np.int64(0xFFFFFFFF):
             for j in range(3):
                 k = d0 + np.int64(j)
                 s = t0 if j == 0 else (t1 if j == 1 else t2)
@@ -226,10 +250,11 @@ def _put(out, p, acc, fill, value, nbits):
     acc |= value << np.uint64(fill)
     fill += np.int64(nbits)
     if fill >= np.int64(32):
-        out[p] = np.uint8(acc & _BYTE)
-        out[p + 1] = np.uint8((acc >> _U8) & _BYTE)
-        out[p + 2] = np.uint8((acc >> np.uint64(16)) & _BYTE)
-        out[p + 3] = np.uint8((acc >> np.uint64(24)) & _BYTE)
+        at = np.uint64(p)  # (unsigned indices: no negative-index wraparound)
+        out[at] = np.uint8(acc & _BYTE)
+        out[at + _U1] = np.uint8((acc >> _U8) & _BYTE)
+        out[at + np.uint64(2)] = np.uint8((acc >> np.uint64(16)) & _BYTE)
+        out[at + np.uint64(3)] = np.uint8((acc >> np.uint64(24)) & _BYTE)
         acc >>= np.uint64(32)
         fill -= np.int64(32)
         p += np.int64(4)
@@ -262,55 +287,57 @@ def _block_values(b, n):
     return start, (end if end < np.int64(n) else np.int64(n))
 
 
-@njit
-def pack_group(x, xb, group, inv_step, codes, out, pos, itemsize):
+@njit(inline=NUMBA_INLINE)
+def pack_group(x, xb, group, inv_step, codes, out, pos, itemsize, q):
     """Write group ``group`` of ``x`` (``xb``: its bytes; ``codes``: every block's code
-    byte) as one bit stream at ``out[pos:]``."""
+    byte) as one bit stream at ``out[pos:]``. ``q``: scratch of ``SCRATCH`` int64."""
     first, last = _group_blocks(group, codes.size)
     p = np.int64(pos)
     acc = _U0
     fill = np.int64(0)
     for b in range(first, last):
         start, end = _block_values(b, x.size)
+        n = end - start
         code = np.int64(codes[b])
         if code == np.int64(RAW):
             for j in range(start * np.int64(itemsize), end * np.int64(itemsize)):
                 p, acc, fill = _put(out, p, acc, fill, np.uint64(xb[j]), 8)
-        elif code >= np.int64(MASK):
+            continue
+        if code == np.int64(0):
+            continue
+        _quantize(x, start, n, inv_step, q)
+        if code >= np.int64(MASK):
             w = code - np.int64(MASK)
-            m = _U0
-            for i in range(start, end):
-                if _zigzag(np.float64(x[i]), inv_step) != _U0:
-                    m |= _U1 << np.uint64(i - start)
-            p, acc, fill = _put(out, p, acc, fill, m, end - start)
-            for i in range(start, end):
-                z = _zigzag(np.float64(x[i]), inv_step)
-                if z != _U0:
-                    p, acc, fill = _put(out, p, acc, fill, z - _U1, w)
+            m = np.int64(0)
+            for i in range(n):
+                m |= np.int64(q[i + 1] != np.int64(0)) << i
+            p, acc, fill = _put(out, p, acc, fill, np.uint64(m), n)
+            for i in range(n):  # (without a branch: zeros and non-zeros mix at random)
+                z = _zz(q[i + 1])
+                nonzero = np.int64(z != np.int64(0))
+                p, acc, fill = _put(out, p, acc, fill, np.uint64((z - nonzero) * nonzero),
+                                    w * nonzero)
         elif code >= np.int64(RICE):
             delta = code >= np.int64(DELTA)
             k = code - np.int64(DELTA if delta else RICE)
-            low = (_U1 << np.uint64(k)) - _U1
-            previous = _predictor(x, start, inv_step)
-            for i in range(start, end):
-                q = _floor(np.float64(x[i]) * inv_step + 0.5)
-                z = _zz(q - previous) if delta else _zz(q)
-                previous = q
-                zeros = np.int64(z >> np.uint64(k))
+            low = (np.int64(1) << k) - np.int64(1)
+            for i in range(n):
+                z = _zz(q[i + 1] - q[i]) if delta else _zz(q[i + 1])
+                zeros = z >> k
                 if zeros + k < np.int64(32):  # the usual code: one store of all its bits
                     p, acc, fill = _put(out, p, acc, fill,
-                                        (_U1 | ((z & low) << _U1)) << np.uint64(zeros),
+                                        np.uint64((np.int64(1) | ((z & low) << np.int64(1)))
+                                                  << zeros),
                                         zeros + k + np.int64(1))
                     continue
                 while zeros >= np.int64(32):
                     p, acc, fill = _put(out, p, acc, fill, _U0, 32)
                     zeros -= np.int64(32)
                 p, acc, fill = _put(out, p, acc, fill, _U1 << np.uint64(zeros), zeros + 1)
-                p, acc, fill = _put(out, p, acc, fill, z & low, k)
-        elif code > np.int64(0):
-            for i in range(start, end):
-                p, acc, fill = _put(out, p, acc, fill, _zigzag(np.float64(x[i]), inv_step),
-                                    code)
+                p, acc, fill = _put(out, p, acc, fill, np.uint64(z & low), k)
+        else:
+            for i in range(n):
+                p, acc, fill = _put(out, p, acc, fill, np.uint64(_zz(q[i + 1])), code)
     _flush(out, p, acc, fill)
 
 
@@ -321,9 +348,10 @@ def _need(buf, p, end, acc, fill, nbits):
     64."""
     if fill < np.int64(nbits):
         if p + np.int64(4) <= end:
-            acc |= ((np.uint64(buf[p]) | (np.uint64(buf[p + 1]) << _U8)
-                     | (np.uint64(buf[p + 2]) << np.uint64(16))
-                     | (np.uint64(buf[p + 3]) << np.uint64(24))) << np.uint64(fill))
+            at = np.uint64(p)  # (unsigned indices: no negative-index wraparound)
+            acc |= ((np.uint64(buf[at]) | (np.uint64(buf[at + _U1]) << _U8)
+                     | (np.uint64(buf[at + np.uint64(2)]) << np.uint64(16))
+                     | (np.uint64(buf[at + np.uint64(3)]) << np.uint64(24))) << np.uint64(fill))
             fill += np.int64(32)
             p += np.int64(4)
         else:
@@ -339,18 +367,58 @@ def _unzigzag(z):
     return np.int64(z >> _U1) ^ -np.int64(z & _U1)
 
 
-@njit
-def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsize):
+@njit(inline=NUMBA_INLINE)
+def _rice_slow(buf, p, stop, acc, fill, k, most):
+    """One Rice code whose unary part the reader's bits do not hold whole: ``(p, acc, fill,
+    z)``, ``z`` = -1 where the codes run past ``stop`` or the quotient past ``most``."""
+    zeros = np.int64(0)
+    while True:
+        p, acc, fill = _need(buf, p, stop, acc, fill, 32)
+        if fill == np.int64(0):
+            return p, acc, fill, np.int64(-1)
+        if acc != _U0:
+            break
+        zeros += fill
+        fill = np.int64(0)
+        if zeros > most:
+            return p, acc, fill, np.int64(-1)
+    t = ctz64(acc)
+    zeros += t
+    if zeros > most:
+        return p, acc, fill, np.int64(-1)
+    acc >>= np.uint64(t + np.int64(1))
+    fill -= t + np.int64(1)
+    p, acc, fill = _need(buf, p, stop, acc, fill, k)
+    if fill < k:
+        return p, acc, fill, np.int64(-1)
+    z = (zeros << k) | np.int64(acc & ((_U1 << np.uint64(k)) - _U1))
+    acc >>= np.uint64(k)
+    fill -= k
+    return p, acc, fill, z
+
+
+@njit(inline=NUMBA_INLINE)
+def _scale(q, n, step, out, start):
+    """``out[start + i] = q[1 + i] * step`` for ``i < n`` (rounded to out's dtype)."""
+    base = np.uint64(start)  # (an unsigned index: no negative-index wraparound to vectorize)
+    for i in range(n):
+        out[base + np.uint64(i)] = np.float64(q[i + 1]) * step
+
+
+@njit(inline=NUMBA_INLINE)
+def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsize, q):
     """Decode group ``group`` from ``buf[pos:end]`` into ``out`` (``outb``: its bytes);
-    False where the group's codes run past ``end`` (hostile bytes)."""
+    False where the group's codes run past ``end`` (hostile bytes). ``q``: scratch of
+    ``SCRATCH`` int64 (a block's values are read into it, then scaled)."""
     first, last = _group_blocks(group, codes.size)
     p = np.int64(pos)
     stop = np.int64(end)
     acc = _U0
     fill = np.int64(0)
-    previous = np.int64(0)  # q of the value before the block (a delta block's predictor)
+    q[0] = np.int64(0)  # q of the value before the block (a delta block's predictor)
     for b in range(first, last):
         start, bend = _block_values(b, out.size)
+        n = bend - start
         code = np.int64(codes[b])
         if code == np.int64(RAW):
             for j in range(start * np.int64(itemsize), bend * np.int64(itemsize)):
@@ -360,78 +428,57 @@ def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsiz
                 outb[j] = np.uint8(acc & _BYTE)
                 acc >>= _U8
                 fill -= np.int64(8)
-            previous = _quantized(np.float64(out[bend - 1]), inv_step)
-        elif code >= np.int64(MASK):
+            q[0] = _quantized(np.float64(out[bend - 1]), inv_step)
+            continue
+        if code >= np.int64(MASK):
             w = code - np.int64(MASK)
-            k = bend - start
-            p, acc, fill = _need(buf, p, stop, acc, fill, k)
-            if fill < k:
+            p, acc, fill = _need(buf, p, stop, acc, fill, n)
+            if fill < n:
                 return False
-            m = acc & ((_U1 << np.uint64(k)) - _U1)
-            acc >>= np.uint64(k)
-            fill -= k
+            m = acc & ((_U1 << np.uint64(n)) - _U1)
+            acc >>= np.uint64(n)
+            fill -= n
             mask = (_U1 << np.uint64(w)) - _U1
-            q = np.int64(0)
-            for i in range(start, bend):
-                if (m >> np.uint64(i - start)) & _U1 == _U0:
-                    out[i] = 0.0
-                    q = np.int64(0)
-                    continue
-                p, acc, fill = _need(buf, p, stop, acc, fill, w)
-                if fill < w:
+            for i in range(n):  # (without a branch: zeros and non-zeros mix at random)
+                nonzero = np.int64((m >> np.uint64(i)) & _U1)
+                width = w * nonzero
+                p, acc, fill = _need(buf, p, stop, acc, fill, width)
+                if fill < width:
                     return False
-                q = _unzigzag((acc & mask) + _U1)
-                acc >>= np.uint64(w)
-                fill -= w
-                out[i] = np.float64(q) * step
-            previous = q
+                q[i + 1] = _unzigzag((acc & mask) + _U1) * nonzero
+                acc >>= np.uint64(width)
+                fill -= width
         elif code >= np.int64(RICE):
             delta = code >= np.int64(DELTA)
             k = code - np.int64(DELTA if delta else RICE)
             low = (_U1 << np.uint64(k)) - _U1
             most = np.int64(0xFFFFFFFF) >> k  # the largest quotient of a 32-bit code
-            for i in range(start, bend):
-                zeros = np.int64(0)
-                while True:
-                    p, acc, fill = _need(buf, p, stop, acc, fill, 32)
-                    if fill == np.int64(0):
-                        return False
-                    if acc != _U0:
-                        break
-                    zeros += fill
-                    fill = np.int64(0)
-                    if zeros > most:
-                        return False
+            for i in range(n):
+                p, acc, fill = _need(buf, p, stop, acc, fill, 32)
                 t = ctz64(acc)
-                zeros += t
-                if zeros > most:
-                    return False
-                acc >>= np.uint64(t + np.int64(1))
-                fill -= t + np.int64(1)
-                p, acc, fill = _need(buf, p, stop, acc, fill, k)
-                if fill < k:
-                    return False
-                q = _unzigzag((np.uint64(zeros) << np.uint64(k)) | (acc & low))
-                acc >>= np.uint64(k)
-                fill -= k
-                if delta:
-                    q += previous
-                previous = q
-                out[i] = np.float64(q) * step
+                if acc != _U0 and t + k < fill and t <= most:  # the whole code is in acc
+                    v = acc >> np.uint64(t + np.int64(1))  # (t + 1 <= fill < 64)
+                    z = (t << k) | np.int64(v & low)
+                    acc = v >> np.uint64(k)
+                    fill -= t + np.int64(1) + k
+                else:
+                    p, acc, fill, z = _rice_slow(buf, p, stop, acc, fill, k, most)
+                    if z < np.int64(0):
+                        return False
+                d = _unzigzag(np.uint64(z))
+                q[i + 1] = d + q[i] if delta else d
         elif code > np.int64(0):
             mask = (_U1 << np.uint64(code)) - _U1
-            q = np.int64(0)
-            for i in range(start, bend):
+            for i in range(n):
                 p, acc, fill = _need(buf, p, stop, acc, fill, code)
                 if fill < code:
                     return False
-                q = _unzigzag(acc & mask)
+                q[i + 1] = _unzigzag(acc & mask)
                 acc >>= np.uint64(code)
                 fill -= code
-                out[i] = np.float64(q) * step
-            previous = q
         else:
-            for i in range(start, bend):
-                out[i] = 0.0
-            previous = np.int64(0)
+            for i in range(n):
+                q[i + 1] = np.int64(0)
+        _scale(q, n, step, out, start)
+        q[0] = q[n]
     return True

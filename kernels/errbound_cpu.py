@@ -13,11 +13,15 @@ import numpy as np
 from numba import njit, prange
 
 from ..threads import start_numba_workers
-from .errbound_block import BLOCK, GROUP, NONFINITE, block_code, pack_group, unpack_group
+from .errbound_block import BLOCK, GROUP, NONFINITE, SCRATCH, block_code, pack_group, unpack_group
 
 start_numba_workers()  # before any kernel here runs: idle OpenMP workers sleep
 
 __all__ = ["codes", "pack", "unpack"]
+
+
+#: groups per parallel iteration (each iteration's scratch row is reused for them)
+_CHUNK = 16
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -26,39 +30,54 @@ def codes(x, inv_step, step, bound, single, out, sizes):
     little-endian bytes a group); returns the number of blocks holding NaN/Inf."""
     n = x.size
     nblocks = out.size
+    ngroups = sizes.size // 2
+    nchunks = (ngroups + _CHUNK - 1) // _CHUNK
+    scratch = np.empty((nchunks, SCRATCH), np.int64)
     bad = 0
-    for g in prange(sizes.size // 2):
-        bits = 0
-        for b in range(g * GROUP, min(g * GROUP + GROUP, nblocks)):
-            start = b * BLOCK
-            c, nbits = block_code(x, start, min(start + BLOCK, n), inv_step, step, bound,
-                                  single)
-            if c == NONFINITE:
-                bad += 1
-                c = 0
-                nbits = 0
-            out[b] = np.uint8(c)
-            bits += nbits
-        nbytes = (bits + 7) // 8
-        sizes[2 * g] = np.uint8(nbytes & 0xFF)
-        sizes[2 * g + 1] = np.uint8(nbytes >> 8)
+    for c in prange(nchunks):
+        q = scratch[c]
+        for g in range(c * _CHUNK, min(c * _CHUNK + _CHUNK, ngroups)):
+            bits = 0
+            for b in range(g * GROUP, min(g * GROUP + GROUP, nblocks)):
+                start = b * BLOCK
+                code, nbits = block_code(x, start, min(start + BLOCK, n), inv_step, step,
+                                         bound, single, q)
+                if code == NONFINITE:
+                    bad += 1
+                    code = 0
+                    nbits = 0
+                out[b] = np.uint8(code)
+                bits += nbits
+            nbytes = (bits + 7) // 8
+            sizes[2 * g] = np.uint8(nbytes & 0xFF)
+            sizes[2 * g + 1] = np.uint8(nbytes >> 8)
     return bad
 
 
 @njit(parallel=True, cache=True, nogil=True)
 def pack(x, xb, inv_step, code, offsets, out, itemsize):
     """Every group's bit stream at ``out[offsets[g]:]``."""
-    for g in prange(offsets.size - 1):
-        pack_group(x, xb, g, inv_step, code, out, offsets[g], itemsize)
+    ngroups = offsets.size - 1
+    nchunks = (ngroups + _CHUNK - 1) // _CHUNK
+    scratch = np.empty((nchunks, SCRATCH), np.int64)
+    for c in prange(nchunks):
+        q = scratch[c]
+        for g in range(c * _CHUNK, min(c * _CHUNK + _CHUNK, ngroups)):
+            pack_group(x, xb, g, inv_step, code, out, offsets[g], itemsize, q)
 
 
 @njit(parallel=True, cache=True, nogil=True)
 def unpack(buf, code, offsets, step, inv_step, out, outb, itemsize):
     """Decode every group from ``buf[offsets[g]:offsets[g + 1]]`` into ``out``; returns the
     number of groups whose codes run past their bytes."""
+    ngroups = offsets.size - 1
+    nchunks = (ngroups + _CHUNK - 1) // _CHUNK
+    scratch = np.empty((nchunks, SCRATCH), np.int64)
     bad = 0
-    for g in prange(offsets.size - 1):
-        if not unpack_group(buf, offsets[g], offsets[g + 1], g, code, step, inv_step, out, outb,
-                            itemsize):
-            bad += 1
+    for c in prange(nchunks):
+        q = scratch[c]
+        for g in range(c * _CHUNK, min(c * _CHUNK + _CHUNK, ngroups)):
+            if not unpack_group(buf, offsets[g], offsets[g + 1], g, code, step, inv_step, out,
+                                outb, itemsize, q):
+                bad += 1
     return bad

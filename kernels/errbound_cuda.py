@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from .errbound_block import BLOCK, GROUP, NONFINITE, block_code, pack_group, unpack_group
+from .errbound_block import BLOCK, GROUP, NONFINITE, SCRATCH, block_code, pack_group, unpack_group
 from .intbits import imin
 
 __all__ = ["codes", "pack", "sizes", "unpack"]
@@ -27,8 +27,9 @@ def codes(x, inv_step, step, bound, single, out, bits, nonfinite):
     b = cuda.grid(1)
     if b < out.size:
         start = b * BLOCK
+        q = cuda.local.array(SCRATCH, np.int64)
         c, nbits = block_code(x, start, imin(start + BLOCK, x.size), inv_step, step, bound,
-                              single)
+                              single, q)
         if c == NONFINITE:
             nonfinite[0] = 1
             c = 0
@@ -55,7 +56,8 @@ def pack(x, xb, inv_step, code, offsets, out, itemsize):
     """Group ``g``'s bit stream at ``out[offsets[g]:]``."""
     g = cuda.grid(1)
     if g < offsets.size - 1:
-        pack_group(x, xb, g, inv_step, code, out, offsets[g], itemsize)
+        q = cuda.local.array(SCRATCH, np.int64)
+        pack_group(x, xb, g, inv_step, code, out, offsets[g], itemsize, q)
 
 
 @cuda.jit
@@ -64,6 +66,7 @@ def unpack(buf, code, offsets, step, inv_step, out, outb, itemsize, bad):
     ``bad[0] = 1`` where its codes run past its bytes."""
     g = cuda.grid(1)
     if g < offsets.size - 1:
+        q = cuda.local.array(SCRATCH, np.int64)
         if not unpack_group(buf, offsets[g], offsets[g + 1], g, code, step, inv_step, out, outb,
-                            itemsize):
+                            itemsize, q):
             bad[0] = 1
