@@ -8,7 +8,7 @@ encoder checks that value against the bound for every value and stores a
 block whose check fails (a bound below the dtype's rounding, ``|q|`` past 31
 bits) raw, its values' bytes verbatim.
 
-Each block of 32 values is coded the cheapest of four ways, its code byte
+Each block of 32 values is coded the cheapest of these ways, its code byte
 saying which (exact costs, ties to the first):
 
 * width ``w`` (code ``w``, 0-32): every ``z`` in ``w`` bits, ``w`` the bit
@@ -16,10 +16,13 @@ saying which (exact costs, ties to the first):
 * Rice ``k`` (code ``RICE + k``): ``z >> k`` in unary (that many 0 bits,
   then a 1), then the ``k`` low bits of ``z``: the coding of heavy-tailed
   data such as gradients, where a few large values set the width;
-* delta Rice ``k`` (code ``DELTA + k``): Rice codes of the differences
-  ``q[i] - q[i - 1]`` (a 1-D Lorenzo predictor on the quantized integers,
-  so the bound holds exactly), ``q[-1]`` the last value of the previous
-  block in the group (0 for a group's first block): smooth data;
+* delta Rice of order 1, 2 or 3 (codes ``DELTA``, ``DELTA2``, ``DELTA3``
+  plus ``k``): Rice codes of the residuals ``q[i]`` minus the polynomial
+  through the 1, 2 or 3 values before it (Lorenzo predictors on the
+  quantized integers, so the bound holds exactly); the ``HISTORY`` values
+  before a block are those before it in its group (0 before a group's
+  start): a random walk (order 1), smooth data (orders 2 and 3). Only the
+  order whose residuals sum least is priced;
 * zero mask (code ``MASK + w``): one bit per value (1: non-zero), then
   each non-zero ``z - 1`` in ``w`` bits: sparse blocks.
 
@@ -34,8 +37,8 @@ These functions allocate nothing and use only scalars and element access,
 so the same source compiles for the CPU drivers (``errbound_cpu.py``) and as
 device functions for the CUDA kernels (``errbound_cuda.py``): both write the
 same bytes. Their caller hands them a scratch row of ``SCRATCH`` int64 (a
-block's predictor and quantized values: a CPU driver's row per parallel
-iteration, a CUDA thread's local array). Every integer is an explicit
+block's history, quantized values and codes: a CPU driver's row per
+parallel iteration, a CUDA thread's local array). Every integer is an explicit
 64-bit scalar (in Numba ``uint64`` mixed with ``int64`` silently becomes
 ``float64``). The wire format is in ``docs/format.md`` (section errbound).
 
@@ -53,7 +56,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errbound_layout import BLOCK, DELTA, GROUP, MASK, NONFINITE, RAW, RICE
+from .errbound_layout import BLOCK, DELTA, DELTA2, DELTA3, GROUP, MASK, NONFINITE, RAW, RICE, WIDEST
 from .intbits import clz64, ctz64, imax, is_single
 from .jit import NUMBA_INLINE, njit
 
@@ -66,8 +69,11 @@ _U0 = np.uint64(0)
 _U1 = np.uint64(1)
 _U8 = np.uint64(8)
 _BYTE = np.uint64(0xFF)
-#: int64 scratch a caller hands the block functions: a predictor and the quantized values
-SCRATCH = BLOCK + 1
+#: values before a block that its delta codes predict from (the highest order)
+HISTORY = 3
+#: int64 scratch a caller hands the block functions: a block's history, its values, then
+#: their codes
+SCRATCH = HISTORY + 2 * BLOCK
 
 
 @njit(inline="always")
@@ -98,11 +104,61 @@ def _quantized(v, inv_step):
 
 
 @njit(inline="always")
-def _predictor(x, start, inv_step):
-    """``q`` of the value before ``x[start]`` within its group, 0 at a group's start."""
-    if np.int64(start) % np.int64(BLOCK * GROUP) == np.int64(0):
-        return np.int64(0)
-    return _quantized(np.float64(x[start - 1]), inv_step)
+def _history(x, start, inv_step, q):
+    """``q[0:HISTORY]``: ``q`` of the ``HISTORY`` values before ``x[start]``, oldest first,
+    0 for those before its group's start (a delta block's predictors)."""
+    first = np.int64(start) - np.int64(start) % np.int64(BLOCK * GROUP)
+    for j in range(HISTORY):
+        at = np.int64(start) - np.int64(HISTORY) + np.int64(j)
+        q[j] = _quantized(np.float64(x[at]), inv_step) if at >= first else np.int64(0)
+
+
+@njit(inline="always")
+def _coefficients(order):
+    """``(a, b, c)``: the prediction of ``q[i]`` from the values before it, ``a q[i-1] +
+    b q[i-2] + c q[i-3]``, of a delta code of ``order`` 1-3 (a polynomial of degree
+    ``order - 1`` through them; order 0: none)."""
+    if order == np.int64(1):
+        return np.int64(1), np.int64(0), np.int64(0)
+    if order == np.int64(2):
+        return np.int64(2), np.int64(-1), np.int64(0)
+    if order == np.int64(3):
+        return np.int64(3), np.int64(-3), np.int64(1)
+    return np.int64(0), np.int64(0), np.int64(0)
+
+
+@njit(inline="always")
+def _slot(i):
+    """The index in ``q`` of a block's value ``i``, unsigned (a signed index carries
+    Python's negative-index wraparound, which stops loops vectorizing)."""
+    return np.uint64(i) + np.uint64(HISTORY)
+
+
+@njit(inline="always")
+def _code_slot(i):
+    """The index in ``q`` of the zigzag code of a block's value ``i`` (unsigned)."""
+    return np.uint64(i) + np.uint64(HISTORY + BLOCK)
+
+
+@njit(inline=NUMBA_INLINE)
+def _zigzags(q, n, order):
+    """The zigzag codes of the block's residuals of ``order`` (0: its values) into their
+    :func:`_code_slot`: a loop that vectorizes, before the serial packing."""
+    a, b, c = _coefficients(order)
+    for i in range(n):
+        q[_code_slot(i)] = _zz(_residual(q, _slot(i), a, b, c))
+
+
+@njit(inline="always")
+def _prediction(q, j, a, b, c):
+    """The prediction of ``q[j]`` (``j`` from :func:`_slot`) from the values before it."""
+    return a * q[j - np.uint64(1)] + b * q[j - np.uint64(2)] + c * q[j - np.uint64(3)]
+
+
+@njit(inline="always")
+def _residual(q, j, a, b, c):
+    """``q[j]`` minus its prediction."""
+    return q[j] - _prediction(q, j, a, b, c)
 
 
 @njit(inline="always")
@@ -118,11 +174,6 @@ def _bit_length(z):
 
 
 @njit(inline="always")
-def _rice_cost(n, k, shifted_sum):
-    return np.int64(n) * (np.int64(1) + np.int64(k)) + np.int64(shifted_sum)
-
-
-@njit(inline="always")
 def _first_k(total, n):
     """The least of the three Rice parameters tried: two below the bit length of the mean
     code ``total / n``, at least 0."""
@@ -132,19 +183,19 @@ def _first_k(total, n):
 
 @njit(inline=NUMBA_INLINE)
 def _quantize(x, start, n, inv_step, q):
-    """``q[1 + i]`` = the quantized ``x[start + i]`` and ``q[0]`` the delta predictor, for a
-    block that is not raw (every value in range)."""
-    q[0] = _predictor(x, start, inv_step)
+    """``q[HISTORY + i]`` = the quantized ``x[start + i]``, for a block that is not raw
+    (every value in range)."""
     base = np.uint64(start)  # (an unsigned index: no negative-index wraparound to vectorize)
     for i in range(n):
-        q[i + 1] = _floor(np.float64(x[base + np.uint64(i)]) * inv_step + 0.5)
+        q[_slot(i)] = _floor(np.float64(x[base + np.uint64(i)]) * inv_step + 0.5)
 
 
 @njit(inline=NUMBA_INLINE)
 def _quantize_checked(x, start, n, inv_step, step, bound, single, q):
-    """:func:`_quantize` with every value's check, without a branch (the loop vectorizes):
-    0, RAW (a value out of range or off by more than ``bound``) or NONFINITE."""
-    q[0] = _predictor(x, start, inv_step)
+    """:func:`_quantize` with every value's check, without a branch (the loop vectorizes),
+    and the block's :func:`_history`: 0, RAW (a value out of range or off by more than
+    ``bound``) or NONFINITE."""
+    _history(x, start, inv_step, q)
     off = np.int64(0)
     nonfinite = np.int64(0)
     base = np.uint64(start)  # (an unsigned index: no negative-index wraparound to vectorize)
@@ -156,10 +207,36 @@ def _quantize_checked(x, start, n, inv_step, step, bound, single, q):
         error = abs(v - _reconstructed(t, step, is_single(x)))
         off += np.int64(not inside) + np.int64(error > bound)
         nonfinite += np.int64(v - v != 0.0)  # (NaN for NaN and Inf)
-        q[i + 1] = t
+        q[_slot(i)] = t
     if nonfinite:
         return np.int64(NONFINITE)
     return np.int64(RAW) if off else np.int64(0)
+
+
+@njit(inline=NUMBA_INLINE)
+def _rice(q, n, order, total):
+    """``(k, bits)`` of the cheapest of three Rice codes of the block's residuals of
+    ``order`` (0: the values), ``total`` the sum of their zigzag codes."""
+    a, b, c = _coefficients(order)
+    k0 = _first_k(total, n)
+    s0 = np.int64(0)
+    s1 = np.int64(0)
+    s2 = np.int64(0)
+    for i in range(n):
+        j = _slot(i)
+        z = _zz(_residual(q, j, a, b, c))
+        s0 += z >> k0
+        s1 += z >> (k0 + np.int64(1))
+        s2 += z >> (k0 + np.int64(2))
+    k = k0
+    best = s0
+    if s1 + n < best:  # (each step up in k costs n bits and saves what the shift does)
+        k = k0 + np.int64(1)
+        best = s1 + n
+    if s2 + np.int64(2) * n < best:
+        k = k0 + np.int64(2)
+        best = s2 + np.int64(2) * n
+    return k, best + n * (np.int64(1) + k0)
 
 
 @njit(inline=NUMBA_INLINE)
@@ -167,12 +244,6 @@ def block_code(x, start, end, inv_step, step, bound, single, q):
     """``(code byte, payload bits)`` of ``x[start:end]``: the cheapest coding, RAW, or
     NONFINITE for a block holding NaN or Inf. ``q``: scratch of ``SCRATCH`` int64."""
     n = np.int64(end) - np.int64(start)
-    return _block_code(x, start, n, inv_step, step, bound, single, q)
-
-
-@njit(inline=NUMBA_INLINE)
-def _block_code(x, start, n, inv_step, step, bound, single, q):
-    """:func:`block_code` of the ``n`` values from ``x[start]``."""
     if n == np.int64(BLOCK):  # (a trip count the compiler knows: the loop vectorizes whole)
         status = _quantize_checked(x, start, np.int64(BLOCK), inv_step, step, bound, single, q)
     else:
@@ -181,19 +252,27 @@ def _block_code(x, start, n, inv_step, step, bound, single, q):
         return status, np.int64(0)
     if status == np.int64(RAW):
         return status, n * np.int64(32 if single else 64)
+    # the zigzag codes' sums for each residual order (0: the values), their largest
     widest = np.int64(0)
-    total = np.int64(0)
     nonzero = np.int64(0)
-    delta_widest = np.int64(0)
-    delta_total = np.int64(0)
+    total0 = np.int64(0)
+    total1 = np.int64(0)
+    total2 = np.int64(0)
+    total3 = np.int64(0)
+    widest_residual = np.int64(0)
     for i in range(n):
-        z = _zz(q[i + 1])
-        dz = _zz(q[i + 1] - q[i])
+        j = _slot(i)
+        z = _zz(q[j])
+        d1 = _zz(_residual(q, j, np.int64(1), np.int64(0), np.int64(0)))
+        d2 = _zz(_residual(q, j, np.int64(2), np.int64(-1), np.int64(0)))
+        d3 = _zz(_residual(q, j, np.int64(3), np.int64(-3), np.int64(1)))
         widest = imax(widest, z)
-        total += z
         nonzero += np.int64(z != np.int64(0))
-        delta_widest = imax(delta_widest, dz)
-        delta_total += dz
+        total0 += z
+        total1 += d1
+        total2 += d2
+        total3 += d3
+        widest_residual = imax(widest_residual, imax(d1, imax(d2, d3)))
     w = _bit_length(widest)
     code = w
     best = n * w
@@ -204,42 +283,53 @@ def _block_code(x, start, n, inv_step, step, bound, single, q):
             code = np.int64(MASK) + wz
             best = cost
     if w > np.int64(1):
-        # Rice: the best k lies near log2 of the mean code; try three around it
-        k0 = _first_k(total, n)
-        d0 = _first_k(delta_total, n)
-        s0 = np.int64(0)
-        s1 = np.int64(0)
-        s2 = np.int64(0)
-        t0 = np.int64(0)
-        t1 = np.int64(0)
-        t2 = np.int64(0)
-        for i in range(n):
-            z = _zz(q[i + 1])
-            dz = _zz(q[i + 1] - q[i])
-            s0 += z >> k0
-            s1 += z >> (k0 + np.int64(1))
-            s2 += z >> (k0 + np.int64(2))
-            t0 += dz >> d0
-            t1 += dz >> (d0 + np.int64(1))
-            t2 += dz >> (d0 + np.int64(2))
-        for j in range(3):
-            k = k0 + np.int64(j)
-            s = s0 if j == 0 else (s1 if j == 1 else s2)
-            if k < w and k < np.int64(32):
-                cost = _rice_cost(n, k, s)
-                if cost < best:
-                    code = np.int64(RICE) + k
-                    best = cost
-        if delta_widest <= np.int64(0xFFFFFFFF):
-            for j in range(3):
-                k = d0 + np.int64(j)
-                s = t0 if j == 0 else (t1 if j == 1 else t2)
-                if k < np.int64(32):
-                    cost = _rice_cost(n, k, s)
-                    if cost < best:
-                        code = np.int64(DELTA) + k
-                        best = cost
+        k, cost = _rice(q, n, np.int64(0), total0)
+        if k < w and cost < best:
+            code = np.int64(RICE) + k
+            best = cost
+        # a delta code: the order whose residuals sum least (every residual's code within
+        # 32 bits, as the decoder requires)
+        order = np.int64(1)
+        total = total1
+        if total2 < total:
+            order = np.int64(2)
+            total = total2
+        if total3 < total:
+            order = np.int64(3)
+            total = total3
+        if widest_residual <= np.int64(0xFFFFFFFF):
+            k, cost = _rice(q, n, order, total)
+            if cost < best:
+                code = _delta_code(order) + k
+                best = cost
     return code, best
+
+
+@njit(inline="always")
+def _delta_code(order):
+    """The first code byte of delta codes of ``order`` (1-3)."""
+    if order == np.int64(1):
+        return np.int64(DELTA)
+    return np.int64(DELTA2) if order == np.int64(2) else np.int64(DELTA3)
+
+
+@njit(inline="always")
+def _is_rice(code):
+    """Whether a (valid) code byte is a Rice code of values or residuals."""
+    return ((code >= np.int64(RICE) and code < np.int64(MASK))
+            or code >= np.int64(DELTA2)) and code != np.int64(RAW)
+
+
+@njit(inline="always")
+def _rice_order(code):
+    """``(order, k)`` of a Rice code byte (order 0: the values themselves)."""
+    if code >= np.int64(DELTA3):
+        return np.int64(3), code - np.int64(DELTA3)
+    if code >= np.int64(DELTA2):
+        return np.int64(2), code - np.int64(DELTA2)
+    if code >= np.int64(DELTA):
+        return np.int64(1), code - np.int64(DELTA)
+    return np.int64(0), code - np.int64(RICE)
 
 
 @njit(inline="always")
@@ -305,24 +395,32 @@ def pack_group(x, xb, group, inv_step, codes, out, pos, itemsize, q):
             continue
         if code == np.int64(0):
             continue
-        _quantize(x, start, n, inv_step, q)
-        if code >= np.int64(MASK):
+        if n == np.int64(BLOCK):  # (a trip count the compiler knows: the loop vectorizes)
+            _quantize(x, start, np.int64(BLOCK), inv_step, q)
+        else:
+            _quantize(x, start, n, inv_step, q)
+        order, k = _rice_order(code) if _is_rice(code) else (np.int64(0), np.int64(0))
+        if order > np.int64(0):
+            _history(x, start, inv_step, q)
+        _zigzags(q, n, order)
+        if code <= np.int64(WIDEST):
+            for i in range(n):
+                p, acc, fill = _put(out, p, acc, fill, np.uint64(q[_code_slot(i)]), code)
+        elif not _is_rice(code):  # a zero mask
             w = code - np.int64(MASK)
             m = np.int64(0)
             for i in range(n):
-                m |= np.int64(q[i + 1] != np.int64(0)) << i
+                m |= np.int64(q[_code_slot(i)] != np.int64(0)) << i
             p, acc, fill = _put(out, p, acc, fill, np.uint64(m), n)
             for i in range(n):  # (without a branch: zeros and non-zeros mix at random)
-                z = _zz(q[i + 1])
+                z = q[_code_slot(i)]
                 nonzero = np.int64(z != np.int64(0))
                 p, acc, fill = _put(out, p, acc, fill, np.uint64((z - nonzero) * nonzero),
                                     w * nonzero)
-        elif code >= np.int64(RICE):
-            delta = code >= np.int64(DELTA)
-            k = code - np.int64(DELTA if delta else RICE)
+        else:
             low = (np.int64(1) << k) - np.int64(1)
             for i in range(n):
-                z = _zz(q[i + 1] - q[i]) if delta else _zz(q[i + 1])
+                z = q[_code_slot(i)]
                 zeros = z >> k
                 if zeros + k < np.int64(32):  # the usual code: one store of all its bits
                     p, acc, fill = _put(out, p, acc, fill,
@@ -335,9 +433,6 @@ def pack_group(x, xb, group, inv_step, codes, out, pos, itemsize, q):
                     zeros -= np.int64(32)
                 p, acc, fill = _put(out, p, acc, fill, _U1 << np.uint64(zeros), zeros + 1)
                 p, acc, fill = _put(out, p, acc, fill, np.uint64(z & low), k)
-        else:
-            for i in range(n):
-                p, acc, fill = _put(out, p, acc, fill, np.uint64(_zz(q[i + 1])), code)
     _flush(out, p, acc, fill)
 
 
@@ -399,23 +494,24 @@ def _rice_slow(buf, p, stop, acc, fill, k, most):
 
 @njit(inline=NUMBA_INLINE)
 def _scale(q, n, step, out, start):
-    """``out[start + i] = q[1 + i] * step`` for ``i < n`` (rounded to out's dtype)."""
+    """``out[start + i] = q[HISTORY + i] * step`` for ``i < n`` (rounded to out's dtype)."""
     base = np.uint64(start)  # (an unsigned index: no negative-index wraparound to vectorize)
     for i in range(n):
-        out[base + np.uint64(i)] = np.float64(q[i + 1]) * step
+        out[base + np.uint64(i)] = np.float64(q[_slot(i)]) * step
 
 
 @njit(inline=NUMBA_INLINE)
 def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsize, q):
     """Decode group ``group`` from ``buf[pos:end]`` into ``out`` (``outb``: its bytes);
     False where the group's codes run past ``end`` (hostile bytes). ``q``: scratch of
-    ``SCRATCH`` int64 (a block's values are read into it, then scaled)."""
+    ``SCRATCH`` int64 (a block's history and values are read into it, then scaled)."""
     first, last = _group_blocks(group, codes.size)
     p = np.int64(pos)
     stop = np.int64(end)
     acc = _U0
     fill = np.int64(0)
-    q[0] = np.int64(0)  # q of the value before the block (a delta block's predictor)
+    for j in range(HISTORY):  # a group starts from zeros
+        q[j] = np.int64(0)
     for b in range(first, last):
         start, bend = _block_values(b, out.size)
         n = bend - start
@@ -428,9 +524,19 @@ def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsiz
                 outb[j] = np.uint8(acc & _BYTE)
                 acc >>= _U8
                 fill -= np.int64(8)
-            q[0] = _quantized(np.float64(out[bend - 1]), inv_step)
-            continue
-        if code >= np.int64(MASK):
+            for i in range(n):  # (the next block's history: q of these values, as encoded)
+                q[_slot(i)] = _quantized(np.float64(out[start + i]), inv_step)
+        elif code <= np.int64(WIDEST):
+            mask = (_U1 << np.uint64(code)) - _U1
+            for i in range(n):
+                j = _slot(i)
+                p, acc, fill = _need(buf, p, stop, acc, fill, code)
+                if fill < code:
+                    return False
+                q[j] = _unzigzag(acc & mask)
+                acc >>= np.uint64(code)
+                fill -= code
+        elif code >= np.int64(MASK) and code <= np.int64(MASK + WIDEST):
             w = code - np.int64(MASK)
             p, acc, fill = _need(buf, p, stop, acc, fill, n)
             if fill < n:
@@ -445,12 +551,12 @@ def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsiz
                 p, acc, fill = _need(buf, p, stop, acc, fill, width)
                 if fill < width:
                     return False
-                q[i + 1] = _unzigzag((acc & mask) + _U1) * nonzero
+                q[_slot(i)] = _unzigzag((acc & mask) + _U1) * nonzero
                 acc >>= np.uint64(width)
                 fill -= width
-        elif code >= np.int64(RICE):
-            delta = code >= np.int64(DELTA)
-            k = code - np.int64(DELTA if delta else RICE)
+        else:
+            order, k = _rice_order(code)
+            a, b1, c = _coefficients(order)
             low = (_U1 << np.uint64(k)) - _U1
             most = np.int64(0xFFFFFFFF) >> k  # the largest quotient of a 32-bit code
             for i in range(n):
@@ -465,20 +571,16 @@ def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsiz
                     p, acc, fill, z = _rice_slow(buf, p, stop, acc, fill, k, most)
                     if z < np.int64(0):
                         return False
-                d = _unzigzag(np.uint64(z))
-                q[i + 1] = d + q[i] if delta else d
-        elif code > np.int64(0):
-            mask = (_U1 << np.uint64(code)) - _U1
-            for i in range(n):
-                p, acc, fill = _need(buf, p, stop, acc, fill, code)
-                if fill < code:
-                    return False
-                q[i + 1] = _unzigzag(acc & mask)
-                acc >>= np.uint64(code)
-                fill -= code
-        else:
-            for i in range(n):
-                q[i + 1] = np.int64(0)
-        _scale(q, n, step, out, start)
-        q[0] = q[n]
+                q[_slot(i)] = _unzigzag(np.uint64(z))
+            if order > np.int64(0):  # residuals plus predictions (the encoder's integers)
+                for i in range(n):
+                    j = _slot(i)
+                    q[j] += _prediction(q, j, a, b1, c)
+        if code != np.int64(RAW):
+            if n == np.int64(BLOCK):  # (a trip count the compiler knows: it vectorizes)
+                _scale(q, np.int64(BLOCK), step, out, start)
+            else:
+                _scale(q, n, step, out, start)
+        for j in range(HISTORY):  # the last values become the next block's history
+            q[j] = q[n + j]
     return True

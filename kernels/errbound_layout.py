@@ -5,8 +5,8 @@ See ``docs/format.md``, section errbound.
 """
 from __future__ import annotations
 
-__all__ = ["BLOCK", "DELTA", "GROUP", "HEADER_NBYTES", "MASK", "NONFINITE", "RAW", "RICE", "WIDEST",
-           "valid_code"]
+__all__ = ["BLOCK", "DELTA", "DELTA2", "DELTA3", "GROUP", "HEADER_NBYTES", "MASK", "NONFINITE",
+           "RAW", "RICE", "WIDEST", "valid_code"]
 
 #: values per block (one code byte each)
 BLOCK = 32
@@ -19,7 +19,13 @@ WIDEST = 32
 #: code ``RICE + k`` (``k`` 0 to 31): Rice codes with ``k`` low bits
 RICE = 64
 #: code ``DELTA + k`` (``k`` 0 to 31): Rice codes of the differences of successive ``q``
+#: (residuals of order 1: ``q[i] - q[i-1]``)
 DELTA = 96
+#: code ``DELTA2 + k``: Rice codes of the residuals of order 2, ``q[i] - 2q[i-1] + q[i-2]``
+DELTA2 = 176
+#: code ``DELTA3 + k``: Rice codes of the residuals of order 3,
+#: ``q[i] - 3q[i-1] + 3q[i-2] - q[i-3]``
+DELTA3 = 208
 #: code ``MASK + w`` (``w`` 0 to 32): a zero mask, then each non-zero code minus one in w bits
 MASK = 128
 #: the code byte of a block stored raw (its values' bytes)
@@ -30,6 +36,9 @@ NONFINITE = 254
 
 def valid_code(code):
     """Whether a code byte (an int or a NumPy integer array, elementwise) is one an encoder
-    writes: a width 0-32, RICE + 0-31, DELTA + 0-31, MASK + 0-32 or RAW."""
+    writes: a width 0-32, RICE + 0-31, DELTA + 0-31, MASK + 0-32, DELTA2 + 0-31,
+    DELTA3 + 0-31 or RAW."""
     return ((code <= WIDEST) | ((code >= RICE) & (code < DELTA + 32))
-            | ((code >= MASK) & (code <= MASK + WIDEST)) | (code == RAW))
+            | ((code >= MASK) & (code <= MASK + WIDEST))
+            | ((code >= DELTA2) & (code < DELTA2 + 32)) | ((code >= DELTA3) & (code < DELTA3 + 32))
+            | (code == RAW))

@@ -27,9 +27,11 @@ def case_data(case: dict) -> np.ndarray:
         x[:8] = [0.0, -0.0, 1e-30, -1e30, 5e-39, 3e-310, 1.5, -2.0]
     if kind == "mixed" and n >= 1024:  # every errbound block coding, a raw block between
         third = n // 3
-        x[:third] = np.sin(np.arange(third) / 40.0) * 3  # smooth: delta Rice
+        x[:third] = np.sin(np.arange(third) / 40.0) * 3  # smooth: delta Rice, order 2
+        x[third // 2:third] = np.sin(np.arange(third - third // 2) / 8.0) * 30  # order 3
         x[third:2 * third] *= rng.random(third) < 0.2  # sparse: zero masks
-        x[69] = 1e30  # a raw block (values 64-95) before a smooth block's predictor
+        x[2 * third:2 * third + 256] = np.cumsum(rng.integers(-3, 4, 256)) * 2e-3  # order 1
+        x[69] = 1e30  # a raw block (values 64-95) before a smooth block's history
     if kind == "tiny":  # subnormals and blocks below zfp's 2**-97 (float32) / 2**-961 scale
         x = x * (1e-40 if dt == np.float32 else 1e-300) * 1e-10
     if kind == "nonfinite" and n >= 3:  # must be refused by the block codecs, as on the CPU

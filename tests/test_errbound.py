@@ -87,36 +87,40 @@ def _width_only_nbytes(x: np.ndarray, step: float) -> int:
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 def test_each_block_coding_is_chosen_where_it_pays_and_round_trips(dtype):
     """Width (uniform values), Rice (heavy tails), zero mask (sparse, large non-zeros),
-    delta Rice (a smooth ramp), raw (a bound below the dtype's rounding), zeros: each
-    appears, each decodes within the bound, and the stream is smaller than width coding
-    alone on heavy-tailed data."""
+    delta Rice of order 1 (a random walk), 2 (a slow wave) and 3 (a fast one), raw (a
+    bound below the dtype's rounding), zeros: each appears, each decodes within the
+    bound, and the stream is smaller than width coding alone on heavy-tailed data."""
     rng = np.random.default_rng(7)
     k = 8 * BLOCK  # a group of each
     uniform = rng.uniform(-1, 1, k)
     heavy = rng.standard_normal(k) * np.exp(2 * rng.standard_normal(k)) * 0.01
     sparse = np.where(rng.random(k) < 0.8, 0.0, rng.uniform(-1, 1, k) * 100)
     tiny_step = np.float64(1.0) + np.arange(k) * np.finfo(dtype).eps  # below rounding
-    smooth = np.sin(np.arange(k) / 40.0) * 3
-    x = np.concatenate([uniform, heavy, sparse, np.zeros(k), smooth,
+    walk = np.cumsum(rng.integers(-3, 4, k)) * 2e-3 + 1.0
+    slow = np.sin(np.arange(k) / 40.0) * 3
+    fast = np.sin(np.arange(k) / 8.0) * 30
+    x = np.concatenate([uniform, heavy, sparse, np.zeros(k), walk, slow, fast,
                         tiny_step * 1e6]).astype(dtype)
     c = get_codec("errbound", tolerance=1e-3)
     s = c.encode(x)
-    codes = s[HEADER_NBYTES:HEADER_NBYTES + x.size // BLOCK].reshape(6, 8)
+    codes = s[HEADER_NBYTES:HEADER_NBYTES + x.size // BLOCK].reshape(8, 8)
     assert (codes[0] <= 32).all() and codes[0].min() > 0  # width
     assert ((codes[1] >= 64) & (codes[1] < 96)).sum() >= 6  # Rice
     assert ((codes[2] >= 128) & (codes[2] <= 160)).sum() >= 6  # zero mask
     assert (codes[3] == 0).all()
-    assert ((codes[4] >= 96) & (codes[4] < 128)).sum() >= 6  # delta Rice
+    assert ((codes[4] >= 96) & (codes[4] < 128)).sum() >= 6  # delta Rice, order 1
+    assert ((codes[5] >= 176) & (codes[5] < 208)).sum() >= 6  # order 2
+    assert ((codes[6] >= 208) & (codes[6] < 240)).sum() >= 6  # order 3
     y = c.decode(s, out=np.empty_like(x))
     assert float(np.abs(y.astype(np.float64) - x).max()) <= 1e-3
     heavy_only = heavy.astype(dtype)
     assert c.encode(heavy_only).size - c.min_stream_nbytes(k, np.dtype(dtype)) < 0.8 * (
         _width_only_nbytes(heavy_only, 2e-3))
     fine = get_codec("errbound", tolerance=1e-12)  # float32 cannot hold it: raw
-    s = fine.encode(x[5 * k:])
+    s = fine.encode(x[7 * k:])
     if dtype == np.float32:
         assert (s[HEADER_NBYTES:HEADER_NBYTES + 8] == 255).all()
-    np.testing.assert_array_equal(fine.decode(s, out=np.empty(k, dtype)), x[5 * k:])
+    np.testing.assert_array_equal(fine.decode(s, out=np.empty(k, dtype)), x[7 * k:])
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
@@ -154,9 +158,10 @@ def test_hostile_bytes_fail_cleanly():
     with pytest.raises(ValueError):
         c.decode(s[:HEADER_NBYTES], out=out)  # no code bytes
     bad = s.copy()
-    bad[HEADER_NBYTES] = 200  # a code byte no encoder writes
-    with pytest.raises(ValueError, match="code byte"):
-        c.decode(bad, out=out)
+    for unused in (33, 63, 161, 175, 240, 254):  # code bytes no encoder writes
+        bad[HEADER_NBYTES] = unused
+        with pytest.raises(ValueError, match="code byte"):
+            c.decode(bad, out=out)
     bad = s.copy()
     bad[HEADER_NBYTES] = 32  # a wider code than the group's bytes hold
     with pytest.raises(ValueError, match="run past"):
@@ -250,5 +255,5 @@ def test_the_format_documents_example_bytes():
     c = get_codec("errbound", tolerance=0.25)
     x = np.arange(1, 7, dtype=np.float32)
     s = c.encode(x)
-    assert s.tobytes() == bytes.fromhex("000000000000e03f" "61" "0300" "444444")
+    assert s.tobytes() == bytes.fromhex("000000000000e03f" "b0" "0200" "f003")
     np.testing.assert_array_equal(c.decode(s, out=np.empty_like(x)), x)

@@ -3,12 +3,13 @@ data need.
 
 Each value is quantized to a multiple of ``step = 2 * bound`` (so no decoded
 value is off by more than ``bound``); each block of 32 values is then coded
-the cheapest of three ways: the bit width of its largest zigzag-coded
-multiple, Rice codes (heavy-tailed data such as gradients), or a zero mask
-and the non-zeros (sparse data); a block of zeros costs its code byte only,
-a block the bound cannot reach through the dtype's rounding is stored raw.
-The bound is absolute (``tolerance``), or relative to the buffer's largest
-magnitude (``relative=True``: ``bound = tolerance * max|x|``).
+the cheapest way: the bit width of its largest zigzag-coded multiple, Rice
+codes (heavy-tailed data such as gradients), Rice codes of its residuals
+after a predictor of order 1 to 3 (random walks, smooth data), or a zero
+mask and the non-zeros (sparse data); a block of zeros costs its code byte
+only, a block the bound cannot reach through the dtype's rounding is stored
+raw. The bound is absolute (``tolerance``), or relative to the buffer's
+largest magnitude (``relative=True``: ``bound = tolerance * max|x|``).
 
 Streams are variable-size (``variable = True``): ``encode`` returns the
 bytes used, at most :meth:`~Codec.encoded_nbytes` (the upper bound, known in
@@ -47,7 +48,7 @@ _HEADER = struct.Struct("<d")
 
 class ErrboundCodec(Codec):
     """Quantize to a step from an error bound; per block the cheapest of bit width, Rice
-    codes and zero mask.
+    codes, Rice codes of predictor residuals (orders 1-3) and zero mask.
 
     Parameters
     ----------
@@ -151,7 +152,7 @@ class ErrboundCodec(Codec):
         codes, sizes = _sections(buf, count)
         if codes.size and not bool(valid_code(codes).all()):
             raise ValueError("errbound stream: a block code byte that no encoder writes "
-                             "(0-32, 64-127, 128-160 or 255)")
+                             "(0-32, 64-127, 128-160, 176-239 or 255)")
         offsets = _offsets(sizes, count)
         if offsets[-1] > total:
             raise ValueError(f"errbound stream of {count} values: its groups need "
