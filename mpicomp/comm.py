@@ -255,12 +255,19 @@ class Comm(MPI.Intracomm):
         count: Allgather one rank's part, Alltoall the whole send buffer).
 
         Collective the first time it needs a measurement (the calibration,
-        a codec's speed); local after that.
+        a codec's speed); local after that. A variable codec's streams are
+        priced at the ratio that blocking calls of this kind learned
+        (:mod:`mpicomp.ratios`), else at their upper bound.
         """
         pol = self.resolved_policy(**settings)
         if not pol.enabled:
             raise ValueError("predict: the policy's codec is 'none', nothing to predict")
-        return self._decision.predict(method, pol, int(nbytes), np.dtype(dtype), False)
+        dt = np.dtype(dtype)
+        decision = self._decision
+        rho = (decision.ratios.ratio(decision.ratios.key(method, int(nbytes), dt, False,
+                                                         pol.description))
+               if pol.codec.variable else None)
+        return decision.predict(method, pol, int(nbytes), dt, False, rho=rho)
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per-method counters of this rank (see :mod:`mpicomp.stats`)."""

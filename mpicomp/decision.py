@@ -23,13 +23,14 @@ data only one rank sees (a NaN, a value so large that a sum of ``p`` of them
 overflows) and on arguments every rank passes for itself (count, dtype, op,
 codec, rate). If ranks decided alone, one could take the compressed path
 while another took plain MPI, and both would wait forever. So before a
-compressed collective the ranks make one MAX allreduce of three float64
-numbers: the largest magnitude in this rank's input (+Inf for NaN/Inf), and
-a 48-bit fingerprint of the call's settings and its negation (so that
-``max`` and ``-max(-x)`` give the largest and the smallest fingerprint: they
-differ exactly when two ranks disagree). Every rank gets the same numbers
-back and therefore takes the same decision or raises the same error. A
-speculative algorithm (the ring allreduce with a guarded codec, see
+compressed collective the ranks make one MAX allreduce of four float64
+numbers: the largest magnitude in this rank's input (+Inf for NaN/Inf), a
+48-bit fingerprint of the call's settings and its negation (so that ``max``
+and ``-max(-x)`` give the largest and the smallest fingerprint: they differ
+exactly when two ranks disagree), and a variable codec's stream ratio that
+the previous call of this kind measured (:mod:`mpicomp.ratios`; -1: none).
+Every rank gets the same numbers back and therefore takes the same decision
+or raises the same error. A speculative algorithm (the ring allreduce with a guarded codec, see
 ``Ctx.guarded``) passes no input (0): only the settings are agreed on, and
 the encoders find unsafe data while it runs.
 """
@@ -52,6 +53,7 @@ from .backend.placement import Place
 from .buffers import Buf
 from .errors import RankDisagreement
 from .policy import Resolved
+from .ratios import LearnedRatios
 from .stats import Recorder, below_threshold
 
 if TYPE_CHECKING:
@@ -109,6 +111,8 @@ class Decider:
         #: size seen before asks the model nothing (cleared with a new calibration)
         self._predictions: dict[tuple[Any, ...], model.Prediction] = {}
         self.speeds: dict[tuple[str, str, bool], tuple[float, float]] = {}
+        #: a variable codec's stream ratios, learned by blocking calls (mpicomp.ratios)
+        self.ratios = LearnedRatios()
         self.layout: topology.Layout | None = None
         #: the ranks found their communicator-level settings equal (check_settings);
         #: until then no collective takes the fast path
@@ -161,6 +165,7 @@ class Decider:
     def screen(
         self, pol: Resolved, bufs: Sequence[Buf], nbytes: int, op: MPI.Op | None = None,
         collective: bool = True, method: str | None = None, rec: Recorder | None = None,
+        blocking: bool = True,
     ) -> str | None:
         """Why this call must go to plain MPI (rank-consistent reasons), or None.
 
@@ -168,7 +173,9 @@ class Decider:
         ``auto`` it decides whether to compress, and for an allreduce with the
         algorithm ``auto`` it picks the algorithm (kept in ``rec``).
         Point-to-point calls (not ``collective``) never compress under ``auto``:
-        a receive may be posted before the sender's side calibrated.
+        a receive may be posted before the sender's side calibrated. A
+        ``blocking`` call prices a variable codec's streams at the ratio its
+        kind of call learned (:mod:`mpicomp.ratios`).
         """
         _same_memory(bufs)
         if collective and not self.settings_agreed:
@@ -201,11 +208,11 @@ class Decider:
             return below_threshold(nbytes, pol.threshold)
         if method is not None and (pol.auto or (method == "Allreduce"
                                                 and pol.algorithm == "auto")):
-            return self._consult(method, pol, nbytes, dt, bufs[0].on_device, rec)
+            return self._consult(method, pol, nbytes, dt, bufs[0].on_device, rec, blocking)
         return None
 
     def _consult(self, method: str, pol: Resolved, nbytes: int, dtype: np.dtype,
-                 on_device: bool, rec: Recorder | None) -> str | None:
+                 on_device: bool, rec: Recorder | None, blocking: bool = True) -> str | None:
         """Ask the model (collective the first time); the plain-MPI reason or None."""
         if pol.auto and not on_device and self._one_node(pol):
             return ONE_NODE
@@ -213,11 +220,14 @@ class Decider:
         # the agreement reports): so the codec speed used here is that of the
         # communicator's own codec, which every rank measured at the same call (a
         # per-call codec enters through its compression ratio).
-        key = (method, nbytes, dtype.name, on_device, pol.description)
+        rho = (self.ratios.ratio(LearnedRatios.key(method, nbytes, dtype, on_device,
+                                                   pol.description))
+               if blocking and pol.codec.variable else None)
+        key = (method, nbytes, dtype.name, on_device, pol.description, rho)
         pred = self._predictions.get(key)
         if pred is None:
             pred = self.predict(method, self.policy({}), nbytes, dtype, on_device,
-                                codec=pol.codec, algorithm=pol.algorithm)
+                                codec=pol.codec, algorithm=pol.algorithm, rho=rho)
             if len(self._predictions) >= PREDICTIONS_KEPT:
                 self._predictions.clear()
             self._predictions[key] = pred
@@ -252,15 +262,16 @@ class Decider:
         return self.cal
 
     def predict(self, method: str, pol: Resolved, nbytes: int, dtype: np.dtype,
-                on_device: bool, codec: Any = None,
-                algorithm: str | None = None) -> model.Prediction:
-        """The model's prediction with ``pol``'s codec speed (collective if not measured yet)."""
+                on_device: bool, codec: Any = None, algorithm: str | None = None,
+                rho: float | None = None) -> model.Prediction:
+        """The model's prediction with ``pol``'s codec speed (collective if not measured yet);
+        ``rho``: a variable codec's stream ratio (None: its upper bound)."""
         if self.cal is None:
             self.calibrate(self.policy({}))
         speed = self.codec_speed(pol, np.dtype(dtype), on_device)
         assert self.cal is not None
         return model.predict(self.cal, method, nbytes, codec or pol.codec, dtype, speed,
-                             algorithm or pol.algorithm, on_device=on_device)
+                             algorithm or pol.algorithm, on_device=on_device, rho=rho)
 
     def codec_speed(self, pol: Resolved, dtype: np.dtype, on_device: bool) -> tuple[float, float]:
         """``pol``'s codec's (encode, decode) seconds per byte, measured once per job."""
@@ -281,11 +292,17 @@ class Decider:
         return self.agreement(engine, name, pol, local, dtype, settings, summands, memory)[0]
 
     def agreement(self, engine: Engine, name: str, pol: Resolved, local: Any, dtype: np.dtype,
-                  settings: str, summands: int,
-                  memory: HostMemory | DeviceMemory) -> tuple[str | None, float]:
-        """:meth:`agree`'s reason, and the largest magnitude of ``local`` over all ranks."""
+                  settings: str, summands: int, memory: HostMemory | DeviceMemory,
+                  learning: tuple[Any, ...] | None = None) -> tuple[str | None, float]:
+        """:meth:`agree`'s reason, and the largest magnitude of ``local`` over all ranks;
+        ``learning``: the kind of a blocking call whose variable codec's stream ratio the
+        ranks agree on here (:mod:`mpicomp.ratios`)."""
         local_max = memory.max_abs(local) if local is not None else 0.0
-        max_abs = agree(engine.comm, name, local_max, f"{settings} {pol.description}")
+        pending = self.ratios.pending(learning) if learning is not None else -1.0
+        max_abs, ratio = agree(engine.comm, name, local_max, f"{settings} {pol.description}",
+                               pending)
+        if learning is not None:
+            self.ratios.agreed(learning, ratio)
         if not math.isfinite(max_abs):
             return "nonfinite (NaN or Inf on some rank)", max_abs
         return _overflow_risk(pol, dtype, max_abs, summands), max_abs
@@ -304,12 +321,14 @@ class Decider:
                           ctx.memory) or GUARD_TRIPPED
 
 
-def agree(comm: MPI.Intracomm, op: str, local_max_abs: float, settings: str) -> float:
+def agree(comm: MPI.Intracomm, op: str, local_max_abs: float, settings: str,
+          ratio: float = -1.0) -> tuple[float, float]:
     """The agreement allreduce on ``comm`` (see the module docs): the largest magnitude over
-    all ranks (+Inf: some rank holds NaN/Inf); the same :class:`RankDisagreement` on every
-    rank where their ``settings`` differ."""
+    all ranks (+Inf: some rank holds NaN/Inf) and the largest ``ratio`` (a learned stream
+    ratio, -1 for none); the same :class:`RankDisagreement` on every rank where their
+    ``settings`` differ."""
     fp = fingerprint(settings)
-    vec = np.array([local_max_abs, fp, -fp], np.float64)
+    vec = np.array([local_max_abs, fp, -fp, ratio], np.float64)
     out = np.empty_like(vec)
     comm.Allreduce(vec, out, op=MPI.MAX)
     if out[1] != -out[2]:
@@ -317,7 +336,7 @@ def agree(comm: MPI.Intracomm, op: str, local_max_abs: float, settings: str) -> 
             f"{op}: the ranks disagree on count, dtype, op or compression settings; "
             f"this rank (rank {comm.Get_rank()}) has {settings}"
         )
-    return float(out[0])
+    return float(out[0]), float(out[3])
 
 
 def fingerprint(*parts: object) -> float:

@@ -51,6 +51,12 @@ Reduce                       reduce-scatter as above + E n / p + F_Allgather(rho
 Send (point to point)        E n + X(rho n) + D n
 ===========================  ==================================================================
 
+A variable codec's ``rho`` is the stream ratio its kind of call learned
+(:mod:`mpicomp.ratios`; its upper bound until then), and the algorithms
+that exchange stream sizes first add ``F_Allgather(8)`` (Allgather(v),
+Gather, Reduce, the allgather allreduce) or ``F_Bcast(8)`` (Bcast,
+Scatter): :func:`size_exchange`.
+
 Plain times are the fitted ``F_m(n)`` of the matching MPI collective
 (Allgatherv and Gather use Allgather's, Scatter Bcast's of ``n p`` bytes,
 Reduce Allreduce's, Reduce_scatter Reduce_scatter_block's, Send ``X(n)``).
@@ -83,7 +89,7 @@ from .algorithms.hierarchical import segments
 from .topology import Layout
 
 __all__ = ["ALLREDUCE_ALGORITHMS", "GAIN", "Calibration", "Fit", "Prediction", "plain_time",
-           "predict", "ring_terms"]
+           "predict", "ring_terms", "size_exchange"]
 
 #: compress only when plain is predicted to take at least this many times longer
 GAIN = 1.2
@@ -449,23 +455,47 @@ def compressed_times(cal: Calibration, method: str, n: float, rho: float, e: flo
     raise ValueError(f"the model knows {list(METHODS)}, not {method!r}")
 
 
+#: a variable codec's size exchange (one int64 a rank) by algorithm: the plain collective
+#: that carries it; the others receive into the upper bound and read the count
+_SIZE_EXCHANGE = {
+    "allgather": "Allgather", "allgatherv": "Allgather", "gather": "Allgather",
+    "allgather-hierarchical": "Allgather", "bcast": "Bcast", "bcast-hierarchical": "Bcast",
+    "scatter": "Bcast",
+}
+
+
+def size_exchange(cal: Calibration, method: str, algorithm: str) -> float:
+    """The time of a variable codec's size exchange in ``algorithm`` of ``method``: one
+    int64 a rank (the Reduce's ring, like Allgather's, before the root's gather)."""
+    if method == "Reduce":
+        return cal.plain["Allgather"].time(8.0)
+    plain = _SIZE_EXCHANGE.get(algorithm)
+    return cal.plain[plain].time(8.0) if plain is not None else 0.0
+
+
 def predict(cal: Calibration, method: str, nbytes: int, codec: Any, dtype: Any,
             speed: tuple[float, float], algorithm: str = "auto",
-            gain: float = GAIN, on_device: bool = False) -> Prediction:
+            gain: float = GAIN, on_device: bool = False,
+            rho: float | None = None) -> Prediction:
     """The prediction for one call (``algorithm``: what the policy says, or ``"auto"``).
 
     ``speed`` is the codec's (encode, decode) seconds per raw byte
     (:func:`mpicomp.calibration.codec_speed`); a codec with guarded encodes screens
-    host buffers speculatively (no scan first).
+    host buffers speculatively (no scan first). ``rho``: a variable codec's stream
+    ratio (:mod:`mpicomp.ratios`; None: its upper bound); its calls also pay their
+    size exchange (:func:`size_exchange`).
     """
     dt = np.dtype(dtype)
     count = max(int(nbytes) // dt.itemsize, 1)
-    rho = codec.encoded_nbytes(count, dt) / (count * dt.itemsize)
+    if rho is None:
+        rho = codec.encoded_nbytes(count, dt) / (count * dt.itemsize)
     e, d = speed
     plain = plain_time(cal, method, nbytes)
     k = pieces_of(codec, count // cal.layout.size, dt)
     speculative = screens_in_encoder(codec, on_device)
     times = compressed_times(cal, method, float(nbytes), rho, e, d, k, speculative)
+    if codec.variable:
+        times = {a: t + size_exchange(cal, method, a) for a, t in times.items()}
     if method == "Allreduce":
         choices = [a for a in (*ALLREDUCE_ALGORITHMS, "hierarchical") if a in times]
         if algorithm == "auto":

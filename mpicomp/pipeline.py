@@ -114,7 +114,8 @@ class Pipeline:
         a request."""
         rec = self.recorder(call.name, call.nbytes)
         reason = self.decision.screen(call.pol, call.bufs, call.nbytes, call.op,
-                                            method=call.collective, rec=rec)
+                                            method=call.collective, rec=rec,
+                                            blocking=call.nonblocking is None)
         if reason is None and call.plan is not None:
             planned = call.plan(call, rec)
             if isinstance(planned, str):
@@ -156,9 +157,13 @@ class Pipeline:
         settings = f"{call.settings} {dtype}"
         guarded = (screens_in_encoder(pol.codec, on_device) if call.guarded is None
                    else call.guarded)
+        # a blocking call's kind learns a variable codec's stream ratio (mpicomp.ratios)
+        learning = (decider.ratios.key(call.collective, call.nbytes, dtype, on_device,
+                                       pol.description)
+                    if pol.codec.variable and call.nonblocking is None else None)
         reason, max_abs = decider.agreement(engine, call.collective, pol,
                                             None if guarded else call.local, dtype, settings,
-                                            call.summands, memory)
+                                            call.summands, memory, learning)
         if reason is None:
             rec.where(memory.label)
             codec, bound = pol.codec, ""
@@ -170,6 +175,8 @@ class Pipeline:
             reason = decider.verdict(engine, ctx, call.collective, pol, call.local, dtype,
                                      settings, call.summands)
             if reason is None:
+                if learning is not None:
+                    decider.ratios.measured(learning, rec.encoded_raw, rec.encoded_used)
                 algorithm, detail = ran if isinstance(ran, tuple) else (ran, "")
                 rec.compressed(algorithm or call.collective.lower(),
                                detail or bound or pol.codec.codec_id)

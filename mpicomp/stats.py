@@ -178,6 +178,9 @@ class Recorder:
         self.detail = ""
         self.memory = "host"
         self.error_bound = 0.0  #: a tolerance's bound of the whole call (absolute)
+        #: a variable codec's encodes: the bytes they read and the stream bytes they wrote
+        self.encoded_raw = 0
+        self.encoded_used = 0
         self.prediction: Any = None  #: the model's mpicomp.model.Prediction, if it was asked
 
     @contextlib.contextmanager
@@ -198,6 +201,11 @@ class Recorder:
 
     def sent(self, nbytes: int) -> None:
         self.wire_bytes += int(nbytes)
+
+    def encoded(self, raw: int, used: int) -> None:
+        """A variable codec's encode read ``raw`` bytes and wrote ``used``."""
+        self.encoded_raw += int(raw)
+        self.encoded_used += int(used)
 
     def plain(self, reason: str) -> None:
         self.path, self.reason = "plain", reason

@@ -215,3 +215,42 @@ def test_the_default_threshold_and_one_node_still_compress(comm):
     assert st["compressed"] == 1 and st["calls"] == 2
     assert st["error_bound"] == pytest.approx(1e-5)
     assert st["wire_bytes"] < 0.7 * x.nbytes * 2
+
+
+@pytest.mark.mpi(min_size=2)
+def test_the_model_learns_the_stream_ratio_on_every_rank_alike(comm):
+    """A variable codec's stream ratio, measured by a blocking call and agreed at the next
+    call of its kind, is the same number on every rank, the largest rank's measured ratio;
+    comm.predict prices that kind at it (below the upper bound's price) and adds the
+    size exchange; a nonblocking call neither learns nor uses it."""
+    from mpicomp.bench.gradients import gradients
+    from mpicomp.model import size_exchange
+
+    r, p = comm.Get_rank(), comm.Get_size()
+    mc = mpicomp.Comm(comm, tolerance=1e-4)
+    n = 1 << 15
+    x = gradients(n, np.float32, seed=r) * (1 + r)  # ranks' ratios differ
+    y = np.empty(n * p, np.float32)
+    decision = mc._decision
+    key = decision.ratios.key("Allgather", x.nbytes, x.dtype, False,
+                              mc.resolved_policy().description)
+    upper = mc.predict("Allgather", x.nbytes, np.float32)
+    mc.Allgather(x, y)  # measures this rank's ratio
+    assert decision.ratios.ratio(key) is None
+    mine = decision.ratios.pending(key)
+    assert 0 < mine < 0.5  # real gradients at 1e-4: well below the raw size
+    mc.Allgather(x, y)  # agrees on it
+    learned = decision.ratios.ratio(key)
+    assert learned == max(comm.allgather(mine))
+    assert comm.allgather(learned) == [learned] * p
+    pred = mc.predict("Allgather", x.nbytes, np.float32)
+    assert pred.compressed_s < upper.compressed_s
+    assert size_exchange(decision.cal, "Allgather", "allgather") > 0
+    # a nonblocking call of another size learns nothing
+    z = np.empty(n // 2 * p, np.float32)
+    for _ in range(2):
+        mpicomp.Request.Waitall([mc.Iallgather(x[: n // 2], z)])
+    half = decision.ratios.key("Allgather", x.nbytes // 2, x.dtype, False,
+                               mc.resolved_policy().description)
+    assert decision.ratios.ratio(half) is None and decision.ratios.pending(half) < 0
+    comm.Barrier()

@@ -101,7 +101,10 @@ class Ctx:
                     raise AssertionError("an encode after this rank's verdict was posted")
                 self.unsafe_blocks += self.memory.encode_guarded(self.codec, x, out)
                 return out
-            return self.memory.encode(self.codec, x, out)
+            stream = self.memory.encode(self.codec, x, out)
+            if self.codec.variable:  # (the ratio the model learns: mpicomp.ratios)
+                self.rec.encoded(x.nbytes, stream.size)
+            return stream
 
     def _held(self, out: Any) -> bool:
         """Whether a write into ``out`` must not happen (it would overwrite the protected
