@@ -49,8 +49,8 @@ Numba (``NUMBA_INLINE``: an LLVM-inlined callee's loops stay scalar here),
 the array index is unsigned (a signed one carries Python's negative-index
 wraparound, which stops vectorizing), and a full block's trip count is the
 constant ``BLOCK``. The costs then come from integer loops over the block;
-only the packing and unpacking of bits are serial, and their zero-mask
-loops have no branch (zeros and non-zeros mix at random).
+only the packing and unpacking of bits are serial; a zero mask's
+non-zeros are visited through the mask's set bits.
 """
 from __future__ import annotations
 
@@ -59,6 +59,7 @@ import numpy as np
 from .errbound_layout import BLOCK, DELTA, DELTA2, DELTA3, GROUP, MASK, NONFINITE, RAW, RICE, WIDEST
 from .intbits import clz64, ctz64, imax, is_single
 from .jit import NUMBA_INLINE, njit
+from .rounding import add_rn, mul_rn
 
 __all__ = ["BLOCK", "GROUP", "NONFINITE", "RAW", "SCRATCH", "block_code", "pack_group",
            "unpack_group"]
@@ -79,7 +80,7 @@ SCRATCH = HISTORY + 2 * BLOCK
 @njit(inline="always")
 def _reconstructed(q, step, single):
     """What the decoder makes of ``q``: ``q * step`` rounded to the dtype (float64 here)."""
-    v = np.float64(q) * step
+    v = mul_rn(np.float64(q), step)
     if single:
         return np.float64(np.float32(v))
     return v
@@ -97,7 +98,7 @@ def _floor(s):
 def _quantized(v, inv_step):
     """``floor(v * inv_step + 1/2)``, or 0 where that is not finite or past 31 bits: a
     delta block's predictor from the value before it (both sides compute it)."""
-    s = v * inv_step + 0.5
+    s = add_rn(mul_rn(v, inv_step), 0.5)
     if not abs(s) <= _Q_MAX:
         return np.int64(0)
     return _floor(s)
@@ -187,7 +188,7 @@ def _quantize(x, start, n, inv_step, q):
     (every value in range)."""
     base = np.uint64(start)  # (an unsigned index: no negative-index wraparound to vectorize)
     for i in range(n):
-        q[_slot(i)] = _floor(np.float64(x[base + np.uint64(i)]) * inv_step + 0.5)
+        q[_slot(i)] = _floor(add_rn(mul_rn(np.float64(x[base + np.uint64(i)]), inv_step), 0.5))
 
 
 @njit(inline=NUMBA_INLINE)
@@ -201,7 +202,7 @@ def _quantize_checked(x, start, n, inv_step, step, bound, single, q):
     base = np.uint64(start)  # (an unsigned index: no negative-index wraparound to vectorize)
     for i in range(n):
         v = np.float64(x[base + np.uint64(i)])
-        s = v * inv_step + 0.5
+        s = add_rn(mul_rn(v, inv_step), 0.5)
         inside = abs(s) <= _Q_MAX  # (False for NaN; tested before the floor, which the
         t = _floor(s if inside else 0.0)  # simulator's int conversion would refuse)
         error = abs(v - _reconstructed(t, step, is_single(x)))
@@ -412,11 +413,12 @@ def pack_group(x, xb, group, inv_step, codes, out, pos, itemsize, q):
             for i in range(n):
                 m |= np.int64(q[_code_slot(i)] != np.int64(0)) << i
             p, acc, fill = _put(out, p, acc, fill, np.uint64(m), n)
-            for i in range(n):  # (without a branch: zeros and non-zeros mix at random)
-                z = q[_code_slot(i)]
-                nonzero = np.int64(z != np.int64(0))
-                p, acc, fill = _put(out, p, acc, fill, np.uint64((z - nonzero) * nonzero),
-                                    w * nonzero)
+            rest = np.uint64(m)
+            while rest != _U0:  # the non-zeros, from the mask's set bits
+                i = ctz64(rest)
+                rest &= rest - _U1
+                p, acc, fill = _put(out, p, acc, fill,
+                                    np.uint64(q[_code_slot(i)] - np.int64(1)), w)
         else:
             low = (np.int64(1) << k) - np.int64(1)
             for i in range(n):
@@ -545,15 +547,17 @@ def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsiz
             acc >>= np.uint64(n)
             fill -= n
             mask = (_U1 << np.uint64(w)) - _U1
-            for i in range(n):  # (without a branch: zeros and non-zeros mix at random)
-                nonzero = np.int64((m >> np.uint64(i)) & _U1)
-                width = w * nonzero
-                p, acc, fill = _need(buf, p, stop, acc, fill, width)
-                if fill < width:
+            for i in range(n):
+                q[_slot(i)] = np.int64(0)
+            while m != _U0:  # the non-zeros, at the mask's set bits
+                i = ctz64(m)
+                m &= m - _U1
+                p, acc, fill = _need(buf, p, stop, acc, fill, w)
+                if fill < w:
                     return False
-                q[_slot(i)] = _unzigzag((acc & mask) + _U1) * nonzero
-                acc >>= np.uint64(width)
-                fill -= width
+                q[_slot(i)] = _unzigzag((acc & mask) + _U1)
+                acc >>= np.uint64(w)
+                fill -= w
         else:
             order, k = _rice_order(code)
             a, b1, c = _coefficients(order)

@@ -367,7 +367,7 @@ def measure(comm: MPI.Intracomm, lay: Layout) -> Calibration:
     from .kernels.scan_cpu import add_into, max_abs
 
     start = time.perf_counter()
-    vec, out = np.zeros(3), np.empty(3)  # the agreement step's three float64
+    vec, out = np.zeros(4), np.empty(4)  # the agreement step's four float64
     agree_s = _slowest_median(comm, lambda: comm.Allreduce(vec, out, op=MPI.MAX), repeat=10)
     exchange = _fit(comm, lambda n: _exchange_probe(comm, n))
     p = comm.Get_size()

@@ -79,3 +79,19 @@ def test_kernel_compiles_to_ptx(module, name, signature):
     kernel = getattr(mod, name)
     ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=CC)
     assert ".visible .entry" in ptx
+
+
+@pytest.mark.parametrize(("module", "name", "signature"), cuda_cases_errbound.KERNELS,
+                         ids=[f"{m}.{n}:{s}" for m, n, s in cuda_cases_errbound.KERNELS])
+def test_errbound_quantizes_without_fused_multiply_adds(module, name, signature):
+    """``floor(x * inv_step + 1/2)`` and the check's ``q * step`` round twice on the GPU as
+    on the CPU (kernels/rounding.py): NVVM contracts a multiply and an add into one FMA by
+    default, which can move a value across a rounding boundary, so a stream one device
+    encodes would decode with another history on the other."""
+    import importlib
+
+    from numba import cuda
+
+    kernel = getattr(importlib.import_module(f"mpicomp.kernels.{module}"), name)
+    ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=CC)
+    assert "fma.rn.f64" not in ptx

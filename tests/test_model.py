@@ -135,6 +135,25 @@ def test_slow_network_compresses_fast_network_does_not():
         model.predict(slow, "Frobnicate", n, BITPLANE8, np.float32, speed)
 
 
+def test_a_variable_codec_is_priced_at_its_ratio_plus_its_size_exchange():
+    """errbound's streams: at the upper bound without a learned ratio (no gain), at the
+    ratio given, plus one int64 a rank exchanged where the algorithm needs the sizes
+    (none in the ring)."""
+    cal, speed = synthetic(4, 4, gbs=0.125)
+    errbound = get_codec("errbound", tolerance=1e-3)
+    n = 4 << 20
+    for method in ("Allgather", "Bcast", "Alltoall", "Allreduce"):
+        upper = model.predict(cal, method, n, errbound, np.float32, speed, algorithm="ring")
+        learned = model.predict(cal, method, n, errbound, np.float32, speed,
+                                algorithm="ring", rho=0.125)
+        assert not upper.compress and learned.compressed_s < upper.compressed_s / 2, method
+        exchange = model.size_exchange(cal, method, learned.algorithm)
+        if method in ("Allgather", "Bcast"):
+            assert exchange == pytest.approx(cal.plain[method].time(8.0)) and exchange > 0
+        else:
+            assert exchange == 0.0, method
+
+
 def test_ring_prediction_is_its_formula():
     cal, (e, d) = synthetic(4, 4, gbs=0.125, codec_gbs=2.0)
     n, p = 1 << 24, 4
