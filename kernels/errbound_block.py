@@ -22,7 +22,8 @@ saying which (exact costs, ties to the first):
   quantized integers, so the bound holds exactly); the ``HISTORY`` values
   before a block are those before it in its group (0 before a group's
   start): a random walk (order 1), smooth data (orders 2 and 3). Only the
-  order whose residuals sum least is priced;
+  order whose residuals sum least is priced, orders 2 and 3 only where the
+  differences sum below the values;
 * zero mask (code ``MASK + w``): one bit per value (1: non-zero), then
   each non-zero ``z - 1`` in ``w`` bits: sparse blocks.
 
@@ -70,6 +71,8 @@ _U0 = np.uint64(0)
 _U1 = np.uint64(1)
 _U8 = np.uint64(8)
 _BYTE = np.uint64(0xFF)
+#: a sum of codes above any block's (an order not costed)
+_NEVER = np.int64(1) << np.int64(62)
 #: values before a block that its delta codes predict from (the highest order)
 HISTORY = 3
 #: int64 scratch a caller hands the block functions: a block's history, its values, then
@@ -253,27 +256,35 @@ def block_code(x, start, end, inv_step, step, bound, single, q):
         return status, np.int64(0)
     if status == np.int64(RAW):
         return status, n * np.int64(32 if single else 64)
-    # the zigzag codes' sums for each residual order (0: the values), their largest
+    # the zigzag codes' sums of the values and of their residuals of order 1, their largest
     widest = np.int64(0)
     nonzero = np.int64(0)
     total0 = np.int64(0)
     total1 = np.int64(0)
-    total2 = np.int64(0)
-    total3 = np.int64(0)
     widest_residual = np.int64(0)
     for i in range(n):
         j = _slot(i)
         z = _zz(q[j])
         d1 = _zz(_residual(q, j, np.int64(1), np.int64(0), np.int64(0)))
-        d2 = _zz(_residual(q, j, np.int64(2), np.int64(-1), np.int64(0)))
-        d3 = _zz(_residual(q, j, np.int64(3), np.int64(-3), np.int64(1)))
         widest = imax(widest, z)
         nonzero += np.int64(z != np.int64(0))
         total0 += z
         total1 += d1
-        total2 += d2
-        total3 += d3
-        widest_residual = imax(widest_residual, imax(d1, imax(d2, d3)))
+        widest_residual = imax(widest_residual, d1)
+    # orders 2 and 3 only where the differences beat the values (never on noise-like
+    # blocks such as gradients': each order there adds to the residuals)
+    total2 = _NEVER
+    total3 = _NEVER
+    if total1 < total0:
+        total2 = np.int64(0)
+        total3 = np.int64(0)
+        for i in range(n):
+            j = _slot(i)
+            d2 = _zz(_residual(q, j, np.int64(2), np.int64(-1), np.int64(0)))
+            d3 = _zz(_residual(q, j, np.int64(3), np.int64(-3), np.int64(1)))
+            total2 += d2
+            total3 += d3
+            widest_residual = imax(widest_residual, imax(d2, d3))
     w = _bit_length(widest)
     code = w
     best = n * w

@@ -185,12 +185,17 @@ def test_compressed_suite_within_bounds(comm, config, dt):
         if p == 1 and name in REDUCTIONS:
             bound = 0.0
         elif name in REDUCTIONS:
-            # Reduce and Reduce_scatter run the ring; Allreduce what "auto" picks
+            # Reduce and Reduce_scatter run the ring; Allreduce what "auto" picked (the
+            # loosest bound of the algorithms its calls ran: the model may pick another
+            # once a variable codec's calls have learned its ratio)
             ring = name.startswith("Reduce")
-            alg = "ring" if ring else mc.predict("Allreduce", N * y.itemsize, y.dtype).algorithm
+            flat = [a for a in stats["Allreduce"]["algorithms"]
+                    if a in ("ring", "allgather", "recursive_doubling")]
+            ran = ["ring"] if ring else (
+                flat or [mc.predict("Allreduce", N * y.itemsize, y.dtype).algorithm])
             key = "Reduce_scatter" if name.startswith("Reduce_scatter") else (
                 "Allreduce-double-spec" if name == "Allreduce-double-spec" else "Allreduce")
-            bound = bounds.allreduce_bound(alg, p, c, a, g[key], y.dtype)
+            bound = max(bounds.allreduce_bound(alg, p, c, a, g[key], y.dtype) for alg in ran)
             if name == "Allreduce-double-spec":
                 y, ref = y[:N], ref[:N]
         else:
