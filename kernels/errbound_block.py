@@ -195,7 +195,7 @@ def _quantize(x, start, n, inv_step, q):
 
 
 @njit(inline=NUMBA_INLINE)
-def _quantize_checked(x, start, n, inv_step, step, bound, single, q):
+def _quantize_checked(x, start, n, inv_step, step, bound, q):
     """:func:`_quantize` with every value's check, without a branch (the loop vectorizes),
     and the block's :func:`_history`: 0, RAW (a value out of range or off by more than
     ``bound``) or NONFINITE."""
@@ -249,9 +249,9 @@ def block_code(x, start, end, inv_step, step, bound, single, q):
     NONFINITE for a block holding NaN or Inf. ``q``: scratch of ``SCRATCH`` int64."""
     n = np.int64(end) - np.int64(start)
     if n == np.int64(BLOCK):  # (a trip count the compiler knows: the loop vectorizes whole)
-        status = _quantize_checked(x, start, np.int64(BLOCK), inv_step, step, bound, single, q)
+        status = _quantize_checked(x, start, np.int64(BLOCK), inv_step, step, bound, q)
     else:
-        status = _quantize_checked(x, start, n, inv_step, step, bound, single, q)
+        status = _quantize_checked(x, start, n, inv_step, step, bound, q)
     if status == np.int64(NONFINITE):
         return status, np.int64(0)
     if status == np.int64(RAW):
@@ -411,29 +411,29 @@ def pack_group(x, xb, group, inv_step, codes, out, pos, itemsize, q):
             _quantize(x, start, np.int64(BLOCK), inv_step, q)
         else:
             _quantize(x, start, n, inv_step, q)
-        order, k = _rice_order(code) if _is_rice(code) else (np.int64(0), np.int64(0))
-        if order > np.int64(0):
-            _history(x, start, inv_step, q)
-        _zigzags(q, n, order)
         if code <= np.int64(WIDEST):
             for i in range(n):
-                p, acc, fill = _put(out, p, acc, fill, np.uint64(q[_code_slot(i)]), code)
+                p, acc, fill = _put(out, p, acc, fill, np.uint64(_zz(q[_slot(i)])), code)
         elif not _is_rice(code):  # a zero mask
             w = code - np.int64(MASK)
             m = np.int64(0)
             for i in range(n):
-                m |= np.int64(q[_code_slot(i)] != np.int64(0)) << i
+                m |= np.int64(q[_slot(i)] != np.int64(0)) << i
             p, acc, fill = _put(out, p, acc, fill, np.uint64(m), n)
             rest = np.uint64(m)
             while rest != _U0:  # the non-zeros, from the mask's set bits
                 i = ctz64(rest)
                 rest &= rest - _U1
                 p, acc, fill = _put(out, p, acc, fill,
-                                    np.uint64(q[_code_slot(i)] - np.int64(1)), w)
+                                    np.uint64(_zz(q[_slot(i)]) - np.int64(1)), w)
         else:
+            order, k = _rice_order(code)
+            if order > np.int64(0):  # residuals: their codes first, from the block's history
+                _history(x, start, inv_step, q)
+                _zigzags(q, n, order)
             low = (np.int64(1) << k) - np.int64(1)
             for i in range(n):
-                z = q[_code_slot(i)]
+                z = q[_code_slot(i)] if order > np.int64(0) else _zz(q[_slot(i)])
                 zeros = z >> k
                 if zeros + k < np.int64(32):  # the usual code: one store of all its bits
                     p, acc, fill = _put(out, p, acc, fill,

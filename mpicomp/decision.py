@@ -53,7 +53,7 @@ from .backend.placement import Place
 from .buffers import Buf
 from .errors import RankDisagreement
 from .policy import Resolved
-from .ratios import LearnedRatios
+from .ratios import NONE, LearnedRatios
 from .stats import Recorder, below_threshold
 
 if TYPE_CHECKING:
@@ -298,7 +298,7 @@ class Decider:
         ``learning``: the kind of a blocking call whose variable codec's stream ratio the
         ranks agree on here (:mod:`mpicomp.ratios`)."""
         local_max = memory.max_abs(local) if local is not None else 0.0
-        pending = self.ratios.pending(learning) if learning is not None else -1.0
+        pending = self.ratios.pending(learning) if learning is not None else NONE
         max_abs, ratio = agree(engine.comm, name, local_max, f"{settings} {pol.description}",
                                pending)
         if learning is not None:
@@ -322,7 +322,7 @@ class Decider:
 
 
 def agree(comm: MPI.Intracomm, op: str, local_max_abs: float, settings: str,
-          ratio: float = -1.0) -> tuple[float, float]:
+          ratio: float = NONE) -> tuple[float, float]:
     """The agreement allreduce on ``comm`` (see the module docs): the largest magnitude over
     all ranks (+Inf: some rank holds NaN/Inf) and the largest ``ratio`` (a learned stream
     ratio, -1 for none); the same :class:`RankDisagreement` on every rank where their
