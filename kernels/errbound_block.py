@@ -49,9 +49,14 @@ vectorizes only when it sees all of it: the loop functions are inlined by
 Numba (``NUMBA_INLINE``: an LLVM-inlined callee's loops stay scalar here),
 the array index is unsigned (a signed one carries Python's negative-index
 wraparound, which stops vectorizing), and a full block's trip count is the
-constant ``BLOCK``. The costs then come from integer loops over the block;
-only the packing and unpacking of bits are serial; a zero mask's
-non-zeros are visited through the mask's set bits.
+constant ``BLOCK``. The costs then come from integer loops over the block
+(the Rice codes of the values and of the residuals priced in one). Only the
+packing and unpacking of bits are serial: the writer stores a whole 64-bit
+word per code and keeps under 8 bits pending, the reader tops up to 56-63
+bits with one 8-byte load, both without a branch on the bits while 8 bytes
+of the group lie ahead (byte-wise near its end, so a group's bytes are only
+its own); the decoder adds each delta order's prediction back with shifts
+and adds. A zero mask's non-zeros are visited through the mask's set bits.
 """
 from __future__ import annotations
 
@@ -217,30 +222,49 @@ def _quantize_checked(x, start, n, inv_step, step, bound, q):
     return np.int64(RAW) if off else np.int64(0)
 
 
-@njit(inline=NUMBA_INLINE)
-def _rice(q, n, order, total):
-    """``(k, bits)`` of the cheapest of three Rice codes of the block's residuals of
-    ``order`` (0: the values), ``total`` the sum of their zigzag codes."""
-    a, b, c = _coefficients(order)
-    k0 = _first_k(total, n)
-    s0 = np.int64(0)
-    s1 = np.int64(0)
-    s2 = np.int64(0)
-    for i in range(n):
-        j = _slot(i)
-        z = _zz(_residual(q, j, a, b, c))
-        s0 += z >> k0
-        s1 += z >> (k0 + np.int64(1))
-        s2 += z >> (k0 + np.int64(2))
+@njit(inline="always")
+def _rice_pick(s0, s1, s2, k0, n):
+    """``(k, bits)`` of the cheapest of the Rice codes with ``k0``, ``k0 + 1`` and ``k0 + 2``
+    low bits, ``s0``-``s2`` the sums of the codes shifted by those (each step up in ``k``
+    costs ``n`` bits and saves what the shift does)."""
     k = k0
     best = s0
-    if s1 + n < best:  # (each step up in k costs n bits and saves what the shift does)
+    if s1 + n < best:
         k = k0 + np.int64(1)
         best = s1 + n
     if s2 + np.int64(2) * n < best:
         k = k0 + np.int64(2)
         best = s2 + np.int64(2) * n
     return k, best + n * (np.int64(1) + k0)
+
+
+@njit(inline=NUMBA_INLINE)
+def _rices(q, n, order, total0, total):
+    """``(k, bits)`` of the cheapest Rice code of the block's values (``total0`` the sum of
+    their zigzag codes), then of its residuals of ``order`` (``total`` theirs): one loop
+    prices three Rice parameters of each."""
+    a, b, c = _coefficients(order)
+    k0 = _first_k(total0, n)
+    r0 = _first_k(total, n)
+    s0 = np.int64(0)
+    s1 = np.int64(0)
+    s2 = np.int64(0)
+    d0 = np.int64(0)
+    d1 = np.int64(0)
+    d2 = np.int64(0)
+    for i in range(n):
+        j = _slot(i)
+        z = _zz(q[j])
+        d = _zz(_residual(q, j, a, b, c))
+        s0 += z >> k0
+        s1 += z >> (k0 + np.int64(1))
+        s2 += z >> (k0 + np.int64(2))
+        d0 += d >> r0
+        d1 += d >> (r0 + np.int64(1))
+        d2 += d >> (r0 + np.int64(2))
+    k, cost = _rice_pick(s0, s1, s2, k0, n)
+    kd, cost_d = _rice_pick(d0, d1, d2, r0, n)
+    return k, cost, kd, cost_d
 
 
 @njit(inline=NUMBA_INLINE)
@@ -295,10 +319,6 @@ def block_code(x, start, end, inv_step, step, bound, single, q):
             code = np.int64(MASK) + wz
             best = cost
     if w > np.int64(1):
-        k, cost = _rice(q, n, np.int64(0), total0)
-        if k < w and cost < best:
-            code = np.int64(RICE) + k
-            best = cost
         # a delta code: the order whose residuals sum least (every residual's code within
         # 32 bits, as the decoder requires)
         order = np.int64(1)
@@ -309,11 +329,13 @@ def block_code(x, start, end, inv_step, step, bound, single, q):
         if total3 < total:
             order = np.int64(3)
             total = total3
-        if widest_residual <= np.int64(0xFFFFFFFF):
-            k, cost = _rice(q, n, order, total)
-            if cost < best:
-                code = _delta_code(order) + k
-                best = cost
+        k, cost, kd, cost_d = _rices(q, n, order, total0, total)
+        if k < w and cost < best:
+            code = np.int64(RICE) + k
+            best = cost
+        if widest_residual <= np.int64(0xFFFFFFFF) and cost_d < best:
+            code = _delta_code(order) + kd
+            best = cost_d
     return code, best
 
 
@@ -345,14 +367,52 @@ def _rice_order(code):
 
 
 @njit(inline="always")
-def _put(out, p, acc, fill, value, nbits):
-    """Append the ``nbits`` (<= 32) low bits of ``value`` to the writer ``(p, acc, fill)``
-    (``fill`` < 32 bits pending in ``acc``, the next byte at ``out[p]``): four bytes are
-    stored at a time."""
+def _store8(out, p, acc):
+    """``out[p:p + 8]`` = ``acc``, little-endian (one unaligned 64-bit store, once the
+    compiler merges the byte stores)."""
+    at = np.uint64(p)  # (unsigned indices: no negative-index wraparound)
+    out[at] = np.uint8(acc & _BYTE)
+    out[at + _U1] = np.uint8((acc >> _U8) & _BYTE)
+    out[at + np.uint64(2)] = np.uint8((acc >> np.uint64(16)) & _BYTE)
+    out[at + np.uint64(3)] = np.uint8((acc >> np.uint64(24)) & _BYTE)
+    out[at + np.uint64(4)] = np.uint8((acc >> np.uint64(32)) & _BYTE)
+    out[at + np.uint64(5)] = np.uint8((acc >> np.uint64(40)) & _BYTE)
+    out[at + np.uint64(6)] = np.uint8((acc >> np.uint64(48)) & _BYTE)
+    out[at + np.uint64(7)] = np.uint8(acc >> np.uint64(56))
+
+
+@njit(inline="always")
+def _load8(buf, p):
+    """``buf[p:p + 8]`` as a little-endian uint64 (one unaligned load, once the compiler
+    merges the byte loads)."""
+    at = np.uint64(p)
+    return (np.uint64(buf[at]) | (np.uint64(buf[at + _U1]) << _U8)
+            | (np.uint64(buf[at + np.uint64(2)]) << np.uint64(16))
+            | (np.uint64(buf[at + np.uint64(3)]) << np.uint64(24))
+            | (np.uint64(buf[at + np.uint64(4)]) << np.uint64(32))
+            | (np.uint64(buf[at + np.uint64(5)]) << np.uint64(40))
+            | (np.uint64(buf[at + np.uint64(6)]) << np.uint64(48))
+            | (np.uint64(buf[at + np.uint64(7)]) << np.uint64(56)))
+
+
+@njit(inline="always")
+def _put(out, p, stop, acc, fill, value, nbits):
+    """Append the ``nbits`` (<= 32) low bits of ``value`` (no higher bits set) to the
+    writer ``(p, acc, fill)`` of a group ending before ``out[stop]``: ``fill`` bits pending in
+    ``acc``, the next byte at ``out[p]``. While 8 bytes of the group lie ahead, every
+    append stores the whole word and keeps fewer than 8 bits pending (no branch on the
+    bits); near the group's end, four bytes at a time once 32 bits are pending (the
+    group's bit count says they are its own)."""
     acc |= value << np.uint64(fill)
     fill += np.int64(nbits)
-    if fill >= np.int64(32):
-        at = np.uint64(p)  # (unsigned indices: no negative-index wraparound)
+    if p + np.int64(8) <= np.int64(stop):
+        _store8(out, p, acc)
+        whole = fill >> np.int64(3)
+        p += whole
+        acc >>= np.uint64(whole << np.int64(3))
+        fill &= np.int64(7)
+    elif fill >= np.int64(32):
+        at = np.uint64(p)
         out[at] = np.uint8(acc & _BYTE)
         out[at + _U1] = np.uint8((acc >> _U8) & _BYTE)
         out[at + np.uint64(2)] = np.uint8((acc >> np.uint64(16)) & _BYTE)
@@ -390,9 +450,9 @@ def _block_values(b, n):
 
 
 @njit(inline=NUMBA_INLINE)
-def pack_group(x, xb, group, inv_step, codes, out, pos, itemsize, q):
+def pack_group(x, xb, group, inv_step, codes, out, pos, stop, itemsize, q):
     """Write group ``group`` of ``x`` (``xb``: its bytes; ``codes``: every block's code
-    byte) as one bit stream at ``out[pos:]``. ``q``: scratch of ``SCRATCH`` int64."""
+    byte) as one bit stream at ``out[pos:stop]``. ``q``: scratch of ``SCRATCH`` int64."""
     first, last = _group_blocks(group, codes.size)
     p = np.int64(pos)
     acc = _U0
@@ -403,7 +463,7 @@ def pack_group(x, xb, group, inv_step, codes, out, pos, itemsize, q):
         code = np.int64(codes[b])
         if code == np.int64(RAW):
             for j in range(start * np.int64(itemsize), end * np.int64(itemsize)):
-                p, acc, fill = _put(out, p, acc, fill, np.uint64(xb[j]), 8)
+                p, acc, fill = _put(out, p, stop, acc, fill, np.uint64(xb[j]), 8)
             continue
         if code == np.int64(0):
             continue
@@ -413,18 +473,18 @@ def pack_group(x, xb, group, inv_step, codes, out, pos, itemsize, q):
             _quantize(x, start, n, inv_step, q)
         if code <= np.int64(WIDEST):
             for i in range(n):
-                p, acc, fill = _put(out, p, acc, fill, np.uint64(_zz(q[_slot(i)])), code)
+                p, acc, fill = _put(out, p, stop, acc, fill, np.uint64(_zz(q[_slot(i)])), code)
         elif not _is_rice(code):  # a zero mask
             w = code - np.int64(MASK)
             m = np.int64(0)
             for i in range(n):
                 m |= np.int64(q[_slot(i)] != np.int64(0)) << i
-            p, acc, fill = _put(out, p, acc, fill, np.uint64(m), n)
+            p, acc, fill = _put(out, p, stop, acc, fill, np.uint64(m), n)
             rest = np.uint64(m)
             while rest != _U0:  # the non-zeros, from the mask's set bits
                 i = ctz64(rest)
                 rest &= rest - _U1
-                p, acc, fill = _put(out, p, acc, fill,
+                p, acc, fill = _put(out, p, stop, acc, fill,
                                     np.uint64(_zz(q[_slot(i)]) - np.int64(1)), w)
         else:
             order, k = _rice_order(code)
@@ -436,33 +496,31 @@ def pack_group(x, xb, group, inv_step, codes, out, pos, itemsize, q):
                 z = q[_code_slot(i)] if order > np.int64(0) else _zz(q[_slot(i)])
                 zeros = z >> k
                 if zeros + k < np.int64(32):  # the usual code: one store of all its bits
-                    p, acc, fill = _put(out, p, acc, fill,
+                    p, acc, fill = _put(out, p, stop, acc, fill,
                                         np.uint64((np.int64(1) | ((z & low) << np.int64(1)))
                                                   << zeros),
                                         zeros + k + np.int64(1))
                     continue
                 while zeros >= np.int64(32):
-                    p, acc, fill = _put(out, p, acc, fill, _U0, 32)
+                    p, acc, fill = _put(out, p, stop, acc, fill, _U0, 32)
                     zeros -= np.int64(32)
-                p, acc, fill = _put(out, p, acc, fill, _U1 << np.uint64(zeros), zeros + 1)
-                p, acc, fill = _put(out, p, acc, fill, np.uint64(z & low), k)
+                p, acc, fill = _put(out, p, stop, acc, fill, _U1 << np.uint64(zeros), zeros + 1)
+                p, acc, fill = _put(out, p, stop, acc, fill, np.uint64(z & low), k)
     _flush(out, p, acc, fill)
 
 
 @njit(inline="always")
 def _need(buf, p, end, acc, fill, nbits):
     """Refill the reader ``(p, acc, fill)`` from ``buf[p:end]`` to at least ``nbits``
-    (<= 32) bits if the group holds them (four bytes at a time); ``fill`` stays at most
-    64."""
-    if fill < np.int64(nbits):
-        if p + np.int64(4) <= end:
-            at = np.uint64(p)  # (unsigned indices: no negative-index wraparound)
-            acc |= ((np.uint64(buf[at]) | (np.uint64(buf[at + _U1]) << _U8)
-                     | (np.uint64(buf[at + np.uint64(2)]) << np.uint64(16))
-                     | (np.uint64(buf[at + np.uint64(3)]) << np.uint64(24))) << np.uint64(fill))
-            fill += np.int64(32)
-            p += np.int64(4)
-        else:
+    (<= 32) bits if the group holds them. ``acc``'s low ``fill`` (<= 63) bits are the
+    stream's next; bits above them are the stream's too, or 0 (a load's partial byte).
+    While 8 bytes of the group lie ahead, one 8-byte load tops ``acc`` up to 56-63 bits
+    (no branch on the bits); near the group's end, byte by byte."""
+    if p + np.int64(8) <= end:
+        acc |= _load8(buf, p) << np.uint64(fill)
+        p += (np.int64(63) - fill) >> np.int64(3)
+        fill |= np.int64(56)
+    elif fill < np.int64(nbits):
             while fill < np.int64(nbits) and p < end:
                 acc |= np.uint64(buf[p]) << np.uint64(fill)
                 fill += np.int64(8)
@@ -482,6 +540,7 @@ def _rice_slow(buf, p, stop, acc, fill, k, most):
     zeros = np.int64(0)
     while True:
         p, acc, fill = _need(buf, p, stop, acc, fill, 32)
+        acc &= (_U1 << np.uint64(fill)) - _U1  # (only the bits the reader holds)
         if fill == np.int64(0):
             return p, acc, fill, np.int64(-1)
         if acc != _U0:
@@ -503,6 +562,26 @@ def _rice_slow(buf, p, stop, acc, fill, k, most):
     acc >>= np.uint64(k)
     fill -= k
     return p, acc, fill, z
+
+
+@njit(inline=NUMBA_INLINE)
+def _undo_residuals(q, n, order):
+    """``q[HISTORY + i]`` += its prediction from the values before it, in order: a serial
+    loop, each order's coefficients spelled out (shifts and adds, no multiplies on the
+    loop's chain)."""
+    if order == np.int64(1):
+        for i in range(n):
+            j = _slot(i)
+            q[j] += q[j - np.uint64(1)]
+    elif order == np.int64(2):
+        for i in range(n):
+            j = _slot(i)
+            q[j] += (q[j - np.uint64(1)] << np.int64(1)) - q[j - np.uint64(2)]
+    else:
+        for i in range(n):
+            j = _slot(i)
+            d = q[j - np.uint64(1)] - q[j - np.uint64(2)]
+            q[j] += d + (d << np.int64(1)) + q[j - np.uint64(3)]
 
 
 @njit(inline=NUMBA_INLINE)
@@ -571,7 +650,6 @@ def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsiz
                 fill -= w
         else:
             order, k = _rice_order(code)
-            a, b1, c = _coefficients(order)
             low = (_U1 << np.uint64(k)) - _U1
             most = np.int64(0xFFFFFFFF) >> k  # the largest quotient of a 32-bit code
             for i in range(n):
@@ -588,9 +666,7 @@ def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsiz
                         return False
                 q[_slot(i)] = _unzigzag(np.uint64(z))
             if order > np.int64(0):  # residuals plus predictions (the encoder's integers)
-                for i in range(n):
-                    j = _slot(i)
-                    q[j] += _prediction(q, j, a, b1, c)
+                _undo_residuals(q, n, order)
         if code != np.int64(RAW):
             if n == np.int64(BLOCK):  # (a trip count the compiler knows: it vectorizes)
                 _scale(q, np.int64(BLOCK), step, out, start)

@@ -63,7 +63,7 @@ def pack(x, xb, inv_step, code, offsets, out, itemsize):
     for c in prange(nchunks):
         q = scratch[c]
         for g in range(c * _CHUNK, min(c * _CHUNK + _CHUNK, ngroups)):
-            pack_group(x, xb, g, inv_step, code, out, offsets[g], itemsize, q)
+            pack_group(x, xb, g, inv_step, code, out, offsets[g], offsets[g + 1], itemsize, q)
 
 
 @njit(parallel=True, cache=True, nogil=True)

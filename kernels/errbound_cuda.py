@@ -57,7 +57,7 @@ def pack(x, xb, inv_step, code, offsets, out, itemsize):
     g = cuda.grid(1)
     if g < offsets.size - 1:
         q = cuda.local.array(SCRATCH, np.int64)
-        pack_group(x, xb, g, inv_step, code, out, offsets[g], itemsize, q)
+        pack_group(x, xb, g, inv_step, code, out, offsets[g], offsets[g + 1], itemsize, q)
 
 
 @cuda.jit
