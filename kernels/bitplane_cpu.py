@@ -125,6 +125,8 @@ def _decode(stream, bs, nplanes, pow2, dst, path):
             else:
                 d, start = tail, 0
             e = read_exponent(stream, exp_off + b * ebytes, ebytes)
+            if e > (1 << ebits) - 1:  # (a uint16 past 11 bits: corrupt streams only; the
+                e = (1 << ebits) - 1  # table has 2**ebits entries)
             q = pow2[e]
             pos = b * bbytes
             # the all-ones exponent (corrupt streams only): general path (bitplane_vector)

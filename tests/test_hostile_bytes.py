@@ -63,6 +63,26 @@ def test_codec_decode_of_arbitrary_bytes_stays_in_bounds(case, count, data):
     assert np.all(guarded[:SENTINEL] == 12345.0) and np.all(guarded[-SENTINEL:] == 12345.0)
 
 
+@pytest.mark.parametrize("block_size", [32, 64])
+def test_bitplane_float64_exponents_past_11_bits_read_as_the_all_ones_one(block_size):
+    """A float64 block's exponent is a uint16 on the wire that only 11 bits of are valid:
+    a corrupt one (up to 65535) decodes as the all-ones exponent does, never by reading
+    past the decoder's table of 2**11 powers of two (which once read arbitrary memory)."""
+    codec = get_codec({"id": "bitplane", "rate": 8.25, "block_size": block_size})
+    count = 3 * block_size
+    n = codec.encoded_nbytes(count, np.float64)
+    stream = np.random.default_rng(5).integers(0, 256, n, dtype=np.uint8)
+    exponents = stream[n - 6:].view(np.uint16)  # the last of the stream: one per block
+    reference = exponents.copy()
+    reference[:] = 2047
+    expected = codec.decode(np.concatenate([stream[:n - 6], reference.view(np.uint8)]),
+                            out=np.empty(count))
+    for e in (2048, 4095, 40000, 65535):
+        exponents[:] = e
+        got = codec.decode(stream, out=np.empty(count))
+        assert np.array_equal(got, expected, equal_nan=True), e
+
+
 @given(case=st.sampled_from(CASES), count=st.integers(1, 700), delta=st.integers(-64, 64))
 def test_codec_decode_of_wrong_length_is_a_value_error(case, count, delta):
     cfg, dtype = case

@@ -44,6 +44,9 @@ __all__ = ["HEADER_NBYTES", "ErrboundCodec"]
 
 #: the stream's header: the quantization step, a little-endian float64
 _HEADER = struct.Struct("<d")
+#: whether each byte value is a code byte an encoder writes (one lookup per block when a
+#: stream is read, where the range tests of ``valid_code`` take ten array passes)
+_VALID_CODE = valid_code(np.arange(256))
 
 
 class ErrboundCodec(Codec):
@@ -151,7 +154,7 @@ class ErrboundCodec(Codec):
         if not (math.isfinite(step) and step >= 0):
             raise ValueError(f"errbound stream: bad step {step!r}")
         codes, sizes = _sections(buf, count)
-        if codes.size and not bool(valid_code(codes).all()):
+        if codes.size and not bool(_VALID_CODE[codes].all()):
             raise ValueError("errbound stream: a block code byte that no encoder writes "
                              "(0-32, 64-127, 128-160, 176-239 or 255)")
         offsets = _offsets(sizes, count)
