@@ -521,10 +521,10 @@ def _need(buf, p, end, acc, fill, nbits):
         p += (np.int64(63) - fill) >> np.int64(3)
         fill |= np.int64(56)
     elif fill < np.int64(nbits):
-            while fill < np.int64(nbits) and p < end:
-                acc |= np.uint64(buf[p]) << np.uint64(fill)
-                fill += np.int64(8)
-                p += np.int64(1)
+        while fill < np.int64(nbits) and p < end:
+            acc |= np.uint64(buf[p]) << np.uint64(fill)
+            fill += np.int64(8)
+            p += np.int64(1)
     return p, acc, fill
 
 

@@ -111,30 +111,29 @@ class ErrboundCodec(Codec):
     # -- host kernels -----------------------------------------------------------------
     def encode_into(self, x: np.ndarray, out: np.ndarray) -> int:
         from ..kernels import errbound_cpu
-        from ..kernels.launch import SERIAL_BELOW, call, readonly
+        from ..kernels.launch import call, readonly
 
         bound = self.bound(x)
         step, inv_step = self._step(bound)
         codes, sizes = _sections(out, x.size)
         single = x.dtype == np.float32
-        serial = x.size < SERIAL_BELOW  # (waking threads costs more than they save)
         bad = call(errbound_cpu.codes, readonly(x), inv_step, step, bound, single, codes,
-                   sizes, serial=serial)
+                   sizes)
         if bad:
             raise self._uncompressible("nonfinite", f"{bad} block(s) hold NaN or Inf")
         offsets = _offsets(sizes, x.size)
         _HEADER.pack_into(out, 0, step)
         call(errbound_cpu.pack, readonly(x), readonly(x.view(np.uint8)), inv_step, codes,
-             offsets, out, x.dtype.itemsize, serial=serial)
+             offsets, out, x.dtype.itemsize)
         return int(offsets[-1])
 
     def decode_into(self, buf: np.ndarray, out: np.ndarray) -> None:
         from ..kernels import errbound_cpu
-        from ..kernels.launch import SERIAL_BELOW, call, readonly
+        from ..kernels.launch import call, readonly
 
         step, codes, offsets = self.read_layout(buf, out.size, out.dtype)
         bad = call(errbound_cpu.unpack, readonly(buf), codes, offsets, step, _inverse(step), out,
-                   out.view(np.uint8), out.dtype.itemsize, serial=out.size < SERIAL_BELOW)
+                   out.view(np.uint8), out.dtype.itemsize)
         if bad:
             raise ValueError(f"errbound stream: the codes of {bad} group(s) run past their "
                              "bytes")
