@@ -52,18 +52,24 @@ wraparound, which stops vectorizing), and a full block's trip count is the
 constant ``BLOCK``. The costs then come from integer loops over the block
 (the Rice codes of the values and of the residuals priced in one). Only the
 packing and unpacking of bits are serial: the writer stores a whole 64-bit
-word per code and keeps under 8 bits pending, the reader tops up to 56-63
+word per append and keeps under 8 bits pending, the reader tops up to 56-63
 bits with one 8-byte load, both without a branch on the bits while 8 bytes
 of the group lie ahead (byte-wise near its end, so a group's bytes are only
-its own); the decoder adds each delta order's prediction back with shifts
-and adds. A zero mask's non-zeros are visited through the mask's set bits.
+its own). The writer gathers several codes into one append of up to
+``WIDE`` bits (fixed-width codes as many as fit, Rice codes two at a time
+where both are short); the reader takes as many fixed-width codes from one
+refill as it holds, each shifted out of the word independently, and as many
+Rice codes as lie whole in it; the decoder adds each delta order's
+prediction back with shifts and adds. A zero mask's non-zeros are gathered
+into the code slots, coded as fixed-width codes, and put back at the mask's
+set bits.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .errbound_layout import BLOCK, DELTA, DELTA2, DELTA3, GROUP, MASK, NONFINITE, RAW, RICE, WIDEST
-from .intbits import clz64, ctz64, imax, is_single
+from .intbits import clz64, ctz64, imax, imin, is_single
 from .jit import NUMBA_INLINE, njit
 from .rounding import add_rn, mul_rn
 
@@ -80,6 +86,9 @@ _BYTE = np.uint64(0xFF)
 _NEVER = np.int64(1) << np.int64(62)
 #: values before a block that its delta codes predict from (the highest order)
 HISTORY = 3
+#: the most bits the writer appends at once (several codes gathered: 8 bytes hold them and
+#: the fewer than 8 bits pending)
+WIDE = 48
 #: int64 scratch a caller hands the block functions: a block's history, its values, then
 #: their codes
 SCRATCH = HISTORY + 2 * BLOCK
@@ -424,6 +433,17 @@ def _put(out, p, stop, acc, fill, value, nbits):
 
 
 @njit(inline="always")
+def _put_wide(out, p, stop, acc, fill, value, nbits):
+    """:func:`_put` of up to ``WIDE`` bits (several codes gathered in one word): one store
+    while 8 bytes of the group lie ahead (fewer than 8 bits pending, so they fit the
+    64-bit word), two appends of at most 32 bits near its end."""
+    if p + np.int64(8) <= np.int64(stop) or nbits <= np.int64(32):
+        return _put(out, p, stop, acc, fill, value, nbits)
+    p, acc, fill = _put(out, p, stop, acc, fill, value & np.uint64(0xFFFFFFFF), 32)
+    return _put(out, p, stop, acc, fill, value >> np.uint64(32), nbits - np.int64(32))
+
+
+@njit(inline="always")
 def _flush(out, p, acc, fill):
     """Store the writer's last ``fill`` (< 32) bits."""
     while fill > np.int64(0):
@@ -450,6 +470,69 @@ def _block_values(b, n):
 
 
 @njit(inline=NUMBA_INLINE)
+def _put_fixed(out, p, stop, acc, fill, q, first, n, width):
+    """Append the codes in code slots ``first`` to ``first + n`` in ``width`` bits each, as
+    many at a time as :data:`WIDE` bits hold."""
+    if width == np.int64(0):
+        return p, acc, fill
+    per = np.int64(WIDE) // width
+    i = np.int64(first)
+    end = np.int64(first) + np.int64(n)
+    while i < end:
+        take = imin(per, end - i)
+        word = _U0
+        for j in range(take):
+            word |= np.uint64(q[_code_slot(i + j)]) << np.uint64(j * width)
+        p, acc, fill = _put_wide(out, p, stop, acc, fill, word, take * width)
+        i += take
+    return p, acc, fill
+
+
+@njit(inline="always")
+def _rice_word(z, k, low):
+    """The Rice code of ``z`` with ``k`` low bits as a word (``z >> k`` zeros, a one, the
+    low bits): for a code of fewer than 32 bits."""
+    return np.uint64((np.int64(1) | ((z & low) << np.int64(1))) << (z >> k))
+
+
+@njit(inline=NUMBA_INLINE)
+def _put_rice(out, p, stop, acc, fill, q, n, k):
+    """Append the Rice codes with ``k`` low bits of the first ``n`` code slots: two codes in
+    one append where both are short (the usual case), long quotients 32 zeros at a time."""
+    low = (np.int64(1) << k) - np.int64(1)
+    short = np.int64(WIDE // 2) - k  # (a quotient below it: a code of at most WIDE / 2 bits)
+    i = np.int64(0)
+    while i + np.int64(1) < n:
+        z0 = q[_code_slot(i)]
+        z1 = q[_code_slot(i + np.int64(1))]
+        if (z0 >> k) < short and (z1 >> k) < short:
+            n0 = (z0 >> k) + k + np.int64(1)
+            word = _rice_word(z0, k, low) | (_rice_word(z1, k, low) << np.uint64(n0))
+            p, acc, fill = _put_wide(out, p, stop, acc, fill, word,
+                                     n0 + (z1 >> k) + k + np.int64(1))
+            i += np.int64(2)
+            continue
+        p, acc, fill = _put_rice1(out, p, stop, acc, fill, z0, k, low)
+        i += np.int64(1)
+    if i < n:
+        p, acc, fill = _put_rice1(out, p, stop, acc, fill, q[_code_slot(i)], k, low)
+    return p, acc, fill
+
+
+@njit(inline="always")
+def _put_rice1(out, p, stop, acc, fill, z, k, low):
+    """Append one Rice code (of any length)."""
+    zeros = z >> k
+    if zeros + k < np.int64(32):  # the usual code: one append of all its bits
+        return _put(out, p, stop, acc, fill, _rice_word(z, k, low), zeros + k + np.int64(1))
+    while zeros >= np.int64(32):
+        p, acc, fill = _put(out, p, stop, acc, fill, _U0, 32)
+        zeros -= np.int64(32)
+    p, acc, fill = _put(out, p, stop, acc, fill, _U1 << np.uint64(zeros), zeros + 1)
+    return _put(out, p, stop, acc, fill, np.uint64(z & low), k)
+
+
+@njit(inline=NUMBA_INLINE)
 def pack_group(x, xb, group, inv_step, codes, out, pos, stop, itemsize, q):
     """Write group ``group`` of ``x`` (``xb``: its bytes; ``codes``: every block's code
     byte) as one bit stream at ``out[pos:stop]``. ``q``: scratch of ``SCRATCH`` int64."""
@@ -472,8 +555,8 @@ def pack_group(x, xb, group, inv_step, codes, out, pos, stop, itemsize, q):
         else:
             _quantize(x, start, n, inv_step, q)
         if code <= np.int64(WIDEST):
-            for i in range(n):
-                p, acc, fill = _put(out, p, stop, acc, fill, np.uint64(_zz(q[_slot(i)])), code)
+            _zigzags(q, n, np.int64(0))
+            p, acc, fill = _put_fixed(out, p, stop, acc, fill, q, np.int64(0), n, code)
         elif not _is_rice(code):  # a zero mask
             w = code - np.int64(MASK)
             m = np.int64(0)
@@ -481,31 +564,21 @@ def pack_group(x, xb, group, inv_step, codes, out, pos, stop, itemsize, q):
                 m |= np.int64(q[_slot(i)] != np.int64(0)) << i
             p, acc, fill = _put(out, p, stop, acc, fill, np.uint64(m), n)
             rest = np.uint64(m)
-            while rest != _U0:  # the non-zeros, from the mask's set bits
+            count = np.int64(0)
+            while rest != _U0:  # the non-zeros' codes minus one, from the mask's set bits
                 i = ctz64(rest)
                 rest &= rest - _U1
-                p, acc, fill = _put(out, p, stop, acc, fill,
-                                    np.uint64(_zz(q[_slot(i)]) - np.int64(1)), w)
+                q[_code_slot(count)] = _zz(q[_slot(i)]) - np.int64(1)
+                count += np.int64(1)
+            p, acc, fill = _put_fixed(out, p, stop, acc, fill, q, np.int64(0), count, w)
         else:
             order, k = _rice_order(code)
             if order > np.int64(0):  # residuals: their codes first, from the block's history
                 _history(x, start, inv_step, q)
                 _zigzags(q, n, order)
-            low = (np.int64(1) << k) - np.int64(1)
-            for i in range(n):
-                z = q[_code_slot(i)] if order > np.int64(0) else _zz(q[_slot(i)])
-                zeros = z >> k
-                if zeros + k < np.int64(32):  # the usual code: one store of all its bits
-                    p, acc, fill = _put(out, p, stop, acc, fill,
-                                        np.uint64((np.int64(1) | ((z & low) << np.int64(1)))
-                                                  << zeros),
-                                        zeros + k + np.int64(1))
-                    continue
-                while zeros >= np.int64(32):
-                    p, acc, fill = _put(out, p, stop, acc, fill, _U0, 32)
-                    zeros -= np.int64(32)
-                p, acc, fill = _put(out, p, stop, acc, fill, _U1 << np.uint64(zeros), zeros + 1)
-                p, acc, fill = _put(out, p, stop, acc, fill, np.uint64(z & low), k)
+            else:
+                _zigzags(q, n, np.int64(0))
+            p, acc, fill = _put_rice(out, p, stop, acc, fill, q, n, k)
     _flush(out, p, acc, fill)
 
 
@@ -531,6 +604,27 @@ def _need(buf, p, end, acc, fill, nbits):
 @njit(inline="always")
 def _unzigzag(z):
     return np.int64(z >> _U1) ^ -np.int64(z & _U1)
+
+
+@njit(inline=NUMBA_INLINE)
+def _get_fixed(buf, p, stop, acc, fill, q, n, width):
+    """Read ``n`` codes of ``width`` (1-32) bits into the first ``n`` code slots: ``(p, acc,
+    fill, ok)``, not ok where they run past ``stop``. One refill gives as many codes as
+    its bits hold (read from the word independently of one another)."""
+    mask = (_U1 << np.uint64(width)) - _U1
+    per = np.int64(56) // width  # (a refill while 8 bytes lie ahead holds 56 bits or more)
+    i = np.int64(0)
+    while i < n:
+        p, acc, fill = _need(buf, p, stop, acc, fill, width)
+        if fill < width:
+            return p, acc, fill, False
+        take = imin(per if fill >= np.int64(56) else np.int64(1), n - i)
+        for j in range(take):
+            q[_code_slot(i + j)] = np.int64((acc >> np.uint64(j * width)) & mask)
+        acc >>= np.uint64(take * width)
+        fill -= take * width
+        i += take
+    return p, acc, fill, True
 
 
 @njit(inline=NUMBA_INLINE)
@@ -619,15 +713,15 @@ def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsiz
             for i in range(n):  # (the next block's history: q of these values, as encoded)
                 q[_slot(i)] = _quantized(np.float64(out[start + i]), inv_step)
         elif code <= np.int64(WIDEST):
-            mask = (_U1 << np.uint64(code)) - _U1
-            for i in range(n):
-                j = _slot(i)
-                p, acc, fill = _need(buf, p, stop, acc, fill, code)
-                if fill < code:
+            if code > np.int64(0):
+                p, acc, fill, ok = _get_fixed(buf, p, stop, acc, fill, q, n, code)
+                if not ok:
                     return False
-                q[j] = _unzigzag(acc & mask)
-                acc >>= np.uint64(code)
-                fill -= code
+                for i in range(n):
+                    q[_slot(i)] = _unzigzag(np.uint64(q[_code_slot(i)]))
+            else:  # a block of zeros
+                for i in range(n):
+                    q[_slot(i)] = np.int64(0)
         elif code >= np.int64(MASK) and code <= np.int64(MASK + WIDEST):
             w = code - np.int64(MASK)
             p, acc, fill = _need(buf, p, stop, acc, fill, n)
@@ -636,35 +730,50 @@ def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsiz
             m = acc & ((_U1 << np.uint64(n)) - _U1)
             acc >>= np.uint64(n)
             fill -= n
-            mask = (_U1 << np.uint64(w)) - _U1
             for i in range(n):
                 q[_slot(i)] = np.int64(0)
+            count = np.int64(0)
+            rest = m
+            while rest != _U0:
+                rest &= rest - _U1
+                count += np.int64(1)
+            if w > np.int64(0):
+                p, acc, fill, ok = _get_fixed(buf, p, stop, acc, fill, q, count, w)
+                if not ok:
+                    return False
+            else:
+                for i in range(count):
+                    q[_code_slot(i)] = np.int64(0)
+            count = np.int64(0)
             while m != _U0:  # the non-zeros, at the mask's set bits
                 i = ctz64(m)
                 m &= m - _U1
-                p, acc, fill = _need(buf, p, stop, acc, fill, w)
-                if fill < w:
-                    return False
-                q[_slot(i)] = _unzigzag((acc & mask) + _U1)
-                acc >>= np.uint64(w)
-                fill -= w
+                q[_slot(i)] = _unzigzag(np.uint64(q[_code_slot(count)]) + _U1)
+                count += np.int64(1)
         else:
             order, k = _rice_order(code)
             low = (_U1 << np.uint64(k)) - _U1
             most = np.int64(0xFFFFFFFF) >> k  # the largest quotient of a 32-bit code
-            for i in range(n):
+            i = np.int64(0)
+            while i < n:
                 p, acc, fill = _need(buf, p, stop, acc, fill, 32)
                 t = ctz64(acc)
-                if acc != _U0 and t + k < fill and t <= most:  # the whole code is in acc
-                    v = acc >> np.uint64(t + np.int64(1))  # (t + 1 <= fill < 64)
-                    z = (t << k) | np.int64(v & low)
-                    acc = v >> np.uint64(k)
-                    fill -= t + np.int64(1) + k
+                if acc != _U0 and t + k < fill and t <= most:
+                    while True:  # the codes whole in acc, without a refill between them
+                        v = acc >> np.uint64(t + np.int64(1))  # (t + 1 <= fill < 64)
+                        q[_slot(i)] = _unzigzag(np.uint64((t << k) | np.int64(v & low)))
+                        acc = v >> np.uint64(k)
+                        fill -= t + np.int64(1) + k
+                        i += np.int64(1)
+                        t = ctz64(acc)
+                        if not (i < n and acc != _U0 and t + k < fill and t <= most):
+                            break
                 else:
                     p, acc, fill, z = _rice_slow(buf, p, stop, acc, fill, k, most)
                     if z < np.int64(0):
                         return False
-                q[_slot(i)] = _unzigzag(np.uint64(z))
+                    q[_slot(i)] = _unzigzag(np.uint64(z))
+                    i += np.int64(1)
             if order > np.int64(0):  # residuals plus predictions (the encoder's integers)
                 _undo_residuals(q, n, order)
         if code != np.int64(RAW):

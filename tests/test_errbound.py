@@ -257,3 +257,102 @@ def test_the_format_documents_example_bytes():
     s = c.encode(x)
     assert s.tobytes() == bytes.fromhex("000000000000e03f" "b0" "0200" "f003")
     np.testing.assert_array_equal(c.decode(s, out=np.empty_like(x)), x)
+
+
+def _reference_decode(stream: np.ndarray, n: int, dtype) -> tuple[np.ndarray, int]:
+    """docs/format.md, section errbound, read bit by bit in Python: the decoded values
+    (checking that each group's byte size is its bits rounded up, padded with zeros) and
+    the longest unary quotient read."""
+    import math
+    import struct
+
+    dtype = np.dtype(dtype)
+    (step,) = struct.unpack_from("<d", stream.tobytes(), 0)
+    inv = 1.0 / step if step > 0 else 0.0
+    nblocks = -(-n // BLOCK)
+    ngroups = -(-nblocks // 8)
+    codes = stream[HEADER_NBYTES:HEADER_NBYTES + nblocks].astype(int)
+    pairs = stream[HEADER_NBYTES + nblocks:HEADER_NBYTES + nblocks + 2 * ngroups].astype(int)
+    sizes = pairs[0::2] | (pairs[1::2] << 8)
+    at = HEADER_NBYTES + nblocks + 2 * ngroups
+    out = np.empty(n, dtype)
+    longest = 0
+    for g in range(ngroups):
+        bits = int.from_bytes(stream[at:at + sizes[g]].tobytes(), "little")
+        at += sizes[g]
+        pos = 0
+
+        def take(width: int, bits: int = bits) -> int:
+            nonlocal pos
+            pos += width
+            return (bits >> (pos - width)) & ((1 << width) - 1)
+
+        def unzig(z: int) -> int:
+            return z >> 1 if z % 2 == 0 else -(z >> 1) - 1
+
+        qs = [0, 0, 0]  # the group's integers so far, after three zeros of history
+        for b in range(8 * g, min(8 * g + 8, nblocks)):
+            m = min(BLOCK, n - b * BLOCK)
+            code = int(codes[b])
+            if code == 255:
+                raw = bytes(take(8) for _ in range(m * dtype.itemsize))
+                values = np.frombuffer(raw, dtype)
+                out[b * BLOCK:b * BLOCK + m] = values
+                for v in values.astype(np.float64):
+                    s = float(v) * inv + 0.5
+                    qs.append(math.floor(s) if abs(s) <= 2**31 - 1 else 0)
+                continue
+            if code <= 32:
+                q = [unzig(take(code)) for _ in range(m)]
+            elif 128 <= code <= 160:
+                mask = take(m)
+                q = [unzig(take(code - 128) + 1) if mask >> i & 1 else 0 for i in range(m)]
+            else:
+                order, r = next((o, code - c) for o, c in ((3, 208), (2, 176), (1, 96), (0, 64))
+                                if code >= c)
+                a, bb, cc = [(0, 0, 0), (1, 0, 0), (2, -1, 0), (3, -3, 1)][order]
+                q = []
+                for _ in range(m):
+                    zeros = 0
+                    while not take(1):
+                        zeros += 1
+                    longest = max(longest, zeros)
+                    d = unzig((zeros << r) | take(r))
+                    prev = qs + q
+                    q.append(d + a * prev[-1] + bb * prev[-2] + cc * prev[-3])
+            qs += q
+            out[b * BLOCK:b * BLOCK + m] = np.array([float(v) * step for v in q])
+        assert sizes[g] == -(-pos // 8) and bits >> pos == 0, (g, sizes[g], pos)
+    return out, longest
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_streams_read_bit_by_bit_as_the_format_documents(dtype):
+    """A Python reader of docs/format.md decodes every stream to the codec's own values,
+    and each group's byte size is its bits rounded up: data with every coding, Rice
+    codes with quotients past 32 bits (rare huge values among small ones), a short last
+    block and group."""
+    rng = np.random.default_rng(11)
+    n = 8 * 8 * BLOCK + 3 * BLOCK + 13
+    outliers = rng.standard_normal(n) * 0.01
+    outliers[rng.random(n) < 0.03] *= 100
+    sets = [_data(kind, n, dtype) for kind in KINDS] + [
+        outliers, np.cumsum(rng.integers(-3, 4, n)) * 2e-3,
+        np.where(rng.random(n) < 0.5, 0.0, rng.uniform(-1, 1, n)),
+    ]
+    seen = set()
+    longest = 0
+    for x in sets:
+        x = np.asarray(x, dtype)
+        for tol, rel in [(1e-2, True), (1e-4, True), (1e-3, False), (1e-7, True)]:
+            c = get_codec("errbound", tolerance=tol, relative=rel)
+            s = c.encode(x)
+            got = c.decode(s, out=np.empty_like(x))
+            want, most = _reference_decode(s, x.size, dtype)
+            longest = max(longest, most)
+            np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+            nblocks = -(-x.size // BLOCK)
+            seen.update(int(v) // 32 for v in s[HEADER_NBYTES:HEADER_NBYTES + nblocks])
+    # widths (0), Rice (2), Rice of residuals (3, 5, 6), masks (4), raw (7): all read
+    assert {0, 2, 3, 4, 5, 6, 7} <= seen, seen
+    assert longest > 32, longest  # a quotient the writer appends 32 zeros at a time
