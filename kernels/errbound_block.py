@@ -60,7 +60,9 @@ its own). The writer gathers several codes into one append of up to
 where both are short); the reader takes as many fixed-width codes from one
 refill as it holds, each shifted out of the word independently, and as many
 Rice codes as lie whole in it; the decoder adds each delta order's
-prediction back with shifts and adds. A zero mask's non-zeros are gathered
+prediction back with shifts and adds, and every decoding loop writes each
+value as it decodes it (a vector pass after the loop would reload the
+integers just stored one by one). A zero mask's non-zeros are gathered
 into the code slots, coded as fixed-width codes, and put back at the mask's
 set bits.
 """
@@ -659,38 +661,53 @@ def _rice_slow(buf, p, stop, acc, fill, k, most):
 
 
 @njit(inline=NUMBA_INLINE)
-def _undo_residuals(q, n, order):
-    """``q[HISTORY + i]`` += its prediction from the values before it, in order: a serial
-    loop, each order's coefficients spelled out (shifts and adds, no multiplies on the
-    loop's chain)."""
+def _undo_residuals(q, n, order, out, start, step):
+    """``q[HISTORY + i]`` += its prediction from the values before it, in order, each then
+    :func:`_emit`-ted: a serial loop, each order's coefficients spelled out (shifts and
+    adds, no multiplies on the loop's chain)."""
     if order == np.int64(1):
         for i in range(n):
             j = _slot(i)
-            q[j] += q[j - np.uint64(1)]
+            _emit(q, i, q[j] + q[j - np.uint64(1)], out, start, step)
     elif order == np.int64(2):
         for i in range(n):
             j = _slot(i)
-            q[j] += (q[j - np.uint64(1)] << np.int64(1)) - q[j - np.uint64(2)]
+            _emit(q, i, q[j] + (q[j - np.uint64(1)] << np.int64(1)) - q[j - np.uint64(2)], out,
+                  start, step)
     else:
         for i in range(n):
             j = _slot(i)
             d = q[j - np.uint64(1)] - q[j - np.uint64(2)]
-            q[j] += d + (d << np.int64(1)) + q[j - np.uint64(3)]
+            _emit(q, i, q[j] + d + (d << np.int64(1)) + q[j - np.uint64(3)], out, start, step)
+
+
+@njit(inline="always")
+def _emit(q, i, v, out, start, step):
+    """Value ``i`` of a block decoded: its integer ``v`` into ``q[HISTORY + i]`` (a later
+    block's history, a residual's prediction) and ``v * step`` into ``out[start + i]``.
+    Scalar, inside each decoding loop: its work fits beside the loop's serial chain,
+    where a vector pass after it reloaded the integers just stored one by one."""
+    q[_slot(i)] = v
+    out[np.uint64(start) + np.uint64(i)] = np.float64(v) * step
 
 
 @njit(inline=NUMBA_INLINE)
-def _scale(q, n, step, out, start):
-    """``out[start + i] = q[HISTORY + i] * step`` for ``i < n`` (rounded to out's dtype)."""
-    base = np.uint64(start)  # (an unsigned index: no negative-index wraparound to vectorize)
-    for i in range(n):
-        out[base + np.uint64(i)] = np.float64(q[_slot(i)]) * step
+def _zeros(q, out, start):
+    """A full block of zeros: ``out[start:start + BLOCK]`` = 0, and the next block's history
+    (the short path: the general one costs 4x as much per block of zeros)."""
+    base = np.uint64(start)
+    for i in range(BLOCK):
+        out[base + np.uint64(i)] = 0.0
+    for j in range(HISTORY):
+        q[j] = np.int64(0)
 
 
 @njit(inline=NUMBA_INLINE)
 def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsize, q):
     """Decode group ``group`` from ``buf[pos:end]`` into ``out`` (``outb``: its bytes);
     False where the group's codes run past ``end`` (hostile bytes). ``q``: scratch of
-    ``SCRATCH`` int64 (a block's history and values are read into it, then scaled)."""
+    ``SCRATCH`` int64 (a block's history and integers are read into it, each value
+    written to ``out`` as it is decoded; a full block of zeros takes a short path)."""
     first, last = _group_blocks(group, codes.size)
     p = np.int64(pos)
     stop = np.int64(end)
@@ -702,6 +719,9 @@ def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsiz
         start, bend = _block_values(b, out.size)
         n = bend - start
         code = np.int64(codes[b])
+        if code == np.int64(0) and n == np.int64(BLOCK):  # a block of zeros
+            _zeros(q, out, start)
+            continue
         if code == np.int64(RAW):
             for j in range(start * np.int64(itemsize), bend * np.int64(itemsize)):
                 p, acc, fill = _need(buf, p, stop, acc, fill, 8)
@@ -718,10 +738,10 @@ def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsiz
                 if not ok:
                     return False
                 for i in range(n):
-                    q[_slot(i)] = _unzigzag(np.uint64(q[_code_slot(i)]))
+                    _emit(q, i, _unzigzag(np.uint64(q[_code_slot(i)])), out, start, step)
             else:  # a block of zeros
                 for i in range(n):
-                    q[_slot(i)] = np.int64(0)
+                    _emit(q, i, np.int64(0), out, start, step)
         elif code >= np.int64(MASK) and code <= np.int64(MASK + WIDEST):
             w = code - np.int64(MASK)
             p, acc, fill = _need(buf, p, stop, acc, fill, n)
@@ -731,7 +751,7 @@ def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsiz
             acc >>= np.uint64(n)
             fill -= n
             for i in range(n):
-                q[_slot(i)] = np.int64(0)
+                _emit(q, i, np.int64(0), out, start, step)
             count = np.int64(0)
             rest = m
             while rest != _U0:
@@ -748,7 +768,7 @@ def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsiz
             while m != _U0:  # the non-zeros, at the mask's set bits
                 i = ctz64(m)
                 m &= m - _U1
-                q[_slot(i)] = _unzigzag(np.uint64(q[_code_slot(count)]) + _U1)
+                _emit(q, i, _unzigzag(np.uint64(q[_code_slot(count)]) + _U1), out, start, step)
                 count += np.int64(1)
         else:
             order, k = _rice_order(code)
@@ -761,7 +781,8 @@ def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsiz
                 if acc != _U0 and t + k < fill and t <= most:
                     while True:  # the codes whole in acc, without a refill between them
                         v = acc >> np.uint64(t + np.int64(1))  # (t + 1 <= fill < 64)
-                        q[_slot(i)] = _unzigzag(np.uint64((t << k) | np.int64(v & low)))
+                        _emit(q, i, _unzigzag(np.uint64((t << k) | np.int64(v & low))), out,
+                              start, step)
                         acc = v >> np.uint64(k)
                         fill -= t + np.int64(1) + k
                         i += np.int64(1)
@@ -772,15 +793,10 @@ def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsiz
                     p, acc, fill, z = _rice_slow(buf, p, stop, acc, fill, k, most)
                     if z < np.int64(0):
                         return False
-                    q[_slot(i)] = _unzigzag(np.uint64(z))
+                    _emit(q, i, _unzigzag(np.uint64(z)), out, start, step)
                     i += np.int64(1)
             if order > np.int64(0):  # residuals plus predictions (the encoder's integers)
-                _undo_residuals(q, n, order)
-        if code != np.int64(RAW):
-            if n == np.int64(BLOCK):  # (a trip count the compiler knows: it vectorizes)
-                _scale(q, np.int64(BLOCK), step, out, start)
-            else:
-                _scale(q, n, step, out, start)
+                _undo_residuals(q, n, order, out, start, step)
         for j in range(HISTORY):  # the last values become the next block's history
             q[j] = q[n + j]
     return True
