@@ -472,16 +472,15 @@ def _block_values(b, n):
 
 
 @njit(inline=NUMBA_INLINE)
-def _put_fixed(out, p, stop, acc, fill, q, first, n, width):
-    """Append the codes in code slots ``first`` to ``first + n`` in ``width`` bits each, as
-    many at a time as :data:`WIDE` bits hold."""
+def _put_fixed(out, p, stop, acc, fill, q, n, width):
+    """Append the codes in the first ``n`` code slots in ``width`` bits each, as many at a
+    time as :data:`WIDE` bits hold."""
     if width == np.int64(0):
         return p, acc, fill
     per = np.int64(WIDE) // width
-    i = np.int64(first)
-    end = np.int64(first) + np.int64(n)
-    while i < end:
-        take = imin(per, end - i)
+    i = np.int64(0)
+    while i < n:
+        take = imin(per, n - i)
         word = _U0
         for j in range(take):
             word |= np.uint64(q[_code_slot(i + j)]) << np.uint64(j * width)
@@ -558,7 +557,7 @@ def pack_group(x, xb, group, inv_step, codes, out, pos, stop, itemsize, q):
             _quantize(x, start, n, inv_step, q)
         if code <= np.int64(WIDEST):
             _zigzags(q, n, np.int64(0))
-            p, acc, fill = _put_fixed(out, p, stop, acc, fill, q, np.int64(0), n, code)
+            p, acc, fill = _put_fixed(out, p, stop, acc, fill, q, n, code)
         elif not _is_rice(code):  # a zero mask
             w = code - np.int64(MASK)
             m = np.int64(0)
@@ -572,7 +571,7 @@ def pack_group(x, xb, group, inv_step, codes, out, pos, stop, itemsize, q):
                 rest &= rest - _U1
                 q[_code_slot(count)] = _zz(q[_slot(i)]) - np.int64(1)
                 count += np.int64(1)
-            p, acc, fill = _put_fixed(out, p, stop, acc, fill, q, np.int64(0), count, w)
+            p, acc, fill = _put_fixed(out, p, stop, acc, fill, q, count, w)
         else:
             order, k = _rice_order(code)
             if order > np.int64(0):  # residuals: their codes first, from the block's history
@@ -691,10 +690,20 @@ def _emit(q, i, v, out, start, step):
     out[np.uint64(start) + np.uint64(i)] = np.float64(v) * step
 
 
+@njit(inline="always")
+def _emit_or_keep(q, i, v, order, out, start, step):
+    """:func:`_emit` the integer ``v`` of a Rice code of values (``order`` 0); keep a
+    residual (a delta order) in ``q[HISTORY + i]`` for :func:`_undo_residuals`."""
+    if order == np.int64(0):
+        _emit(q, i, v, out, start, step)
+    else:
+        q[_slot(i)] = v
+
+
 @njit(inline=NUMBA_INLINE)
 def _zeros(q, out, start):
     """A full block of zeros: ``out[start:start + BLOCK]`` = 0, and the next block's history
-    (the short path: the general one costs 4x as much per block of zeros)."""
+    (a short path: the general one took several times as long per block of zeros)."""
     base = np.uint64(start)
     for i in range(BLOCK):
         out[base + np.uint64(i)] = 0.0
@@ -781,8 +790,8 @@ def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsiz
                 if acc != _U0 and t + k < fill and t <= most:
                     while True:  # the codes whole in acc, without a refill between them
                         v = acc >> np.uint64(t + np.int64(1))  # (t + 1 <= fill < 64)
-                        _emit(q, i, _unzigzag(np.uint64((t << k) | np.int64(v & low))), out,
-                              start, step)
+                        _emit_or_keep(q, i, _unzigzag(np.uint64((t << k) | np.int64(v & low))),
+                                      order, out, start, step)
                         acc = v >> np.uint64(k)
                         fill -= t + np.int64(1) + k
                         i += np.int64(1)
@@ -793,7 +802,7 @@ def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsiz
                     p, acc, fill, z = _rice_slow(buf, p, stop, acc, fill, k, most)
                     if z < np.int64(0):
                         return False
-                    _emit(q, i, _unzigzag(np.uint64(z)), out, start, step)
+                    _emit_or_keep(q, i, _unzigzag(np.uint64(z)), order, out, start, step)
                     i += np.int64(1)
             if order > np.int64(0):  # residuals plus predictions (the encoder's integers)
                 _undo_residuals(q, n, order, out, start, step)
