@@ -609,9 +609,13 @@ def _unzigzag(z):
 
 @njit(inline=NUMBA_INLINE)
 def _get_fixed(buf, p, stop, acc, fill, q, n, width):
-    """Read ``n`` codes of ``width`` (1-32) bits into the first ``n`` code slots: ``(p, acc,
+    """Read ``n`` codes of ``width`` (0-32) bits into the first ``n`` code slots: ``(p, acc,
     fill, ok)``, not ok where they run past ``stop``. One refill gives as many codes as
     its bits hold (read from the word independently of one another)."""
+    if width == np.int64(0):  # (no bits: zeros)
+        for i in range(n):
+            q[_code_slot(i)] = np.int64(0)
+        return p, acc, fill, True
     mask = (_U1 << np.uint64(width)) - _U1
     per = np.int64(56) // width  # (a refill while 8 bytes lie ahead holds 56 bits or more)
     i = np.int64(0)
@@ -701,11 +705,11 @@ def _emit_or_keep(q, i, v, order, out, start, step):
 
 
 @njit(inline=NUMBA_INLINE)
-def _zeros(q, out, start):
-    """A full block of zeros: ``out[start:start + BLOCK]`` = 0, and the next block's history
+def _zeros(q, n, out, start):
+    """A block of ``n`` zeros: ``out[start:start + n]`` = 0, and the next block's history
     (a short path: the general one took several times as long per block of zeros)."""
     base = np.uint64(start)
-    for i in range(BLOCK):
+    for i in range(n):
         out[base + np.uint64(i)] = 0.0
     for j in range(HISTORY):
         q[j] = np.int64(0)
@@ -716,7 +720,7 @@ def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsiz
     """Decode group ``group`` from ``buf[pos:end]`` into ``out`` (``outb``: its bytes);
     False where the group's codes run past ``end`` (hostile bytes). ``q``: scratch of
     ``SCRATCH`` int64 (a block's history and integers are read into it, each value
-    written to ``out`` as it is decoded; a full block of zeros takes a short path)."""
+    written to ``out`` as it is decoded; a block of zeros takes a short path)."""
     first, last = _group_blocks(group, codes.size)
     p = np.int64(pos)
     stop = np.int64(end)
@@ -728,8 +732,11 @@ def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsiz
         start, bend = _block_values(b, out.size)
         n = bend - start
         code = np.int64(codes[b])
-        if code == np.int64(0) and n == np.int64(BLOCK):  # a block of zeros
-            _zeros(q, out, start)
+        if code == np.int64(0):  # a block of zeros
+            if n == np.int64(BLOCK):  # (a trip count the compiler knows: one vector store)
+                _zeros(q, np.int64(BLOCK), out, start)
+            else:
+                _zeros(q, n, out, start)
             continue
         if code == np.int64(RAW):
             for j in range(start * np.int64(itemsize), bend * np.int64(itemsize)):
@@ -742,15 +749,11 @@ def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsiz
             for i in range(n):  # (the next block's history: q of these values, as encoded)
                 q[_slot(i)] = _quantized(np.float64(out[start + i]), inv_step)
         elif code <= np.int64(WIDEST):
-            if code > np.int64(0):
-                p, acc, fill, ok = _get_fixed(buf, p, stop, acc, fill, q, n, code)
-                if not ok:
-                    return False
-                for i in range(n):
-                    _emit(q, i, _unzigzag(np.uint64(q[_code_slot(i)])), out, start, step)
-            else:  # a block of zeros
-                for i in range(n):
-                    _emit(q, i, np.int64(0), out, start, step)
+            p, acc, fill, ok = _get_fixed(buf, p, stop, acc, fill, q, n, code)
+            if not ok:
+                return False
+            for i in range(n):
+                _emit(q, i, _unzigzag(np.uint64(q[_code_slot(i)])), out, start, step)
         elif code >= np.int64(MASK) and code <= np.int64(MASK + WIDEST):
             w = code - np.int64(MASK)
             p, acc, fill = _need(buf, p, stop, acc, fill, n)
@@ -766,13 +769,9 @@ def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsiz
             while rest != _U0:
                 rest &= rest - _U1
                 count += np.int64(1)
-            if w > np.int64(0):
-                p, acc, fill, ok = _get_fixed(buf, p, stop, acc, fill, q, count, w)
-                if not ok:
-                    return False
-            else:
-                for i in range(count):
-                    q[_code_slot(i)] = np.int64(0)
+            p, acc, fill, ok = _get_fixed(buf, p, stop, acc, fill, q, count, w)
+            if not ok:
+                return False
             count = np.int64(0)
             while m != _U0:  # the non-zeros, at the mask's set bits
                 i = ctz64(m)
