@@ -14,6 +14,7 @@ from . import (
     allreduce,
     allreduce_gpu,
     codecs,
+    errbound_ab,
     first_call,
     headline,
     model_check,
@@ -31,6 +32,8 @@ SUBCOMMANDS = {
     "accuracy": (accuracy, "bitplane vs zfp 1D/3D PSNR at equal bits per value"),
     "rate-distortion": (rate_distortion, "errbound's bits per value at bitplane's PSNR, and "
                                          "both codecs' speeds"),
+    "errbound-ab": (errbound_ab, "errbound's kernels at another commit against this tree's, "
+                                 "in one process: same bytes, speed ratio"),
     "allreduce": (allreduce, "compressed vs plain MPI Allreduce: time, bytes, error "
                              "(run under mpiexec)"),
     "headline": (headline, "the headline comparison (make bench): compressed vs plain "

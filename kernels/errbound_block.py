@@ -49,8 +49,13 @@ vectorizes only when it sees all of it: the loop functions are inlined by
 Numba (``NUMBA_INLINE``: an LLVM-inlined callee's loops stay scalar here),
 the array index is unsigned (a signed one carries Python's negative-index
 wraparound, which stops vectorizing), and a full block's trip count is the
-constant ``BLOCK``. The costs then come from integer loops over the block
-(the Rice codes of the values and of the residuals priced in one). Only the
+constant ``BLOCK``. The loops use only what AVX2 has (AVX-512 is not on
+every x86-64 host): float64 to integer and back through int32, not int64;
+no 64-bit multiply (each delta order's loop has its coefficients as
+constants: shifts and adds); unsigned shifts of the Rice sums (a signed
+64-bit shift right has no AVX2 instruction). The costs then come from
+integer loops over the block (the Rice codes of the values and of the
+residuals priced in one). Only the
 packing and unpacking of bits are serial: the writer stores a whole 64-bit
 word per append and keeps under 8 bits pending, the reader tops up to 56-63
 bits with one 8-byte load, both without a branch on the bits while 8 bytes
@@ -97,20 +102,29 @@ SCRATCH = HISTORY + 2 * BLOCK
 
 
 @njit(inline="always")
-def _reconstructed(q, step, single):
-    """What the decoder makes of ``q``: ``q * step`` rounded to the dtype (float64 here)."""
-    v = mul_rn(np.float64(q), step)
+def _reconstructed(qf, step, single):
+    """What the decoder makes of the integer ``q`` (``qf``: its value as a float64): ``q *
+    step`` rounded to the dtype (float64 here)."""
+    v = mul_rn(qf, step)
     if single:
         return np.float64(np.float32(v))
     return v
 
 
 @njit(inline="always")
+def _floor_float(s):
+    """``floor(s)`` as a float64 for ``|s| <= 2**31 - 1``: a truncation through int32 and a
+    correction without a branch. int32 because its conversions to and from float64
+    vectorize on every x86-64 vector unit (int64's need AVX-512: with AVX2 a loop of them
+    ran 3x slower), and ``math.floor`` is a library call that blocks vectorizing."""
+    t = np.float64(np.int32(s))
+    return t - np.float64(t > s)
+
+
+@njit(inline="always")
 def _floor(s):
-    """``floor(s)`` as an int64 for ``|s| < 2**63``: a truncation and a correction without
-    a branch, where ``math.floor`` is a library call (4x slower) and blocks vectorizing."""
-    t = np.int64(s)
-    return t - np.int64(np.float64(t) > s)
+    """``floor(s)`` as an int64 for ``|s| <= 2**31 - 1`` (:func:`_floor_float`)."""
+    return np.int64(np.int32(_floor_float(s)))
 
 
 @njit(inline="always")
@@ -134,20 +148,6 @@ def _history(x, start, inv_step, q):
 
 
 @njit(inline="always")
-def _coefficients(order):
-    """``(a, b, c)``: the prediction of ``q[i]`` from the values before it, ``a q[i-1] +
-    b q[i-2] + c q[i-3]``, of a delta code of ``order`` 1-3 (a polynomial of degree
-    ``order - 1`` through them; order 0: none)."""
-    if order == np.int64(1):
-        return np.int64(1), np.int64(0), np.int64(0)
-    if order == np.int64(2):
-        return np.int64(2), np.int64(-1), np.int64(0)
-    if order == np.int64(3):
-        return np.int64(3), np.int64(-3), np.int64(1)
-    return np.int64(0), np.int64(0), np.int64(0)
-
-
-@njit(inline="always")
 def _slot(i):
     """The index in ``q`` of a block's value ``i``, unsigned (a signed index carries
     Python's negative-index wraparound, which stops loops vectorizing)."""
@@ -163,15 +163,32 @@ def _code_slot(i):
 @njit(inline=NUMBA_INLINE)
 def _zigzags(q, n, order):
     """The zigzag codes of the block's residuals of ``order`` (0: its values) into their
-    :func:`_code_slot`: a loop that vectorizes, before the serial packing."""
-    a, b, c = _coefficients(order)
+    :func:`_code_slot`: a loop that vectorizes, before the serial packing. One loop per
+    order, its coefficients constants (shifts and adds: a 64-bit multiply has no AVX2
+    instruction)."""
+    if order == np.int64(1):
+        _zigzags_of(q, n, np.int64(1), np.int64(0), np.int64(0))
+    elif order == np.int64(2):
+        _zigzags_of(q, n, np.int64(2), np.int64(-1), np.int64(0))
+    elif order == np.int64(3):
+        _zigzags_of(q, n, np.int64(3), np.int64(-3), np.int64(1))
+    else:
+        _zigzags_of(q, n, np.int64(0), np.int64(0), np.int64(0))
+
+
+@njit(inline=NUMBA_INLINE)
+def _zigzags_of(q, n, a, b, c):
+    """:func:`_zigzags` of the predictor ``(a, b, c)`` (:func:`_prediction`)."""
     for i in range(n):
         q[_code_slot(i)] = _zz(_residual(q, _slot(i), a, b, c))
 
 
 @njit(inline="always")
 def _prediction(q, j, a, b, c):
-    """The prediction of ``q[j]`` (``j`` from :func:`_slot`) from the values before it."""
+    """The prediction of ``q[j]`` (``j`` from :func:`_slot`) from the values before it,
+    ``a q[j-1] + b q[j-2] + c q[j-3]``: a delta code of order 1, 2 or 3 predicts with the
+    polynomial of degree ``order - 1`` through them, ``(a, b, c)`` = ``(1, 0, 0)``,
+    ``(2, -1, 0)`` or ``(3, -3, 1)``; order 0 (the values themselves) with ``(0, 0, 0)``."""
     return a * q[j - np.uint64(1)] + b * q[j - np.uint64(2)] + c * q[j - np.uint64(3)]
 
 
@@ -223,11 +240,11 @@ def _quantize_checked(x, start, n, inv_step, step, bound, q):
         v = np.float64(x[base + np.uint64(i)])
         s = add_rn(mul_rn(v, inv_step), 0.5)
         inside = abs(s) <= _Q_MAX  # (False for NaN; tested before the floor, which the
-        t = _floor(s if inside else 0.0)  # simulator's int conversion would refuse)
-        error = abs(v - _reconstructed(t, step, is_single(x)))
+        tf = _floor_float(s if inside else 0.0)  # simulator's int conversion would refuse)
+        error = abs(v - _reconstructed(tf, step, is_single(x)))
         off += np.int64(not inside) + np.int64(error > bound)
         nonfinite += np.int64(v - v != 0.0)  # (NaN for NaN and Inf)
-        q[_slot(i)] = t
+        q[_slot(i)] = np.int64(np.int32(tf))
     if nonfinite:
         return np.int64(NONFINITE)
     return np.int64(RAW) if off else np.int64(0)
@@ -253,28 +270,39 @@ def _rice_pick(s0, s1, s2, k0, n):
 def _rices(q, n, order, total0, total):
     """``(k, bits)`` of the cheapest Rice code of the block's values (``total0`` the sum of
     their zigzag codes), then of its residuals of ``order`` (``total`` theirs): one loop
-    prices three Rice parameters of each."""
-    a, b, c = _coefficients(order)
+    prices three Rice parameters of each (one loop per order, as in :func:`_zigzags`)."""
+    if order == np.int64(1):
+        return _rices_of(q, n, np.int64(1), np.int64(0), np.int64(0), total0, total)
+    if order == np.int64(2):
+        return _rices_of(q, n, np.int64(2), np.int64(-1), np.int64(0), total0, total)
+    return _rices_of(q, n, np.int64(3), np.int64(-3), np.int64(1), total0, total)
+
+
+@njit(inline=NUMBA_INLINE)
+def _rices_of(q, n, a, b, c, total0, total):
+    """:func:`_rices` of the predictor ``(a, b, c)`` (:func:`_prediction`)."""
     k0 = _first_k(total0, n)
     r0 = _first_k(total, n)
-    s0 = np.int64(0)
-    s1 = np.int64(0)
-    s2 = np.int64(0)
-    d0 = np.int64(0)
-    d1 = np.int64(0)
-    d2 = np.int64(0)
+    k1 = np.uint64(k0)
+    k2 = np.uint64(r0)
+    s0 = _U0
+    s1 = _U0
+    s2 = _U0
+    d0 = _U0
+    d1 = _U0
+    d2 = _U0
     for i in range(n):
         j = _slot(i)
-        z = _zz(q[j])
-        d = _zz(_residual(q, j, a, b, c))
-        s0 += z >> k0
-        s1 += z >> (k0 + np.int64(1))
-        s2 += z >> (k0 + np.int64(2))
-        d0 += d >> r0
-        d1 += d >> (r0 + np.int64(1))
-        d2 += d >> (r0 + np.int64(2))
-    k, cost = _rice_pick(s0, s1, s2, k0, n)
-    kd, cost_d = _rice_pick(d0, d1, d2, r0, n)
+        z = np.uint64(_zz(q[j]))
+        d = np.uint64(_zz(_residual(q, j, a, b, c)))
+        s0 += z >> k1
+        s1 += z >> (k1 + _U1)
+        s2 += z >> (k1 + np.uint64(2))
+        d0 += d >> k2
+        d1 += d >> (k2 + _U1)
+        d2 += d >> (k2 + np.uint64(2))
+    k, cost = _rice_pick(np.int64(s0), np.int64(s1), np.int64(s2), k0, n)
+    kd, cost_d = _rice_pick(np.int64(d0), np.int64(d1), np.int64(d2), r0, n)
     return k, cost, kd, cost_d
 
 

@@ -88,3 +88,22 @@ def test_errbound_case_specs():
         "id": "errbound", "tolerance": 2e-4, "relative": True}
     with pytest.raises(ValueError, match="errbound:TOLERANCE"):
         parse_case("errbound:1e-3:abs")
+
+
+def test_errbound_ab_compares_a_commits_kernels_with_the_tree():
+    """HEAD's kernels/ imported beside the tree's: both write the same bytes here (the tree's
+    kernels may only change speed), every speed measured, the table printed; a revision
+    that is not one is refused by name."""
+    from mpicomp.bench import errbound_ab
+
+    out = io.StringIO()
+    rows = errbound_ab.run(base="HEAD", n=1 << 14, data="gradient,smooth", repeat=1, out=out,
+                           argv=["errbound-ab", "--n", "16384"])
+    assert [r["data"] for r in rows] == ["gradient", "smooth"]
+    for r in rows:
+        assert r["same"] is True, r
+        assert 0 < r["bits"] < 33, r
+        assert min(r["enc_base"], r["enc_tree"], r["dec_base"], r["dec_tree"]) > 0, r
+    assert "# command: python -m mpicomp.bench errbound-ab --n 16384" in out.getvalue()
+    with pytest.raises(ValueError, match="--base must be a revision.*'no-such-revision'"):
+        errbound_ab.run(base="no-such-revision", n=1 << 10, out=io.StringIO())

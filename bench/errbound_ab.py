@@ -1,0 +1,183 @@
+"""``python -m mpicomp.bench errbound-ab``: errbound's block code at another commit against
+this tree's, in one process.
+
+A shared 2-core VM's speed drifts by 20-40% from one minute to the next,
+so two runs of ``codecs`` a minute apart cannot tell a 10-30% change in a
+kernel. This command takes ``kernels/`` of ``--base`` (a git revision of
+the repository this tree belongs to), imports it beside this tree's as a
+package of its own, compiles the same single-threaded drivers over both
+versions' block functions (the codes pass, the packing, the unpacking: what
+``kernels/errbound_cpu.py`` runs per group, without its threads) and times
+them in alternation, ``--repeat`` rounds, the best of each. It first checks
+that both write the same stream bytes and decode the same values (the
+kernels may change speed, not the format) and says so.
+
+Columns: ``bits`` per value of the stream; each version's encode (codes +
+packing) and decode in input GB/s; ``enc x``/``dec x``: this tree's speed
+over the base's. The bound is ``--tolerance`` times the data's largest
+magnitude.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import io
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import data as bench_data
+
+__all__ = ["add_arguments", "main", "run"]
+
+#: the repository root (``kernels/`` and ``.git`` beside ``bench/``)
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _base_kernels(rev: str, into: Path) -> Any:
+    """``kernels/`` of ``rev`` extracted into ``into`` as the package ``base_kernels``; returns
+    its ``errbound_block`` module."""
+    done = subprocess.run(["git", "-C", str(_ROOT), "archive", "--format=tar", rev, "kernels"],
+                          capture_output=True)
+    if done.returncode:
+        raise ValueError(f"--base must be a revision of the git checkout at {_ROOT} that has "
+                         f"kernels/, got {rev!r}: {done.stderr.decode(errors='replace').strip()}")
+    tar = done.stdout
+    package = into / "base_kernels"
+    with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
+        for member in archive.getmembers():
+            if member.isfile() and member.name.startswith("kernels/"):
+                target = package / member.name[len("kernels/"):]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(archive.extractfile(member).read())
+    sys.path.insert(0, str(into))
+    try:
+        return importlib.import_module("base_kernels.errbound_block")
+    finally:
+        sys.path.remove(str(into))
+
+
+def _drivers(block: Any) -> tuple[Any, Any, Any]:
+    """One thread's codes, pack and unpack passes over ``block``'s functions (float32)."""
+    from numba import njit
+
+    block_code, pack_group, unpack_group = block.block_code, block.pack_group, block.unpack_group
+    BLOCK, GROUP, SCRATCH = block.BLOCK, block.GROUP, block.SCRATCH
+
+    @njit
+    def codes(x, inv_step, step, bound, out, sizes):
+        q = np.empty(SCRATCH, np.int64)
+        for g in range(sizes.size // 2):
+            bits = 0
+            for b in range(g * GROUP, min(g * GROUP + GROUP, out.size)):
+                start = b * BLOCK
+                code, nbits = block_code(x, start, min(start + BLOCK, x.size), inv_step, step,
+                                         bound, True, q)
+                out[b] = np.uint8(code)
+                bits += nbits
+            nbytes = (bits + 7) // 8
+            sizes[2 * g] = np.uint8(nbytes & 0xFF)
+            sizes[2 * g + 1] = np.uint8(nbytes >> 8)
+
+    @njit
+    def pack(x, xb, inv_step, code, offsets, out):
+        q = np.empty(SCRATCH, np.int64)
+        for g in range(offsets.size - 1):
+            pack_group(x, xb, g, inv_step, code, out, offsets[g], offsets[g + 1], 4, q)
+
+    @njit
+    def unpack(buf, code, offsets, step, inv_step, out, outb):
+        q = np.empty(SCRATCH, np.int64)
+        for g in range(offsets.size - 1):
+            unpack_group(buf, offsets[g], offsets[g + 1], g, code, step, inv_step, out, outb, 4,
+                         q)
+
+    return codes, pack, unpack
+
+
+def _round(passes: Any, x: np.ndarray, bound: float, out: np.ndarray) -> tuple[float, float,
+                                                                               np.ndarray]:
+    """One encode and decode of ``x``: (encode s, decode s, the stream's bytes then the
+    decoded values' bytes)."""
+    from mpicomp.codecs.errbound import _offsets, _sections
+
+    codes_pass, pack_pass, unpack_pass = passes
+    step = 2.0 * bound
+    inv_step = 1.0 / step
+    out[:] = 0
+    code, sizes = _sections(out, x.size)
+    t0 = time.perf_counter()
+    codes_pass(x, inv_step, step, bound, code, sizes)
+    offsets = _offsets(sizes, x.size)
+    pack_pass(x, x.view(np.uint8), inv_step, code, offsets, out)
+    t1 = time.perf_counter()
+    y = np.empty_like(x)
+    unpack_pass(out, code, offsets, step, inv_step, y, y.view(np.uint8))
+    t2 = time.perf_counter()
+    return t1 - t0, t2 - t1, np.concatenate([out[:offsets[-1]], y.view(np.uint8)])
+
+
+def run(base: str = "HEAD", n: int = 1 << 21, data: str = "real,weights,field",
+        tolerance: float = 1e-4, repeat: int = 15, out: Any = sys.stdout,
+        argv: list[str] | None = None) -> list[dict]:
+    """Print and return one row per data set (see the module docstring)."""
+    from mpicomp.codecs import get_codec
+    from mpicomp.kernels import errbound_block
+
+    with tempfile.TemporaryDirectory() as tmp:
+        versions = {"base": _drivers(_base_kernels(base, Path(tmp))),
+                    "tree": _drivers(errbound_block)}
+        print(f"# command: python -m mpicomp.bench {' '.join(argv or ['errbound-ab'])}", file=out)
+        print(f"# base: kernels/ of {base}; tree: this working tree's; one thread, float32, "
+              f"{n} values, bound {tolerance:g} x max|x|, best of {repeat} alternating rounds",
+              file=out)
+        print(f"{'data':8s} {'bits':>6s} {'same':>5s} {'enc base':>9s} {'enc tree':>9s} "
+              f"{'enc x':>6s} {'dec base':>9s} {'dec tree':>9s} {'dec x':>6s}", file=out)
+        rows = []
+        for kind in bench_data.kinds_and_size(data, n):
+            x = bench_data.generate(kind, n, "float32", 0)
+            bound = tolerance * float(np.abs(x).max())
+            buf = np.empty(get_codec("errbound", tolerance=bound).encoded_nbytes(x.size, x.dtype),
+                           np.uint8)
+            results = {name: _round(p, x, bound, buf) for name, p in versions.items()}
+            same = bool(np.array_equal(results["base"][2], results["tree"][2]))
+            bits = 8.0 * (results["tree"][2].size - x.nbytes) / x.size
+            best = {name: [np.inf, np.inf] for name in versions}
+            for _ in range(repeat):
+                for name, p in versions.items():
+                    enc, dec, _ = _round(p, x, bound, buf)
+                    best[name] = [min(best[name][0], enc), min(best[name][1], dec)]
+            gb = x.nbytes / 1e9
+            row = {"data": kind, "bits": bits, "same": same,
+                   "enc_base": gb / best["base"][0], "enc_tree": gb / best["tree"][0],
+                   "dec_base": gb / best["base"][1], "dec_tree": gb / best["tree"][1]}
+            rows.append(row)
+            print(f"{kind:8s} {bits:6.2f} {'yes' if same else 'NO':>5s} {row['enc_base']:9.2f} "
+                  f"{row['enc_tree']:9.2f} {row['enc_tree'] / row['enc_base']:6.2f} "
+                  f"{row['dec_base']:9.2f} {row['dec_tree']:9.2f} "
+                  f"{row['dec_tree'] / row['dec_base']:6.2f}", file=out, flush=True)
+        return rows
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``errbound-ab`` subcommand's options."""
+    parser.add_argument("--base", default="HEAD", help="git revision to compare with (HEAD)")
+    parser.add_argument("--n", type=int, default=1 << 21, help="values per data set (2097152)")
+    parser.add_argument("--data", default="real,weights,field",
+                        help="comma-separated data sets among " + ", ".join(bench_data.KINDS)
+                        + " (real,weights,field)")
+    parser.add_argument("--tolerance", type=float, default=1e-4,
+                        help="error bound relative to the data's largest magnitude (1e-4)")
+    parser.add_argument("--repeat", type=int, default=15, help="alternating rounds (15)")
+
+
+def main(args: argparse.Namespace, argv: list[str] | None = None) -> int:
+    rows = run(base=args.base, n=args.n, data=args.data, tolerance=args.tolerance,
+               repeat=args.repeat, argv=argv)
+    return 0 if all(r["same"] for r in rows) else 1
