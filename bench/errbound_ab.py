@@ -56,6 +56,8 @@ def _base_kernels(rev: str, into: Path) -> Any:
                 target = package / member.name[len("kernels/"):]
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(archive.extractfile(member).read())
+    for name in [m for m in sys.modules if m == "base_kernels" or m.startswith("base_kernels.")]:
+        del sys.modules[name]  # (a base imported before in this process)
     sys.path.insert(0, str(into))
     try:
         return importlib.import_module("base_kernels.errbound_block")
