@@ -50,7 +50,7 @@ ARGS   ?=
 VENV_ARGS ?=
 WHEELS ?=
 
-.PHONY: all venv venv-ompi warmup test test-quick test-ompi bench bench-codecs bench-comm bench-net bench-transformer test-gpu bench-gpu gpu-wheels clean distclean
+.PHONY: all venv venv-ompi warmup test test-quick test-device test-ompi bench bench-codecs bench-comm bench-net bench-transformer test-gpu bench-gpu gpu-wheels clean distclean
 
 all: test
 
@@ -104,12 +104,17 @@ warmup: venv
 # make test's Open MPI part (OMPI=0: none); ARGS apply to both parts
 OMPI ?= 1
 OMPI_STAGES ?= 2,mpi4py
+OMPI_MPI4PY_RANKS ?= 2
 
 test: venv $(if $(filter 1,$(OMPI)),venv-ompi)
 	$(VPY) tests/run_tests.py $(ARGS)
 ifeq ($(OMPI),1)
-	$(OMPI_VPY) tests/run_tests.py --stages $(OMPI_STAGES) $(ARGS)
+	$(OMPI_VPY) tests/run_tests.py --stages $(OMPI_STAGES) --mpi4py-ranks $(OMPI_MPI4PY_RANKS) $(ARGS)
 endif
+
+# the device-buffer tests under the CUDA simulator on 2 and 3 ranks (make test: 2 only)
+test-device: venv
+	$(VPY) tests/run_tests.py --stages sim2,sim3 $(ARGS)
 
 test-quick: venv
 	$(VPY) tests/run_tests.py --stages serial,2,4 -m "not slow" $(ARGS)
