@@ -103,7 +103,7 @@ def parse_args(argv: list[str]):
                    help="comma-separated stages: 'serial', rank counts, simN, mpi4py "
                         "(default %(default)s; sim3 on request: the simulator's 3-rank "
                         "stage took 720 s on a 2-core Zen 3 VM)")
-    p.add_argument("--timeout", type=float, default=2400.0,
+    p.add_argument("--timeout", type=float, default=3600.0,
                    help="seconds per stage before it is killed and counted failed "
                         "(default %(default)s: the serial stage, which compiles every "
                         "kernel from a clean clone, took over 1200 s on a 2-core Zen 3 VM)")
