@@ -55,8 +55,8 @@ no 64-bit multiply (each delta order's loop has its coefficients as
 constants: shifts and adds); unsigned shifts of the Rice sums (a signed
 64-bit shift right has no AVX2 instruction). The costs then come from
 integer loops over the block (the Rice codes of the values and of the
-residuals priced in one). Only the
-packing and unpacking of bits are serial: the writer stores a whole 64-bit
+residuals priced in one). Only the packing and unpacking of bits are
+serial: the writer stores a whole 64-bit
 word per append and keeps under 8 bits pending, the reader tops up to 56-63
 bits with one 8-byte load, both without a branch on the bits while 8 bytes
 of the group lie ahead (byte-wise near its end, so a group's bytes are only
