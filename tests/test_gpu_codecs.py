@@ -30,6 +30,9 @@ CODECS = [
     {"id": "zfp", "rate": 8, "dims": 3},
     {"id": "cast", "dtype": "float16"},
     {"id": "cast", "dtype": "bfloat16"},
+    {"id": "errbound", "tolerance": 2.5e-4},
+    {"id": "errbound", "tolerance": 1e-3, "relative": True},
+    {"id": "errbound", "tolerance": 1e-5, "relative": True},
 ]
 
 
