@@ -22,6 +22,7 @@ from . import (
     overhead,
     overlap,
     rate_distortion,
+    rice_chains,
     soak,
     train,
     transformer,
@@ -34,6 +35,8 @@ SUBCOMMANDS = {
                                          "both codecs' speeds"),
     "errbound-ab": (errbound_ab, "errbound's kernels at another commit against this tree's, "
                                  "in one process: same bytes, speed ratio"),
+    "rice-chains": (rice_chains, "a Rice decoding loop on one bit stream against two decoded "
+                                 "side by side (what splitting errbound's codes could gain)"),
     "allreduce": (allreduce, "compressed vs plain MPI Allreduce: time, bytes, error "
                              "(run under mpiexec)"),
     "headline": (headline, "the headline comparison (make bench): compressed vs plain "

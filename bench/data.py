@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DTYPES", "KINDS", "generate", "kinds_and_size"]
+__all__ = ["DTYPES", "KINDS", "add_data_arguments", "generate", "kinds_and_size"]
 
 #: the data kinds; the first, "real", is the benchmarks' default
 KINDS = ("real", "gradient", "gaussian", "smooth", "weights", "field")
@@ -103,3 +103,12 @@ def kinds_and_size(data: str, n: Any) -> list[str]:
             raise ValueError(f"data kind must be one of {list(KINDS)}, got {k!r}")
     return kinds
 
+
+
+def add_data_arguments(parser: Any, n: int) -> None:
+    """A single-process benchmark's ``--n`` (values per data set, default ``n``) and
+    ``--data`` (comma-separated kinds, default ``real,weights,field``) options."""
+    parser.add_argument("--n", type=int, default=n, help=f"values per data set ({n})")
+    parser.add_argument("--data", default="real,weights,field",
+                        help="comma-separated data sets among " + ", ".join(KINDS)
+                        + " (real,weights,field)")

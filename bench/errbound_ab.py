@@ -170,10 +170,7 @@ def run(base: str = "HEAD", n: int = 1 << 21, data: str = "real,weights,field",
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``errbound-ab`` subcommand's options."""
     parser.add_argument("--base", default="HEAD", help="git revision to compare with (HEAD)")
-    parser.add_argument("--n", type=int, default=1 << 21, help="values per data set (2097152)")
-    parser.add_argument("--data", default="real,weights,field",
-                        help="comma-separated data sets among " + ", ".join(bench_data.KINDS)
-                        + " (real,weights,field)")
+    bench_data.add_data_arguments(parser, 1 << 21)
     parser.add_argument("--tolerance", type=float, default=1e-4,
                         help="error bound relative to the data's largest magnitude (1e-4)")
     parser.add_argument("--repeat", type=int, default=15, help="alternating rounds (15)")

@@ -210,10 +210,7 @@ def run(n: int = 1 << 20, dtype: Any = "float32", data: str = "real,weights,fiel
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``rate-distortion`` subcommand's options."""
-    parser.add_argument("--n", type=int, default=1 << 20, help="values per data set (1048576)")
-    parser.add_argument("--data", default="real,weights,field",
-                        help="comma-separated data sets among " + ", ".join(bench_data.KINDS)
-                        + " (real,weights,field)")
+    bench_data.add_data_arguments(parser, 1 << 20)
     parser.add_argument("--seed", type=int, default=0, help="data seed (0)")
     parser.add_argument("--repeat", type=int, default=3, help="timed calls per speed (3)")
     parser.add_argument("--plot", dest="plot_path", metavar="FILE.png", default=None,

@@ -61,13 +61,18 @@ word per append and keeps under 8 bits pending, the reader tops up to 56-63
 bits with one 8-byte load, both without a branch on the bits while 8 bytes
 of the group lie ahead (byte-wise near its end, so a group's bytes are only
 its own). The writer gathers several codes into one append of up to
-``WIDE`` bits (fixed-width codes as many as fit, Rice codes two at a time
-where both are short); the reader takes as many fixed-width codes from one
-refill as it holds, each shifted out of the word independently, and as many
-Rice codes as lie whole in it; the decoder adds each delta order's
-prediction back with shifts and adds, and every decoding loop writes each
-value as it decodes it (a vector pass after the loop would reload the
-integers just stored one by one). A zero mask's non-zeros are gathered
+``WIDE`` bits (fixed-width codes as many as fit; Rice codes two at a time,
+their words and lengths made first by a loop that vectorizes where the
+block's codes are all short, then appended without the group-end check
+where the block's bits lie well inside the group); the reader takes as many
+fixed-width codes from one refill as it holds, each shifted out of the word
+independently, and as many Rice codes as lie whole in it (a loop with one
+copy for values and one for residuals, and one comparison per code: few
+enough live values that none is kept in memory); the decoder adds each
+delta order's prediction back with shifts and adds, the last three values
+in locals, and every decoding loop writes each value as it decodes it (a
+vector pass after the loop would reload the integers just stored one by
+one). A zero mask's non-zeros are gathered
 into the code slots, coded as fixed-width codes, and put back at the mask's
 set bits.
 """
@@ -526,25 +531,50 @@ def _rice_word(z, k, low):
 
 @njit(inline=NUMBA_INLINE)
 def _put_rice(out, p, stop, acc, fill, q, n, k):
-    """Append the Rice codes with ``k`` low bits of the first ``n`` code slots: two codes in
-    one append where both are short (the usual case), long quotients 32 zeros at a time."""
+    """Append the Rice codes with ``k`` low bits of the first ``n`` code slots. The usual
+    block, every code of at most ``WIDE / 2`` bits: a loop that vectorizes turns each code
+    slot into its code word and each value slot into its length, then the serial loop
+    appends two words at a time (unchecked while the block's bits and 8 bytes more lie
+    within the group). A block with a longer code: one code at a time."""
     low = (np.int64(1) << k) - np.int64(1)
     short = np.int64(WIDE // 2) - k  # (a quotient below it: a code of at most WIDE / 2 bits)
-    i = np.int64(0)
-    while i + np.int64(1) < n:
-        z0 = q[_code_slot(i)]
-        z1 = q[_code_slot(i + np.int64(1))]
-        if (z0 >> k) < short and (z1 >> k) < short:
-            n0 = (z0 >> k) + k + np.int64(1)
-            word = _rice_word(z0, k, low) | (_rice_word(z1, k, low) << np.uint64(n0))
+    largest = np.int64(0)
+    for i in range(n):
+        largest = imax(largest, q[_code_slot(i)])
+    if (largest >> k) >= short:
+        for i in range(n):
+            p, acc, fill = _put_rice1(out, p, stop, acc, fill, q[_code_slot(i)], k, low)
+        return p, acc, fill
+    total = np.int64(0)
+    for i in range(n):
+        z = q[_code_slot(i)]
+        total += z >> k
+        q[_code_slot(i)] = np.int64(_rice_word(z, k, low))
+        q[_slot(i)] = (z >> k) + k + np.int64(1)
+    total += n * (k + np.int64(1))
+    pairs = n >> np.int64(1)
+    if p + ((total + np.int64(7)) >> np.int64(3)) + np.int64(8) <= np.int64(stop):
+        for j in range(pairs):
+            i = np.uint64(2 * j)
+            word = np.uint64(q[_code_slot(i)]) | (np.uint64(q[_code_slot(i + _U1)])
+                                                  << np.uint64(q[_slot(i)]))
+            acc |= word << np.uint64(fill)
+            fill += q[_slot(i)] + q[_slot(i + _U1)]
+            _store8(out, p, acc)
+            whole = fill >> np.int64(3)
+            p += whole
+            acc >>= np.uint64(whole << np.int64(3))
+            fill &= np.int64(7)
+    else:
+        for j in range(pairs):
+            i = np.uint64(2 * j)
+            word = np.uint64(q[_code_slot(i)]) | (np.uint64(q[_code_slot(i + _U1)])
+                                                  << np.uint64(q[_slot(i)]))
             p, acc, fill = _put_wide(out, p, stop, acc, fill, word,
-                                     n0 + (z1 >> k) + k + np.int64(1))
-            i += np.int64(2)
-            continue
-        p, acc, fill = _put_rice1(out, p, stop, acc, fill, z0, k, low)
-        i += np.int64(1)
-    if i < n:
-        p, acc, fill = _put_rice1(out, p, stop, acc, fill, q[_code_slot(i)], k, low)
+                                     q[_slot(i)] + q[_slot(i + _U1)])
+    if n & np.int64(1):
+        i = np.uint64(n - np.int64(1))
+        p, acc, fill = _put(out, p, stop, acc, fill, np.uint64(q[_code_slot(i)]), q[_slot(i)])
     return p, acc, fill
 
 
@@ -691,25 +721,79 @@ def _rice_slow(buf, p, stop, acc, fill, k, most):
     return p, acc, fill, z
 
 
+@njit(inline="always")
+def _get_rice(buf, p, stop, acc, fill, q, n, k, values, out, start, step):
+    """Read ``n`` Rice codes of parameter ``k``: ``(p, acc, fill, ok)``, not ok where they
+    run past ``stop`` or a quotient past 32 bits. ``values`` (a constant at each call): the
+    codes are the block's values, each :func:`_emit`-ted; else residuals, kept in ``q`` for
+    :func:`_undo_residuals`. Every code lying whole in the reader's bits is taken without
+    a refill between them (``ctz64`` of 0 is 64, past any ``fill``: no test of ``acc``)."""
+    low = (_U1 << np.uint64(k)) - _U1
+    most = np.int64(0xFFFFFFFF) >> k  # the largest quotient of a 32-bit code
+    # The inner loop tracks room = fill - bias, and takes a code while t < room: with k <= 26
+    # a quotient below fill - k <= 63 is within most, so bias = k; above, bias is past any
+    # fill and the loop takes one code only (checked against most before it).
+    bias = k if k <= np.int64(26) else k + np.int64(64)
+    i = np.int64(0)
+    while i < n:
+        p, acc, fill = _need(buf, p, stop, acc, fill, 32)
+        t = ctz64(acc)
+        if t + k < fill and t <= most:
+            room = fill - bias
+            while True:  # the codes whole in acc
+                v = acc >> np.uint64(t + np.int64(1))  # (t + 1 <= fill < 64)
+                z = _unzigzag(np.uint64((t << k) | np.int64(v & low)))
+                if values:
+                    _emit(q, i, z, out, start, step)
+                else:
+                    q[_slot(i)] = z
+                acc = v >> np.uint64(k)
+                room -= t + np.int64(1) + k
+                i += np.int64(1)
+                t = ctz64(acc)
+                if not (i < n and t < room):
+                    break
+            fill = room + bias
+        else:
+            p, acc, fill, z = _rice_slow(buf, p, stop, acc, fill, k, most)
+            if z < np.int64(0):
+                return p, acc, fill, False
+            if values:
+                _emit(q, i, _unzigzag(np.uint64(z)), out, start, step)
+            else:
+                q[_slot(i)] = _unzigzag(np.uint64(z))
+            i += np.int64(1)
+    return p, acc, fill, True
+
+
 @njit(inline=NUMBA_INLINE)
 def _undo_residuals(q, n, order, out, start, step):
     """``q[HISTORY + i]`` += its prediction from the values before it, in order, each then
     :func:`_emit`-ted: a serial loop, each order's coefficients spelled out (shifts and
-    adds, no multiplies on the loop's chain)."""
+    adds, no multiplies on the loop's chain). The values it predicts from ride in locals
+    (``v1``, ``v2``, ``v3``: the last three decoded): read back from ``q``, each would wait
+    on the store just made (a store-to-load round trip on every value's chain)."""
+    v1 = q[HISTORY - 1]
+    v2 = q[HISTORY - 2]
     if order == np.int64(1):
         for i in range(n):
-            j = _slot(i)
-            _emit(q, i, q[j] + q[j - np.uint64(1)], out, start, step)
+            v1 = q[_slot(i)] + v1
+            _emit(q, i, v1, out, start, step)
     elif order == np.int64(2):
         for i in range(n):
-            j = _slot(i)
-            _emit(q, i, q[j] + (q[j - np.uint64(1)] << np.int64(1)) - q[j - np.uint64(2)], out,
-                  start, step)
+            v = q[_slot(i)] + (v1 << np.int64(1)) - v2
+            v2 = v1
+            v1 = v
+            _emit(q, i, v, out, start, step)
     else:
+        v3 = q[HISTORY - 3]
         for i in range(n):
-            j = _slot(i)
-            d = q[j - np.uint64(1)] - q[j - np.uint64(2)]
-            _emit(q, i, q[j] + d + (d << np.int64(1)) + q[j - np.uint64(3)], out, start, step)
+            d = v1 - v2
+            v = q[_slot(i)] + d + (d << np.int64(1)) + v3
+            v3 = v2
+            v2 = v1
+            v1 = v
+            _emit(q, i, v, out, start, step)
 
 
 @njit(inline="always")
@@ -720,16 +804,6 @@ def _emit(q, i, v, out, start, step):
     where a vector pass after it reloaded the integers just stored one by one."""
     q[_slot(i)] = v
     out[np.uint64(start) + np.uint64(i)] = np.float64(v) * step
-
-
-@njit(inline="always")
-def _emit_or_keep(q, i, v, order, out, start, step):
-    """:func:`_emit` the integer ``v`` of a Rice code of values (``order`` 0); keep a
-    residual (a delta order) in ``q[HISTORY + i]`` for :func:`_undo_residuals`."""
-    if order == np.int64(0):
-        _emit(q, i, v, out, start, step)
-    else:
-        q[_slot(i)] = v
 
 
 @njit(inline=NUMBA_INLINE)
@@ -808,29 +882,14 @@ def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsiz
                 count += np.int64(1)
         else:
             order, k = _rice_order(code)
-            low = (_U1 << np.uint64(k)) - _U1
-            most = np.int64(0xFFFFFFFF) >> k  # the largest quotient of a 32-bit code
-            i = np.int64(0)
-            while i < n:
-                p, acc, fill = _need(buf, p, stop, acc, fill, 32)
-                t = ctz64(acc)
-                if acc != _U0 and t + k < fill and t <= most:
-                    while True:  # the codes whole in acc, without a refill between them
-                        v = acc >> np.uint64(t + np.int64(1))  # (t + 1 <= fill < 64)
-                        _emit_or_keep(q, i, _unzigzag(np.uint64((t << k) | np.int64(v & low))),
-                                      order, out, start, step)
-                        acc = v >> np.uint64(k)
-                        fill -= t + np.int64(1) + k
-                        i += np.int64(1)
-                        t = ctz64(acc)
-                        if not (i < n and acc != _U0 and t + k < fill and t <= most):
-                            break
-                else:
-                    p, acc, fill, z = _rice_slow(buf, p, stop, acc, fill, k, most)
-                    if z < np.int64(0):
-                        return False
-                    _emit_or_keep(q, i, _unzigzag(np.uint64(z)), order, out, start, step)
-                    i += np.int64(1)
+            if order == np.int64(0):  # (two copies of the loop: no branch on the order in it)
+                p, acc, fill, ok = _get_rice(buf, p, stop, acc, fill, q, n, k, True, out,
+                                             start, step)
+            else:
+                p, acc, fill, ok = _get_rice(buf, p, stop, acc, fill, q, n, k, False, out,
+                                             start, step)
+            if not ok:
+                return False
             if order > np.int64(0):  # residuals plus predictions (the encoder's integers)
                 _undo_residuals(q, n, order, out, start, step)
         for j in range(HISTORY):  # the last values become the next block's history

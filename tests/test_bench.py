@@ -90,6 +90,21 @@ def test_errbound_case_specs():
         parse_case("errbound:1e-3:abs")
 
 
+def test_rice_chains_times_one_and_two_streams_of_the_same_codes():
+    """Both loops decode every kept code to the quantized value (the command raises
+    otherwise), a share of blocks kept, both loops timed, the table printed."""
+    from mpicomp.bench import rice_chains
+
+    out = io.StringIO()
+    rows = rice_chains.run(n=1 << 14, data="real,field", repeat=1, out=out,
+                           argv=["rice-chains", "--n", "16384"])
+    assert [r["data"] for r in rows] == ["real", "field"]
+    for r in rows:
+        assert 0 < r["kept"] <= 1 and 0 < r["bits"] < 57, r
+        assert r["one_ns"] > 0 and r["two_ns"] > 0, r
+    assert "# command: python -m mpicomp.bench rice-chains --n 16384" in out.getvalue()
+
+
 def test_errbound_ab_compares_a_commits_kernels_with_the_tree():
     """HEAD's kernels/ imported beside the tree's: both write the same bytes here (the tree's
     kernels may only change speed), every speed measured, the table printed; a revision
