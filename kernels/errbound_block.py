@@ -61,20 +61,17 @@ word per append and keeps under 8 bits pending, the reader tops up to 56-63
 bits with one 8-byte load, both without a branch on the bits while 8 bytes
 of the group lie ahead (byte-wise near its end, so a group's bytes are only
 its own). The writer gathers several codes into one append of up to
-``WIDE`` bits (fixed-width codes as many as fit; Rice codes two at a time,
-their words and lengths made first by a loop that vectorizes where the
-block's codes are all short, then appended without the group-end check
-where the block's bits lie well inside the group); the reader takes as many
-fixed-width codes from one refill as it holds, each shifted out of the word
-independently, and as many Rice codes as lie whole in it (a loop with one
-copy for values and one for residuals, and one comparison per code: few
-enough live values that none is kept in memory); the decoder adds each
-delta order's prediction back with shifts and adds, the last three values
-in locals, and every decoding loop writes each value as it decodes it (a
-vector pass after the loop would reload the integers just stored one by
-one). A zero mask's non-zeros are gathered
-into the code slots, coded as fixed-width codes, and put back at the mask's
-set bits.
+``WIDE`` bits (fixed-width codes as many as fit, Rice codes two at a time
+where both are short); the reader takes as many fixed-width codes from one
+refill as it holds, each shifted out of the word independently, and as many
+Rice codes as lie whole in it (a loop with one copy for values and one for
+residuals, and one comparison per code: few enough live values that none
+is kept in memory); the decoder adds each delta order's prediction back
+with shifts and adds, the last three values in locals, and every decoding
+loop writes each value as it decodes it (a vector pass after the loop would
+reload the integers just stored one by one). A zero mask's non-zeros are
+gathered into the code slots, coded as fixed-width codes, and put back at
+the mask's set bits.
 """
 from __future__ import annotations
 
@@ -531,50 +528,25 @@ def _rice_word(z, k, low):
 
 @njit(inline=NUMBA_INLINE)
 def _put_rice(out, p, stop, acc, fill, q, n, k):
-    """Append the Rice codes with ``k`` low bits of the first ``n`` code slots. The usual
-    block, every code of at most ``WIDE / 2`` bits: a loop that vectorizes turns each code
-    slot into its code word and each value slot into its length, then the serial loop
-    appends two words at a time (unchecked while the block's bits and 8 bytes more lie
-    within the group). A block with a longer code: one code at a time."""
+    """Append the Rice codes with ``k`` low bits of the first ``n`` code slots: two codes in
+    one append where both are short (the usual case), long quotients 32 zeros at a time."""
     low = (np.int64(1) << k) - np.int64(1)
     short = np.int64(WIDE // 2) - k  # (a quotient below it: a code of at most WIDE / 2 bits)
-    largest = np.int64(0)
-    for i in range(n):
-        largest = imax(largest, q[_code_slot(i)])
-    if (largest >> k) >= short:
-        for i in range(n):
-            p, acc, fill = _put_rice1(out, p, stop, acc, fill, q[_code_slot(i)], k, low)
-        return p, acc, fill
-    total = np.int64(0)
-    for i in range(n):
-        z = q[_code_slot(i)]
-        total += z >> k
-        q[_code_slot(i)] = np.int64(_rice_word(z, k, low))
-        q[_slot(i)] = (z >> k) + k + np.int64(1)
-    total += n * (k + np.int64(1))
-    pairs = n >> np.int64(1)
-    if p + ((total + np.int64(7)) >> np.int64(3)) + np.int64(8) <= np.int64(stop):
-        for j in range(pairs):
-            i = np.uint64(2 * j)
-            word = np.uint64(q[_code_slot(i)]) | (np.uint64(q[_code_slot(i + _U1)])
-                                                  << np.uint64(q[_slot(i)]))
-            acc |= word << np.uint64(fill)
-            fill += q[_slot(i)] + q[_slot(i + _U1)]
-            _store8(out, p, acc)
-            whole = fill >> np.int64(3)
-            p += whole
-            acc >>= np.uint64(whole << np.int64(3))
-            fill &= np.int64(7)
-    else:
-        for j in range(pairs):
-            i = np.uint64(2 * j)
-            word = np.uint64(q[_code_slot(i)]) | (np.uint64(q[_code_slot(i + _U1)])
-                                                  << np.uint64(q[_slot(i)]))
+    i = np.int64(0)
+    while i + np.int64(1) < n:
+        z0 = q[_code_slot(i)]
+        z1 = q[_code_slot(i + np.int64(1))]
+        if (z0 >> k) < short and (z1 >> k) < short:
+            n0 = (z0 >> k) + k + np.int64(1)
+            word = _rice_word(z0, k, low) | (_rice_word(z1, k, low) << np.uint64(n0))
             p, acc, fill = _put_wide(out, p, stop, acc, fill, word,
-                                     q[_slot(i)] + q[_slot(i + _U1)])
-    if n & np.int64(1):
-        i = np.uint64(n - np.int64(1))
-        p, acc, fill = _put(out, p, stop, acc, fill, np.uint64(q[_code_slot(i)]), q[_slot(i)])
+                                     n0 + (z1 >> k) + k + np.int64(1))
+            i += np.int64(2)
+            continue
+        p, acc, fill = _put_rice1(out, p, stop, acc, fill, z0, k, low)
+        i += np.int64(1)
+    if i < n:
+        p, acc, fill = _put_rice1(out, p, stop, acc, fill, q[_code_slot(i)], k, low)
     return p, acc, fill
 
 
