@@ -83,6 +83,7 @@ from .jit import NUMBA_INLINE, njit
 from .rounding import add_rn, mul_rn
 
 __all__ = ["BLOCK", "GROUP", "NONFINITE", "RAW", "SCRATCH", "block_code", "pack_group",
+           "reconstruct_block",
            "unpack_group"]
 
 #: the largest |q| coded (so a zigzag code fits 32 bits)
@@ -867,3 +868,23 @@ def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsiz
         for j in range(HISTORY):  # the last values become the next block's history
             q[j] = q[n + j]
     return True
+
+
+@njit(inline=NUMBA_INLINE)
+def reconstruct_block(x, start, end, code, inv_step, step, out):
+    """``out[start:end]``: what :func:`unpack_group` decodes of block ``x[start:end]``
+    coded with ``code``, made from ``x`` itself (its encoder holds it): a raw block's
+    values, a block of zeros' 0, every other value's integer times ``step`` as
+    :func:`_emit` writes it. A loop that vectorizes, against a decode's serial reading."""
+    base = np.uint64(start)
+    n = np.int64(end) - np.int64(start)
+    if code == np.int64(RAW):
+        for i in range(n):
+            out[base + np.uint64(i)] = x[base + np.uint64(i)]
+    elif code == np.int64(0):
+        for i in range(n):
+            out[base + np.uint64(i)] = 0.0
+    else:
+        for i in range(n):
+            v = _floor(add_rn(mul_rn(np.float64(x[base + np.uint64(i)]), inv_step), 0.5))
+            out[base + np.uint64(i)] = np.float64(v) * step

@@ -5,7 +5,9 @@ Encoding takes two passes: :func:`codes` finds each block's code byte and
 writes each group's byte size into the stream, the caller turns the sizes
 into group offsets (a prefix sum over one uint16 per 256 values), and
 :func:`pack` writes every group at its offset. :func:`unpack` decodes groups
-in parallel from those offsets.
+in parallel from those offsets; :func:`reconstruct` makes the same values
+from the encoder's input and the code bytes (the owner of a stream in a
+collective).
 """
 from __future__ import annotations
 
@@ -13,11 +15,12 @@ import numpy as np
 from numba import njit, prange
 
 from ..threads import start_numba_workers
-from .errbound_block import BLOCK, GROUP, NONFINITE, SCRATCH, block_code, pack_group, unpack_group
+from .errbound_block import (BLOCK, GROUP, NONFINITE, SCRATCH, block_code, pack_group,
+                             reconstruct_block, unpack_group)
 
 start_numba_workers()  # before any kernel here runs: idle OpenMP workers sleep
 
-__all__ = ["codes", "pack", "unpack"]
+__all__ = ["codes", "pack", "reconstruct", "unpack"]
 
 
 #: groups per parallel iteration (each iteration's scratch row is reused for them)
@@ -81,3 +84,17 @@ def unpack(buf, code, offsets, step, inv_step, out, outb, itemsize):
                                 outb, itemsize, q):
                 bad += 1
     return bad
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def reconstruct(x, code, inv_step, step, out):
+    """``out``: the values :func:`unpack` decodes of the stream of ``x`` whose code bytes are
+    ``code``, made from ``x`` (``out`` may be ``x`` itself)."""
+    n = x.size
+    nblocks = code.size
+    nchunks = (nblocks + _CHUNK * GROUP - 1) // (_CHUNK * GROUP)
+    for c in prange(nchunks):
+        for b in range(c * _CHUNK * GROUP, min((c + 1) * _CHUNK * GROUP, nblocks)):
+            start = b * BLOCK
+            reconstruct_block(x, start, min(start + BLOCK, n), np.int64(code[b]), inv_step,
+                              step, out)

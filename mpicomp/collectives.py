@@ -8,10 +8,12 @@ point-to-point messages are posted for the upper bound (the decoder reads
 a stream's length from the stream); where a collective needs the counts,
 the ranks exchange them first (one int64 per rank: an MPI_Allgather, or an
 MPI_Bcast from the root). A rank that receives its own data
-back through a collective (Allgather, Gather's root, Bcast's root) gets the
-decoded stream like everyone else: all copies of a value are the same bits
-on every rank. Alltoall copies a rank's own block exactly (no other rank
-holds it).
+back through a collective (Allgather, Gather's root, Bcast's root, Scatter's
+root) gets the decoded stream's values like everyone else: all copies of a
+value are the same bits on every rank. It makes them from its own input
+where the codec can (``Ctx.reconstruct``: the decode's values, no bits
+read). Alltoall copies a rank's own block exactly (no other rank holds
+it).
 """
 from __future__ import annotations
 
@@ -108,8 +110,9 @@ def allgather_nodes(ctx: Ctx, x: np.ndarray, out: np.ndarray, node_of: tuple[int
     streams once to every other leader and receives theirs (nonblocking, on
     ``leaders``), handing each pack to its node (``Ibcast``) as it arrives,
     in a fixed order, while the others are still on the wire. Every rank
-    decodes every stream, its own included, so every copy of a value is the
-    same bits on every rank, as in the flat ring. What crosses the network
+    decodes every other stream and makes its own stream's values from ``x``
+    (the same values), so every copy of a value is the same bits on every
+    rank, as in the flat ring. What crosses the network
     is each node's streams once per other node, from its leader alone: ``p -
     ppn`` blocks out of a node against ``p - 1`` in the flat ring.
     """
@@ -147,7 +150,10 @@ def allgather_nodes(ctx: Ctx, x: np.ndarray, out: np.ndarray, node_of: tuple[int
     def unpack(k: int) -> None:
         for j, i in enumerate(members[k]):
             at = within[k][j]
-            ctx.decode(pack(k)[at : at + sizes[i]], out[i * n : (i + 1) * n])
+            if i == r:  # its own stream: the values from x
+                ctx.reconstruct(x, mine, out[i * n : (i + 1) * n])
+            else:
+                ctx.decode(pack(k)[at : at + sizes[i]], out[i * n : (i + 1) * n])
 
     unpack(me)  # while the other nodes' packs travel
     for k in order:
@@ -169,7 +175,8 @@ def bcast_nodes(ctx: Ctx, buf: np.ndarray, root: int, node_of: tuple[int, ...],
     The root encodes; its node receives the stream through shared memory
     (a Bcast on ``node``), the leaders pass it on between nodes (a Bcast on
     ``leaders`` from the root's node), and each other leader hands it to
-    its node. Every rank, root included, decodes the same stream.
+    its node. Every rank ends with the stream's decoded values (the root
+    makes them from ``buf``).
     """
     nb = ctx.nbytes(buf.size, buf.dtype)
     home = node_of[root]
@@ -191,7 +198,10 @@ def bcast_nodes(ctx: Ctx, buf: np.ndarray, root: int, node_of: tuple[int, ...],
         ctx.wait(node.Ibcast(stream, root=0), idle=not leader)
     if ctx.rank == root or leader:
         ctx.rec.sent(nb)
-    ctx.decode(stream, buf)
+    if ctx.rank == root:
+        ctx.reconstruct(buf, stream, buf)
+    else:
+        ctx.decode(stream, buf)
 
 
 def bcast(ctx: Ctx, buf: np.ndarray, root: int) -> None:
@@ -207,7 +217,10 @@ def bcast(ctx: Ctx, buf: np.ndarray, root: int) -> None:
     ctx.post_verdict()
     with ctx.rec.mpi():
         ctx.comm.Bcast(stream, root=root)
-    ctx.decode(stream, buf)
+    if ctx.rank == root:
+        ctx.reconstruct(buf, stream, buf)
+    else:
+        ctx.decode(stream, buf)
 
 
 def gather(ctx: Ctx, x: np.ndarray, out: np.ndarray | None, root: int) -> None:
@@ -229,7 +242,10 @@ def gather(ctx: Ctx, x: np.ndarray, out: np.ndarray | None, root: int) -> None:
     if ctx.rank == root:
         assert out is not None and streams is not None
         for i in range(p):
-            ctx.decode(streams[i * nb : (i + 1) * nb], out[i * n : (i + 1) * n])
+            if i == root:  # its own stream: the values from x
+                ctx.reconstruct(x, mine, out[i * n : (i + 1) * n])
+            else:
+                ctx.decode(streams[i * nb : (i + 1) * nb], out[i * n : (i + 1) * n])
 
 
 def scatter(ctx: Ctx, x: np.ndarray | None, out: np.ndarray | None, n: int, root: int) -> None:
@@ -256,7 +272,9 @@ def scatter(ctx: Ctx, x: np.ndarray | None, out: np.ndarray | None, n: int, root
     else:
         with ctx.rec.mpi():
             ctx.comm.Scatter(streams, mine, root=root)
-    if out is not None:
+    if out is not None and ctx.rank == root:  # its own block: the values from x
+        ctx.reconstruct(x[root * n : (root + 1) * n], mine, out)
+    elif out is not None:
         ctx.decode(mine, out)
 
 

@@ -65,6 +65,27 @@ def test_every_value_within_the_bound(dtype, kind, tolerance, relative):
     np.testing.assert_array_equal(c.encode(x), s)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+@pytest.mark.parametrize("tolerance,relative", [(1e-3, False), (1e-30, False), (1e-4, True)])
+def test_reconstruct_makes_the_decoders_values_from_the_input(dtype, tolerance, relative):
+    """The owner of a stream in a collective makes its values from its input: bit for bit
+    the decode's, on every kind of data (raw blocks of a huge range or a tiny bound, blocks
+    of zeros, subnormals, a short last block), into another array and in place."""
+    c = get_codec("errbound", tolerance=tolerance, relative=relative)
+    for kind in KINDS:
+        x = _data(kind, 10_000 + 17, dtype)
+        s = c.encode(x)
+        want = c.decode(s, out=np.empty_like(x))
+        got = np.full_like(x, np.nan)
+        c.reconstruct_into(x, s, got)
+        np.testing.assert_array_equal(got.view(f"u{x.itemsize}"), want.view(f"u{x.itemsize}"),
+                                      err_msg=kind)
+        inplace = x.copy()
+        c.reconstruct_into(inplace, s, inplace)
+        np.testing.assert_array_equal(inplace.view(f"u{x.itemsize}"),
+                                      want.view(f"u{x.itemsize}"), err_msg=kind)
+
+
 def test_zeros_cost_a_byte_per_block_and_sparse_data_pays():
     n = 1 << 16
     c = get_codec("errbound", tolerance=1e-3)

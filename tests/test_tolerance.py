@@ -191,6 +191,9 @@ def test_every_collective_keeps_the_tolerance_on_every_rank(comm, tol, kind):
             np.testing.assert_array_equal(got, want, err_msg=name)  # plain: exact, NaN kept
         else:
             _check(name, got, want.astype(np.float64), _bound(tol, inputs))
+    for name, got in (("Allgather", z), ("Iallgather", z2), ("Allgatherv", zv), ("Bcast", b),
+                      ("Ibcast", b2)):  # every copy of a value the same bits (the owner's too)
+        assert len(set(comm.allgather(got.tobytes()))) == 1, name
     st = mc.stats()
     if p > 1 and not nan:
         for name in ("Allreduce", "Allgather", "Alltoall", "Bcast", "Gather", "Scatter"):

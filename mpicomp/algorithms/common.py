@@ -148,6 +148,14 @@ class Ctx:
         with self.rec.codec():
             return self.memory.decode(self.codec, buf, out)
 
+    def reconstruct(self, x: Any, stream: Any, out: Any) -> Any:
+        """:meth:`decode` of ``stream``, which this rank encoded from ``x``: the same values,
+        made from ``x`` where the codec can (no bits read)."""
+        if self._held(out):
+            return out
+        with self.rec.codec():
+            return self.memory.reconstruct(self.codec, x, stream, out)
+
     def add_into(self, acc: Any, x: Any) -> None:
         """``acc += x`` (values)."""
         self.memory.add_into(acc, x)

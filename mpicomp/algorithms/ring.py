@@ -7,8 +7,10 @@ values of that chunk and recompresses the result for its right neighbour;
 after the last step rank ``r`` holds the complete sum of chunk ``r`` (the
 last addition is exact, not recompressed). Allreduce then compresses each
 complete chunk once and passes the compressed chunks around the ring
-untouched (a ring allgather); every rank, the owner included, decodes the
-same bytes, so all ranks end with the same bits.
+untouched (a ring allgather); every rank decodes the same bytes, so all
+ranks end with the same bits (the owner makes the values it sent from its
+own input where the codec can: ``Ctx.reconstruct``, the decode's values
+without reading the bits).
 
 A chunk's value has been quantized once per hop: ``p - 1`` times in the
 reduce-scatter, and once more for the allgather.
@@ -122,7 +124,8 @@ def allgather(ctx: Ctx, mine: Any, out: Any, counts: list[int], displs: list[int
 
     Each rank encodes its block piece by piece and sends each piece to the
     right as soon as it is encoded; a received piece is forwarded before it
-    is decoded. Every rank, the owner included, decodes the same bytes.
+    is decoded. Every rank decodes the same bytes; the owner makes its own block's
+    values from ``mine`` where the codec can (the same values as a decode).
 
     A guarded ``ctx`` (speculative screening) posts its verdict after the
     last encode; decodes into the protected input (in place) wait for it,
@@ -151,8 +154,9 @@ def allgather(ctx: Ctx, mine: Any, out: Any, counts: list[int], displs: list[int
         if p > 1:
             sends.append(ctx.isend(stream, right, TAG_AG))
     ctx.post_verdict()
-    for j in range(len(lay.values[r])):  # own block, while its pieces travel
-        decode(r, j)
+    for j, (start, n) in enumerate(lay.values[r]):  # own block, while its pieces travel
+        at = start - displs[r]
+        ctx.reconstruct(mine[at : at + n], piece(r, j), out[start : start + n])
     for step, c, j, req in arrivals:
         nbytes = ctx.received(req)  # (a variable codec's piece: its stream's bytes)
         if step < p - 2:

@@ -81,6 +81,11 @@ class DeviceArrays:
             n = n if used is None else used
         return out[:n]
 
+    def reconstruct(self, codec: Codec, x: Any, stream: Any, out: Any) -> Any:
+        """:meth:`decode` of ``stream``, the encode of ``x`` (no device kernel makes the
+        values from ``x`` yet)."""
+        return self.decode(codec, stream, out)
+
     def decode(self, codec: Codec, stream: Any, out: Any) -> Any:
         """Decode the head of the device ``stream`` into ``out``; returns ``out``."""
         od = cuda.as_device(out, "out")

@@ -95,6 +95,15 @@ class HostArrays:
         stream = _head(out, codec.stream_nbytes(x.size, x.dtype))
         return codec.encode_into_guarded(x.reshape(-1), stream)
 
+    def reconstruct(self, codec: Codec, x: np.ndarray, stream: np.ndarray,
+                    out: np.ndarray) -> np.ndarray:
+        """:meth:`decode` of ``stream``, the encode of ``x``, into ``out``: made from ``x``
+        where the codec can (``Codec.reconstructs``); returns ``out``."""
+        if not codec.reconstructs:
+            return self.decode(codec, stream, out)
+        codec.reconstruct_into(x.reshape(-1), stream, out.reshape(-1))
+        return out
+
     def decode(self, codec: Codec, stream: np.ndarray, out: np.ndarray) -> np.ndarray:
         """Decode the head of ``stream`` into ``out`` (a variable codec's stream: all of
         it, its length read from it); returns ``out``."""

@@ -54,6 +54,9 @@ class Codec(abc.ABC):
     #: upper bound, :meth:`encode` returns the bytes used, :meth:`decode` reads the length
     #: from the stream (``errbound``); the collectives send the bytes used
     variable: ClassVar[bool] = False
+    #: True when :meth:`reconstruct_into` makes a decode's values from the encoder's input
+    #: without reading the stream's payload (the owner of a stream in a collective)
+    reconstructs: ClassVar[bool] = False
 
     # -- public API ---------------------------------------------------------
     def encoded_nbytes(self, count: int, dtype: Any) -> int:
@@ -189,6 +192,12 @@ class Codec(abc.ABC):
     def encode_into_guarded(self, x: np.ndarray, out: np.ndarray) -> int:
         """:meth:`encode_guarded` on a 1-D contiguous ``x`` and an ``out`` of exact size."""
         raise NotImplementedError
+
+    def reconstruct_into(self, x: np.ndarray, buf: np.ndarray, out: np.ndarray) -> None:
+        """``decode_into(buf, out)`` where ``buf`` is this codec's encode of ``x`` (1-D,
+        contiguous; ``out`` may be ``x``): the same values, by a decode unless the codec
+        can make them from ``x`` (``reconstructs``)."""
+        self.decode_into(buf, out)
 
     # -- CUDA buffers (kernels/cuda_runtime.py) --------------------------------
     def _encode_device_buffer(self, x: Any, out: Any, checked: bool = False) -> Any:
