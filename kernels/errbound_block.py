@@ -32,7 +32,9 @@ blocks (least significant bit first), so a group is one bit stream whose
 length the encoder knows from the costs: :func:`block_code` returns each
 block's code and bit count, :func:`pack_group` writes a group,
 :func:`unpack_group` reads one and reports a stream that runs past the
-group's bytes (hostile bytes) instead of reading beyond them.
+group's bytes (hostile bytes) instead of reading beyond them, and
+:func:`reconstruct_block` makes a block's decoded values from the encoder's
+input and the block's code.
 
 These functions allocate nothing and use only scalars and element access,
 so the same source compiles for the CPU drivers (``errbound_cpu.py``) and as
@@ -83,8 +85,7 @@ from .jit import NUMBA_INLINE, njit
 from .rounding import add_rn, mul_rn
 
 __all__ = ["BLOCK", "GROUP", "NONFINITE", "RAW", "SCRATCH", "block_code", "pack_group",
-           "reconstruct_block",
-           "unpack_group"]
+           "reconstruct_block", "unpack_group"]
 
 #: the largest |q| coded (so a zigzag code fits 32 bits)
 _Q_MAX = 2147483647.0
