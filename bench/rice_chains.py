@@ -173,6 +173,9 @@ def _best_ks(z: np.ndarray) -> np.ndarray:
 def run(n: int = 1 << 20, data: str = "real,weights,field", tolerance: float = 1e-4,
         repeat: int = 15, out: Any = sys.stdout, argv: list[str] | None = None) -> list[dict]:
     """Print and return one row per data set (see the module docstring)."""
+    if not 1e-12 <= tolerance <= 1:
+        raise ValueError(f"rice-chains: --tolerance must lie in [1e-12, 1], got {tolerance!r}")
+    kinds = bench_data.kinds_and_size(data, n)
     write, (decode_one, decode_two) = _loops()
     print(f"# command: python -m mpicomp.bench {' '.join(argv or ['rice-chains'])}", file=out)
     print(f"# {n} values a data set, bound {tolerance:g} x max|x|, one thread, best of "
@@ -180,7 +183,7 @@ def run(n: int = 1 << 20, data: str = "real,weights,field", tolerance: float = 1
     print(f"{'data':8s} {'kept':>5s} {'bits':>6s} {'one ns':>7s} {'two ns':>7s} {'two x':>6s}",
           file=out)
     rows = []
-    for kind in bench_data.kinds_and_size(data, n):
+    for kind in kinds:
         x = bench_data.generate(kind, n, "float32", 0)
         blocks = _codes(x[: x.size - x.size % 32], tolerance * float(np.abs(x).max()))
         blocks = blocks.reshape(-1, 32)
@@ -189,6 +192,9 @@ def run(n: int = 1 << 20, data: str = "real,weights,field", tolerance: float = 1
         ks = ks[fits]
         z = blocks[fits].ravel()
         size = z.size
+        if not size:
+            raise ValueError(f"rice-chains: no block of {kind!r} has Rice codes within 56 bits "
+                             f"at --tolerance {tolerance:g}: raise it")
         room = 8 * size + 64  # (a stream's upper bound in bytes, and the loads' slack)
         streams = [np.zeros(room, np.uint8) for _ in range(3)]
         used = [write(z, ks, 32, streams[0]), write(z[0::2], ks, 16, streams[1]),

@@ -103,6 +103,8 @@ def test_rice_chains_times_one_and_two_streams_of_the_same_codes():
         assert 0 < r["kept"] <= 1 and 0 < r["bits"] < 57, r
         assert r["one_ns"] > 0 and r["two_ns"] > 0, r
     assert "# command: python -m mpicomp.bench rice-chains --n 16384" in out.getvalue()
+    with pytest.raises(ValueError, match=r"--tolerance must lie in \[1e-12, 1\], got 0"):
+        rice_chains.run(tolerance=0, out=io.StringIO())
 
 
 def test_errbound_ab_compares_a_commits_kernels_with_the_tree():
