@@ -132,6 +132,20 @@ def _floor(s):
 
 
 @njit(inline="always")
+def _nearest(v, inv_step):
+    """``floor(v * inv_step + 1/2)`` of a value in range (of a block that is not raw): its
+    integer, as the encoder codes it."""
+    return _floor(add_rn(mul_rn(v, inv_step), 0.5))
+
+
+@njit(inline="always")
+def _dequantized(v, step):
+    """The decoded value of the integer ``v``: ``v * step`` (the caller's store rounds it to
+    the dtype)."""
+    return np.float64(v) * step
+
+
+@njit(inline="always")
 def _quantized(v, inv_step):
     """``floor(v * inv_step + 1/2)``, or 0 where that is not finite or past 31 bits: a
     delta block's predictor from the value before it (both sides compute it)."""
@@ -228,7 +242,7 @@ def _quantize(x, start, n, inv_step, q):
     (every value in range)."""
     base = np.uint64(start)  # (an unsigned index: no negative-index wraparound to vectorize)
     for i in range(n):
-        q[_slot(i)] = _floor(add_rn(mul_rn(np.float64(x[base + np.uint64(i)]), inv_step), 0.5))
+        q[_slot(i)] = _nearest(np.float64(x[base + np.uint64(i)]), inv_step)
 
 
 @njit(inline=NUMBA_INLINE)
@@ -777,7 +791,7 @@ def _emit(q, i, v, out, start, step):
     Scalar, inside each decoding loop: its work fits beside the loop's serial chain,
     where a vector pass after it reloaded the integers just stored one by one."""
     q[_slot(i)] = v
-    out[np.uint64(start) + np.uint64(i)] = np.float64(v) * step
+    out[np.uint64(start) + np.uint64(i)] = _dequantized(v, step)
 
 
 @njit(inline=NUMBA_INLINE)
@@ -875,8 +889,9 @@ def unpack_group(buf, pos, end, group, codes, step, inv_step, out, outb, itemsiz
 def reconstruct_block(x, start, end, code, inv_step, step, out):
     """``out[start:end]``: what :func:`unpack_group` decodes of block ``x[start:end]``
     coded with ``code``, made from ``x`` itself (its encoder holds it): a raw block's
-    values, a block of zeros' 0, every other value's integer times ``step`` as
-    :func:`_emit` writes it. A loop that vectorizes, against a decode's serial reading."""
+    values, a block of zeros' 0, every other value's integer (:func:`_nearest`, as
+    :func:`_quantize` makes it) times ``step`` (:func:`_dequantized`, as :func:`_emit`
+    writes it). A loop that vectorizes, against a decode's serial reading."""
     base = np.uint64(start)
     n = np.int64(end) - np.int64(start)
     if code == np.int64(RAW):
@@ -887,5 +902,5 @@ def reconstruct_block(x, start, end, code, inv_step, step, out):
             out[base + np.uint64(i)] = 0.0
     else:
         for i in range(n):
-            v = _floor(add_rn(mul_rn(np.float64(x[base + np.uint64(i)]), inv_step), 0.5))
-            out[base + np.uint64(i)] = np.float64(v) * step
+            out[base + np.uint64(i)] = _dequantized(
+                _nearest(np.float64(x[base + np.uint64(i)]), inv_step), step)
