@@ -112,9 +112,10 @@ ifeq ($(OMPI),1)
 	$(OMPI_VPY) tests/run_tests.py --stages $(OMPI_STAGES) --mpi4py-ranks $(OMPI_MPI4PY_RANKS) $(ARGS)
 endif
 
-# the device-buffer tests under the CUDA simulator on 2 and 3 ranks (make test: 2 only)
+# the device-buffer tests under the CUDA simulator on 2 and 3 ranks, every case (make test:
+# 2 ranks, without the cases marked exhaustive)
 test-device: venv
-	$(VPY) tests/run_tests.py --stages sim2,sim3 $(ARGS)
+	$(VPY) tests/run_tests.py --stages sim2,sim3 --sim-all $(ARGS)
 
 test-quick: venv
 	$(VPY) tests/run_tests.py --stages serial,2,4 -m "not slow" $(ARGS)

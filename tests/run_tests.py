@@ -9,7 +9,9 @@ Stages (``--stages``, default ``serial,2,3,4,sim2,mpi4py``; ``sim3`` on request)
   tests marked ``@pytest.mark.mpi`` run, on every rank.
 * ``simN``: like ``N`` with ``NUMBA_ENABLE_CUDASIM=1`` (Numba's CUDA
   simulator) and only the tests marked ``device``: device buffers through
-  the communicator, on a machine without a GPU.
+  the communicator, on a machine without a GPU. Cases marked ``exhaustive``
+  (beyond a set that holds every pair of a test's parameters) only with
+  ``--sim-all`` (``make test-device``).
 * ``mpi4py``: mpi4py's own test suite (downloaded from PyPI for the
   installed version) on 2 and 3 ranks (``--mpi4py-ranks``) with ``MPI.COMM_WORLD`` replaced by
   ``mpicomp.COMM_WORLD``, under three policies
@@ -109,6 +111,9 @@ def parse_args(argv: list[str]):
                         "kernel from a clean clone, took over 1200 s on a 2-core Zen 3 VM)")
     p.add_argument("--mpi4py-ranks", default="2,3",
                    help="rank counts of the mpi4py stage (default %(default)s)")
+    p.add_argument("--sim-all", action="store_true",
+                   help="simulator stages run the cases marked 'exhaustive' too (make "
+                        "test-device); without it they are left out")
     p.add_argument("-k", dest="keyword", help="pytest -k expression (all stages)")
     p.add_argument("-m", dest="markexpr",
                    help="pytest -m expression (serial); MPI stages use 'mpi and (EXPR)'")
@@ -148,7 +153,7 @@ def pytest_args_for(stage: str, args, extra: list[str]) -> list[str]:
         if args.markexpr:
             out += ["-m", args.markexpr]
     elif stage.startswith("sim"):
-        sel = "mpi and device"
+        sel = "mpi and device" if args.sim_all else "mpi and device and not exhaustive"
         out += ["-m", f"{sel} and ({args.markexpr})" if args.markexpr else sel]
     else:
         out += ["-m", f"mpi and ({args.markexpr})" if args.markexpr else "mpi"]

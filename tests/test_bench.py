@@ -70,6 +70,8 @@ def test_rate_distortion_matches_bitplanes_psnr_with_errbound(tmp_path):
         if sz3.available():
             assert r["psnr_sz3"] >= r["psnr"] and 0 < r["bits_sz3"] < 40, r
             assert r["ratio_sz3"] == pytest.approx(r["bits_errbound"] / r["bits_sz3"])
+            assert r["enc_x_sz3"] == pytest.approx(r["enc_errbound"] / r["enc_sz3"])
+            assert r["dec_x_sz3"] == pytest.approx(r["dec_errbound"] / r["dec_sz3"])
         else:
             assert "bits_sz3" not in r
     if _has("matplotlib"):

@@ -120,12 +120,27 @@ def host_result(comm, config, algorithm, x):
     return y
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
-@pytest.mark.parametrize("config", [{"id": "bitplane", "rate": 8.25},
-                                    {"id": "cast", "dtype": "bfloat16"},
-                                    {"id": "errbound", "tolerance": 1e-3}],
-                         ids=["bitplane8", "bf16", "errbound"])
-@pytest.mark.parametrize("algorithm", ["allgather", "ring", "recursive_doubling"])
+def _allreduce_params() -> list:
+    """(dtype, config, algorithm) of :func:`test_allreduce`: every combination, half of them
+    marked ``exhaustive``. The other half (per config and algorithm one dtype, ``(config +
+    algorithm) mod 2``) still holds every pair of the four parameters (where, dtype, config,
+    algorithm): CI's simulator stage runs it, ``make test-device`` and a GPU every case."""
+    dtypes = [(np.float32, "f32"), (np.float64, "f64")]
+    configs = [({"id": "bitplane", "rate": 8.25}, "bitplane8"),
+               ({"id": "cast", "dtype": "bfloat16"}, "bf16"),
+               ({"id": "errbound", "tolerance": 1e-3}, "errbound")]
+    algorithms = ["allgather", "ring", "recursive_doubling"]
+    out = []
+    for a, algorithm in enumerate(algorithms):
+        for c, (config, cname) in enumerate(configs):
+            for d, (dtype, dname) in enumerate(dtypes):
+                marks = () if d == (c + a) % len(dtypes) else (pytest.mark.exhaustive,)
+                out.append(pytest.param(dtype, config, algorithm, marks=marks,
+                                        id=f"{algorithm}-{cname}-{dname}"))
+    return out
+
+
+@pytest.mark.parametrize(("dtype", "config", "algorithm"), _allreduce_params())
 def test_allreduce(comm, where, dtype, config, algorithm):
     kind, label, _ = where
     r = comm.Get_rank()

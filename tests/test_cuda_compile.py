@@ -68,17 +68,28 @@ def no_device_needed(monkeypatch):
     monkeypatch.setattr(dispatcher, "get_current_device", lambda: fake)
 
 
-@pytest.mark.parametrize(("module", "name", "signature"), KERNELS,
-                         ids=[f"{m}.{n}:{s}" for m, n, s in KERNELS])
-def test_kernel_compiles_to_ptx(module, name, signature):
+#: PTX already compiled in this session, by (module, kernel, signature): the errbound kernels'
+#: FMA test reads the PTX the compile test made (each compile takes seconds to a minute)
+_PTX: dict[tuple[str, str, str], str] = {}
+
+
+def _ptx(module: str, name: str, signature: str) -> str:
+    """The PTX of kernel ``name`` of ``mpicomp.kernels.<module>`` for ``signature`` (once)."""
     import importlib
 
     from numba import cuda
 
-    mod = importlib.import_module(f"mpicomp.kernels.{module}")
-    kernel = getattr(mod, name)
-    ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=CC)
-    assert ".visible .entry" in ptx
+    key = (module, name, signature)
+    if key not in _PTX:
+        kernel = getattr(importlib.import_module(f"mpicomp.kernels.{module}"), name)
+        _PTX[key], _ = cuda.compile_ptx(kernel.py_func, signature, cc=CC)
+    return _PTX[key]
+
+
+@pytest.mark.parametrize(("module", "name", "signature"), KERNELS,
+                         ids=[f"{m}.{n}:{s}" for m, n, s in KERNELS])
+def test_kernel_compiles_to_ptx(module, name, signature):
+    assert ".visible .entry" in _ptx(module, name, signature)
 
 
 @pytest.mark.parametrize(("module", "name", "signature"), cuda_cases_errbound.KERNELS,
@@ -88,10 +99,4 @@ def test_errbound_quantizes_without_fused_multiply_adds(module, name, signature)
     on the CPU (kernels/rounding.py): NVVM contracts a multiply and an add into one FMA by
     default, which can move a value across a rounding boundary, so a stream one device
     encodes would decode with another history on the other."""
-    import importlib
-
-    from numba import cuda
-
-    kernel = getattr(importlib.import_module(f"mpicomp.kernels.{module}"), name)
-    ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=CC)
-    assert "fma.rn.f64" not in ptx
+    assert "fma.rn.f64" not in _ptx(module, name, signature)
