@@ -169,7 +169,7 @@ test-gpu: venv
 	$(VPY) tests/run_tests.py --stages serial,2,4 -m "gpu or device" $(ARGS)
 
 bench-gpu: venv
-	$(VPY) -m mpicomp.bench codecs --buffer cupy --size-mib 512 --cases zfp:8,zfp:16,zfp:8:3,bitplane:4.25,bitplane:8.25,bitplane:16.25,cast:bfloat16 $(ARGS)
+	$(VPY) -m mpicomp.bench codecs --buffer cupy --size-mib 512 --cases zfp:8,zfp:16,zfp:8:3,bitplane:4.25,bitplane:8.25,bitplane:16.25,cast:bfloat16,errbound:2.5e-4,errbound:1e-3:rel $(ARGS)
 	$(VENV)/bin/mpiexec -n 4 $(VPY) -m mpicomp.bench allreduce-gpu --size-mib 256
 	$(VENV)/bin/mpiexec -n 4 $(VPY) -m mpicomp.bench train --buffer cupy --plot train-gpu.png
 
