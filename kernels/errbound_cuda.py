@@ -5,7 +5,9 @@ per block: its code byte and bit count, ``nonfinite[0]`` set for a block
 holding NaN or Inf), :func:`sizes` (one thread per group: its byte size into
 the stream), :func:`pack` and :func:`unpack` (one thread per group) at group
 offsets that the codec computes from the sizes (a prefix sum over one uint16
-per 256 values, on the host in this version). The per-block functions are
+per 256 values, on the host in this version), and :func:`reconstruct` (one
+thread per block: the values :func:`unpack` decodes, made from the encoder's
+input and the code bytes). The per-block functions are
 those of ``errbound_block.py``, so the stream is the CPU codec's byte for
 byte.
 """
@@ -14,10 +16,11 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from .errbound_block import BLOCK, GROUP, NONFINITE, SCRATCH, block_code, pack_group, unpack_group
+from .errbound_block import (BLOCK, GROUP, NONFINITE, SCRATCH, block_code, pack_group,
+                             reconstruct_block, unpack_group)
 from .intbits import imin
 
-__all__ = ["codes", "pack", "sizes", "unpack"]
+__all__ = ["codes", "pack", "reconstruct", "sizes", "unpack"]
 
 
 @cuda.jit
@@ -70,3 +73,15 @@ def unpack(buf, code, offsets, step, inv_step, out, outb, itemsize, bad):
         if not unpack_group(buf, offsets[g], offsets[g + 1], g, code, step, inv_step, out, outb,
                             itemsize, q):
             bad[0] = 1
+
+
+@cuda.jit
+def reconstruct(x, code, inv_step, step, out):
+    """Block ``b`` of ``out``: what :func:`unpack` decodes of block ``b`` of ``x``, coded
+    with ``code[b]``, made from ``x`` (``out`` may be ``x``: each thread reads a value before
+    it writes it)."""
+    b = cuda.grid(1)
+    if b < code.size:
+        start = b * BLOCK
+        reconstruct_block(x, start, imin(start + BLOCK, x.size), np.int64(code[b]), inv_step,
+                          step, out)

@@ -34,6 +34,7 @@ _CODES = "void({x}[:], float64, float64, float64, boolean, uint8[:], int32[:], i
 _SIZES = "void(int32[:], uint8[:])"
 _PACK = "void({x}[:], uint8[:], float64, uint8[:], int64[:], uint8[:], int64)"
 _UNPACK = "void(uint8[:], uint8[:], int64[:], float64, float64, {x}[:], uint8[:], int64, int32[:])"
+_RECONSTRUCT = "void({x}[:], uint8[:], float64, float64, {x}[:])"
 
 KERNELS: list[tuple[str, str, str]] = [
     (module, name, sig.format(x=x))
@@ -41,5 +42,6 @@ KERNELS: list[tuple[str, str, str]] = [
     for module, name, sig in (("errbound_cuda", "codes", _CODES),
                               ("errbound_cuda", "sizes", _SIZES),
                               ("errbound_cuda", "pack", _PACK),
-                              ("errbound_cuda", "unpack", _UNPACK))
+                              ("errbound_cuda", "unpack", _UNPACK),
+                              ("errbound_cuda", "reconstruct", _RECONSTRUCT))
 ]

@@ -454,3 +454,34 @@ def test_bad_device_input_raises(comm, aware):
         strided = to_device(np.zeros(2 * N, np.float32), "numba")[::2]
         with pytest.raises(ValueError, match="C-contiguous"):
             mc.Allreduce(strided, to_device(x, "numba"))
+
+
+@device
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_errbound_reconstruct_on_device_is_its_decode(comm, kind, dtype):
+    """The owner of a device stream makes its values from its input (``errbound_cuda.
+    reconstruct``) bit for bit as a decode of the stream makes them, into another buffer
+    and in place, with a raw block and zero blocks; on a GPU also bit for bit the host
+    codec's decode."""
+    from mpicomp.backend.device import DeviceArrays
+
+    arrays = DeviceArrays()
+    x = gradient_like(N, dtype, seed=20 + comm.Get_rank())
+    x[64:160] = 0  # zero blocks
+    x[320:352] += 1e9  # a block past 31-bit integers of the step: raw
+    codec = get_codec({"id": "errbound", "tolerance": 1e-3})
+    dx = make(x, kind)
+    stream = arrays.encode(codec, dx, arrays.empty(codec.stream_nbytes(N, x.dtype), np.uint8))
+    decoded = read(arrays.decode(codec, stream, arrays.empty(N, dtype)), kind="numba")
+    made = read(arrays.reconstruct(codec, dx, stream, arrays.empty(N, dtype)), kind="numba")
+    np.testing.assert_array_equal(made.view(np.uint8), decoded.view(np.uint8))
+    np.testing.assert_array_equal(read(dx, kind), x)  # the input is untouched
+    inplace = make(x, kind)
+    arrays.reconstruct(codec, inplace, stream, inplace)
+    np.testing.assert_array_equal(read(inplace, kind).view(np.uint8), decoded.view(np.uint8))
+    assert float(np.abs(decoded.astype(np.float64) - x).max()) <= 1e-3
+    np.testing.assert_array_equal(decoded[320:352], x[320:352])  # (raw: verbatim)
+    if not SIMULATOR:
+        host = codec.decode(codec.encode(x), out=np.empty_like(x))
+        np.testing.assert_array_equal(decoded.view(np.uint8), host.view(np.uint8))

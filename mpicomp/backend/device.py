@@ -82,9 +82,17 @@ class DeviceArrays:
         return out[:n]
 
     def reconstruct(self, codec: Codec, x: Any, stream: Any, out: Any) -> Any:
-        """:meth:`decode` of ``stream``, the encode of ``x`` (no device kernel makes the
-        values from ``x`` yet)."""
-        return self.decode(codec, stream, out)
+        """:meth:`decode` of ``stream``, the encode of ``x``, into ``out``: made from ``x``
+        by a kernel where the codec can (``Codec.reconstructs``); returns ``out``."""
+        if not codec.reconstructs:
+            return self.decode(codec, stream, out)
+        xd = cuda.as_device(x)
+        od = cuda.as_device(out, "out")
+        if od.size:
+            with cuda.serialized():
+                codec.reconstruct_on_stream(
+                    xd, codec.stream_part(stream, od.size, np.dtype(od.dtype)), od, self.stream)
+        return out
 
     def decode(self, codec: Codec, stream: Any, out: Any) -> Any:
         """Decode the head of the device ``stream`` into ``out``; returns ``out``."""
@@ -251,6 +259,13 @@ class DeviceMemory(DeviceArrays):
         staged = self.pools.device.get("stage", stream.size, np.uint8)
         cuda.copy_to_device(staged, stream, self.stream)
         return super().decode(codec, staged, out)
+
+    def reconstruct(self, codec: Codec, x: Any, stream: Any, out: Any) -> Any:
+        if self.direct or not codec.reconstructs:  # (else: super() decodes through self)
+            return super().reconstruct(codec, x, stream, out)
+        staged = self.pools.device.get("stage", stream.size, np.uint8)
+        cuda.copy_to_device(staged, stream, self.stream)
+        return super().reconstruct(codec, x, staged, out)
 
     def order_keys(self, codes: Any) -> None:
         if not self.wire_on_device:  # staged: wait for the copy into the host buffer

@@ -244,6 +244,12 @@ class Codec(abc.ABC):
         ``out`` on ``stream`` (GPU codecs override)."""
         raise TypeError(f"codec {self.codec_id!r} has no GPU kernels")
 
+    def reconstruct_on_stream(self, x: Any, buf: Any, out: Any, stream: Any) -> None:
+        """:meth:`decode_on_stream` of ``buf``, this codec's encode of the device array
+        ``x``, into ``out`` (which may be ``x``): made from ``x`` where the codec can
+        (``reconstructs``), else decoded."""
+        self.decode_on_stream(buf, out, stream)
+
     def _uncompressible(self, reason: str, detail: str) -> UncompressibleError:
         return UncompressibleError(self.codec_id, reason, detail)
 

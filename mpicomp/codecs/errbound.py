@@ -230,6 +230,18 @@ class ErrboundCodec(Codec):
             raise ValueError("errbound stream: the codes of a group run past its bytes "
                              "(device)")
 
+    def reconstruct_on_stream(self, x: Any, buf: Any, out: Any, stream: Any) -> None:
+        """:meth:`reconstruct_into` on the device: one thread per block (the step read from
+        the stream's header: one stream synchronization, as a decode's read of its head)."""
+        from ..kernels import errbound_cuda
+
+        if out.size == 0:
+            return
+        (step,) = _HEADER.unpack(bytes(buf[:HEADER_NBYTES].copy_to_host(stream=stream)))
+        codes_d, _ = _sections(buf, out.size)
+        blocks, threads = cuda.grid(codes_d.size)
+        errbound_cuda.reconstruct[blocks, threads, stream](x, codes_d, _inverse(step), step, out)
+
     def used_nbytes(self, buf: np.ndarray, count: int, dtype: Any) -> int:
         """The bytes a stream of ``count`` values uses (read from its group sizes)."""
         self._check_dtype(dtype)
