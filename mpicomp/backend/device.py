@@ -263,8 +263,11 @@ class DeviceMemory(DeviceArrays):
     def reconstruct(self, codec: Codec, x: Any, stream: Any, out: Any) -> Any:
         if self.direct or not codec.reconstructs:  # (else: super() decodes through self)
             return super().reconstruct(codec, x, stream, out)
-        staged = self.pools.device.get("stage", stream.size, np.uint8)
-        cuda.copy_to_device(staged, stream, self.stream)
+        # a reconstruct reads only the stream's head (Codec.reconstruct_on_stream): only that
+        # crosses to the device, not the payload a decode would need
+        head = stream[:codec.min_stream_nbytes(out.size, np.dtype(out.dtype))]
+        staged = self.pools.device.get("stage", head.size, np.uint8)
+        cuda.copy_to_device(staged, head, self.stream)
         return super().reconstruct(codec, x, staged, out)
 
     def order_keys(self, codes: Any) -> None:

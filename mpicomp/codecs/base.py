@@ -247,7 +247,8 @@ class Codec(abc.ABC):
     def reconstruct_on_stream(self, x: Any, buf: Any, out: Any, stream: Any) -> None:
         """:meth:`decode_on_stream` of ``buf``, this codec's encode of the device array
         ``x``, into ``out`` (which may be ``x``): made from ``x`` where the codec can
-        (``reconstructs``), else decoded."""
+        (``reconstructs``; such a codec overrides this and reads no more of ``buf`` than its
+        :meth:`min_stream_nbytes`), else decoded."""
         self.decode_on_stream(buf, out, stream)
 
     def _uncompressible(self, reason: str, detail: str) -> UncompressibleError:

@@ -237,6 +237,10 @@ class ErrboundCodec(Codec):
 
         if out.size == 0:
             return
+        if buf.size < _head_nbytes(out.size):
+            raise ValueError(f"errbound stream of {out.size} values: {buf.size} bytes, fewer "
+                             f"than its header, code bytes and group sizes "
+                             f"({_head_nbytes(out.size)})")
         (step,) = _HEADER.unpack(bytes(buf[:HEADER_NBYTES].copy_to_host(stream=stream)))
         codes_d, _ = _sections(buf, out.size)
         blocks, threads = cuda.grid(codes_d.size)
