@@ -21,6 +21,7 @@ from . import (
     osu,
     overhead,
     overlap,
+    pfor_bits,
     rate_distortion,
     rice_chains,
     soak,
@@ -35,6 +36,9 @@ SUBCOMMANDS = {
                                          "both codecs' speeds"),
     "errbound-ab": (errbound_ab, "errbound's kernels at another commit against this tree's, "
                                  "in one process: same bytes, speed ratio"),
+    "pfor-bits": (pfor_bits, "errbound's stream bits against a fixed width with exceptions "
+                             "(PFOR) of the same integers: what a vector-decodable format "
+                             "would cost"),
     "rice-chains": (rice_chains, "a Rice decoding loop on one bit stream against two decoded "
                                  "side by side (what splitting errbound's codes could gain)"),
     "allreduce": (allreduce, "compressed vs plain MPI Allreduce: time, bytes, error "

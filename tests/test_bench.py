@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import math
 
+import numpy as np
 import pytest
 
 from mpicomp.bench import accuracy, codecs, rate_distortion
@@ -126,3 +127,34 @@ def test_errbound_ab_compares_a_commits_kernels_with_the_tree():
     assert "# command: python -m mpicomp.bench errbound-ab --n 16384" in out.getvalue()
     with pytest.raises(ValueError, match="--base must be a revision.*'no-such-revision'"):
         errbound_ab.run(base="no-such-revision", n=1 << 10, out=io.StringIO())
+
+
+def test_pfor_block_bits_prices_width_and_exceptions():
+    """A block of small codes is coded in their width; one large value becomes an exception
+    where that is cheaper than widening every value; zeros cost nothing."""
+    from mpicomp.bench.pfor_bits import pfor_block_bits
+
+    z = np.zeros((3, 32), np.int64)
+    z[1, :] = 3  # 2 bits each
+    z[2, :] = 3
+    z[2, 7] = 1 << 20  # 21 bits: an exception (5-bit index + 19 bits above w = 2)
+    bits, exceptions = pfor_block_bits(z)
+    assert bits.tolist() == [0, 64, 64 + 11 + 5 + 19]
+    assert exceptions.tolist() == [0, 0, 1]
+
+
+def test_pfor_bits_prices_errbound_streams_per_data_and_tolerance():
+    """One row per data set and tolerance with both codings' bits; a bad tolerance list is a
+    ValueError naming it."""
+    from mpicomp.bench import pfor_bits
+
+    out = io.StringIO()
+    rows = pfor_bits.run(n=1 << 14, data="real,field", tolerances="1e-3", out=out,
+                         argv=["pfor-bits", "--n", "16384"])
+    assert [(r["data"], r["tolerance"]) for r in rows] == [("real", 1e-3), ("field", 1e-3)]
+    for r in rows:
+        assert 0 < r["eb_bits"] < 33 and 0 < r["pfor_bits"] < 33, r
+        assert 0 <= r["exceptions"] < 1, r
+    assert "# command: python -m mpicomp.bench pfor-bits --n 16384" in out.getvalue()
+    with pytest.raises(ValueError, match=r"--tolerances must .* got 'x'"):
+        pfor_bits.run(tolerances="x", out=io.StringIO())
