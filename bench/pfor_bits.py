@@ -1,5 +1,5 @@
 """``python -m mpicomp.bench pfor-bits``: what errbound's streams would weigh if its blocks
-were coded with a fixed width and exceptions instead of Rice codes.
+were coded with a fixed width (and exceptions) instead of Rice codes.
 
 errbound's decoder reads Rice codes one after the other (``rice-chains``
 times that loop: it is most of the decode), which keeps it far from the
@@ -20,8 +20,13 @@ cheapest of PFOR over its values or their residuals of order 1, 2 or 3
 blocks, 0 before a group's first; an order only where every residual's
 zigzag code fits 32 bits, as errbound requires), each at its best ``w``,
 and errbound's zero mask. Both pay errbound's code byte per block and two
-bytes of size per group. Columns: bits per value of errbound's stream and
-of PFOR, their ratio, and the share of values PFOR codes as exceptions.
+bytes of size per group. A third coding, ``aligned``, is the simplest a
+vector (or a GPU warp) decodes: every block a whole number of bytes (so
+its offset follows from the code bytes: no group sizes), the values or
+residuals of order 1-3 in the width of the largest (no exceptions), or the
+zero mask. Columns: bits per value of errbound's stream, of PFOR and of
+aligned, each over errbound's, and the share of values PFOR codes as
+exceptions.
 """
 from __future__ import annotations
 
@@ -136,7 +141,19 @@ def measure(x: np.ndarray, tolerance: float) -> dict:
     groups = codes.size // _GROUP
     group_bytes = (block_bits.reshape(groups, _GROUP).sum(axis=1) + 7) // 8
     pfor_bytes = 8 + codes.size + 2 * groups + int(group_bytes.sum())
+    # aligned: the width of each order's largest code, or the mask; whole bytes a block
+    widths = []
+    for order in range(4):
+        z = _zigzag(_residuals(q, order)).reshape(-1, _BLOCK)
+        top = z.max(axis=1)
+        bits = _BLOCK * _bit_lengths(top)
+        widths.append(np.where(order == 0 or top <= 0xFFFFFFFF, bits, _NEVER))
+    widths.append(priced[-1][0])
+    aligned = np.stack(widths).min(axis=0)
+    aligned = np.where(codes == 0, 0, np.where(raw, _BLOCK * 8 * x.itemsize, aligned))
+    aligned_bytes = 8 + codes.size + int(((aligned + 7) // 8).sum())
     return {"eb_bits": 8.0 * used / x.size, "pfor_bits": 8.0 * pfor_bytes / x.size,
+            "aligned_bits": 8.0 * aligned_bytes / x.size,
             "exceptions": float(exceptions.sum()) / x.size}
 
 
@@ -160,7 +177,7 @@ def run(n: int = 1 << 20, data: str = "real,weights,field",
           f"exceptions ({_INDEX_BITS}-bit index, {_HEADER_BITS}-bit header) over orders 0-3, "
           "or the zero mask", file=out)
     print(f"{'data':8s} {'tolerance':>9s} {'bits eb':>8s} {'bits PFOR':>9s} {'PFOR/eb':>8s} "
-          f"{'exceptions':>10s}", file=out)
+          f"{'bits aligned':>12s} {'aligned/eb':>10s} {'exceptions':>10s}", file=out)
     rows = []
     for kind in kinds:
         x = bench_data.generate(kind, size, "float32", 0)
@@ -168,7 +185,8 @@ def run(n: int = 1 << 20, data: str = "real,weights,field",
             row = {"data": kind, "tolerance": tol, **measure(x, tol)}
             rows.append(row)
             print(f"{kind:8s} {tol:9.0e} {row['eb_bits']:8.3f} {row['pfor_bits']:9.3f} "
-                  f"{row['pfor_bits'] / row['eb_bits']:8.3f} {row['exceptions']:10.4f}",
+                  f"{row['pfor_bits'] / row['eb_bits']:8.3f} {row['aligned_bits']:12.3f} "
+                  f"{row['aligned_bits'] / row['eb_bits']:10.3f} {row['exceptions']:10.4f}",
                   file=out, flush=True)
     return rows
 

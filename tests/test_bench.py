@@ -153,7 +153,8 @@ def test_pfor_bits_prices_errbound_streams_per_data_and_tolerance():
                          argv=["pfor-bits", "--n", "16384"])
     assert [(r["data"], r["tolerance"]) for r in rows] == [("real", 1e-3), ("field", 1e-3)]
     for r in rows:
-        assert 0 < r["eb_bits"] < 33 and 0 < r["pfor_bits"] < 33, r
+        for key in ("eb_bits", "pfor_bits", "aligned_bits"):
+            assert 0 < r[key] < 33, r
         assert 0 <= r["exceptions"] < 1, r
     assert "# command: python -m mpicomp.bench pfor-bits --n 16384" in out.getvalue()
     with pytest.raises(ValueError, match=r"--tolerances must .* got 'x'"):
