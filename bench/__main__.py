@@ -11,6 +11,7 @@ import sys
 
 from . import (
     accuracy,
+    aligned_speed,
     allreduce,
     allreduce_gpu,
     codecs,
@@ -39,6 +40,9 @@ SUBCOMMANDS = {
     "pfor-bits": (pfor_bits, "errbound's stream bits against a fixed width with exceptions "
                              "(PFOR) of the same integers: what a vector-decodable format "
                              "would cost"),
+    "aligned-speed": (aligned_speed, "errbound's integers coded and decoded as whole-byte "
+                                     "fixed-width blocks with vector transpositions, against "
+                                     "errbound on one thread"),
     "rice-chains": (rice_chains, "a Rice decoding loop on one bit stream against two decoded "
                                  "side by side (what splitting errbound's codes could gain)"),
     "allreduce": (allreduce, "compressed vs plain MPI Allreduce: time, bytes, error "

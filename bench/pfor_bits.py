@@ -162,13 +162,7 @@ def run(n: int = 1 << 20, data: str = "real,weights,field",
         argv: list[str] | None = None) -> list[dict]:
     """Print and return one row per data set and tolerance (see the module docstring)."""
     kinds = bench_data.kinds_and_size(data, n)
-    try:
-        tols = [float(t) for t in tolerances.split(",") if t.strip()]
-    except ValueError:
-        tols = []
-    if not tols or not all(1e-12 <= t <= 1 for t in tols):
-        raise ValueError("pfor-bits: --tolerances must be a comma-separated list of numbers "
-                         f"in [1e-12, 1], got {tolerances!r}")
+    tols = bench_data.relative_tolerances(tolerances, "pfor-bits")
     size = n - n % (_BLOCK * _GROUP)
     if size == 0:
         raise ValueError(f"pfor-bits: --n must be at least {_BLOCK * _GROUP}, got {n}")

@@ -52,7 +52,7 @@ from numba.extending import intrinsic
 
 from .vector_ir import I32, I64, call_intrinsic, element_pointer, load, splat, store, vector
 
-__all__ = ["LANES", "decode_block_vec32", "encode_block_vec32"]
+__all__ = ["LANES", "codes_from_planes", "decode_block_vec32", "encode_block_vec32"]
 
 #: values per block (one plane word is one 32-bit integer)
 LANES = 32
@@ -86,9 +86,10 @@ def _widened(context, builder, signature, args) -> list:
             for v, t in zip(args, signature.args)]
 
 
-def _if_plane(b, nplanes, k: int, emit) -> None:
-    """``emit()`` in a branch taken when plane ``k`` exists (``P > k``; always for k < 2)."""
-    if k < 2:
+def _if_plane(b, nplanes, k: int, emit, present: int = 2) -> None:
+    """``emit()`` in a branch taken when plane ``k`` exists (``P > k``; always for k <
+    ``present``, the planes every block has: 2 for bitplane, whose ``P`` is 2 or more)."""
+    if k < present:
         emit()
         return
     with b.if_then(b.icmp_signed(">", nplanes, ir.Constant(I64, k)), likely=True):
@@ -205,6 +206,42 @@ def encode_block_vec32(typingctx, src, start, nplanes, stream, pos):
     return sig, codegen
 
 
+def codes_from_planes(context, b, arrtype, streamv, posv, nplanes, width: int, most: int,
+                      present: int = 2):
+    """The 32 codes (a ``<32 x iW>`` vector, ``W`` = ``width``) of the ``nplanes`` (at most
+    ``most``; at least ``present``) plane words at ``stream[pos]``, plane ``j`` holding code
+    bit ``P - 1 - j``: 8 planes at a time, each plane word read as ``<32 x i1>``, widened to
+    32 bytes of 0/1 and shifted into byte accumulators, each chunk then appended below the
+    codes so far (``arrtype``: the stream's Numba array type)."""
+    w = ir.IntType(width)
+    vt = vector(w, LANES)
+    codep = cgutils.alloca_once(b, vt)  # in the entry block: promoted to registers
+    accp = cgutils.alloca_once(b, _BYTES)
+    b.store(ir.Constant(vt, [0] * LANES), codep)
+
+    def plane(k):  # shift plane k's bits into the byte accumulators
+        off = b.add(posv, ir.Constant(I64, 4 * k))
+        word = load(b, element_pointer(context, b, arrtype, streamv, off), I32)
+        minus_bits = b.sext(b.bitcast(word, _BITS), _BYTES)  # -1 where the bit is set
+        acc = b.load(accp)
+        b.store(b.sub(b.add(acc, acc), minus_bits), accp)
+
+    def chunk(t):  # planes 8t .. min(8t + 8, P) - 1, appended below the codes so far
+        b.store(ir.Constant(_BYTES, [0] * LANES), accp)
+        for k in range(8 * t, 8 * t + 8):
+            _if_plane(b, nplanes, k, lambda k=k: plane(k), present)
+        left = b.sub(nplanes, ir.Constant(I64, 8 * t))
+        nbits = b.select(b.icmp_signed(">", left, ir.Constant(I64, 8)),
+                         ir.Constant(I64, 8), left)
+        nbits = b.trunc(nbits, w) if width < 64 else nbits
+        code = b.or_(b.shl(b.load(codep), splat(b, nbits, vt)), b.zext(b.load(accp), vt))
+        b.store(code, codep)
+
+    for t in range((most + 7) // 8):
+        _if_plane(b, nplanes, 8 * t, lambda t=t: chunk(t), present)
+    return b.load(codep)
+
+
 @intrinsic
 def decode_block_vec32(typingctx, stream, pos, nplanes, quantum, dst, start):
     """Decode one block at ``stream[pos]`` into ``dst[start:start+32]`` (float32 or float64).
@@ -224,32 +261,9 @@ def decode_block_vec32(typingctx, stream, pos, nplanes, quantum, dst, start):
     def codegen(context, builder, signature, args):
         b = builder
         streamv, posv, pv, qv, dstv, startv = _widened(context, b, signature, args)
-        w = ir.IntType(width)
-        vt = vector(w, LANES)
-        codep = cgutils.alloca_once(b, vt)  # in the entry block: promoted to registers
-        accp = cgutils.alloca_once(b, _BYTES)
-        b.store(ir.Constant(vt, [0] * LANES), codep)
-
-        def plane(k):  # shift plane k's bits into the byte accumulators
-            off = b.add(posv, ir.Constant(I64, 4 * k))
-            word = load(b, element_pointer(context, b, signature.args[0], streamv, off), I32)
-            minus_bits = b.sext(b.bitcast(word, _BITS), _BYTES)  # -1 where the bit is set
-            acc = b.load(accp)
-            b.store(b.sub(b.add(acc, acc), minus_bits), accp)
-
-        def chunk(t):  # planes 8t .. min(8t + 8, P) - 1, appended below the codes so far
-            b.store(ir.Constant(_BYTES, [0] * LANES), accp)
-            for k in range(8 * t, 8 * t + 8):
-                _if_plane(b, pv, k, lambda k=k: plane(k))
-            left = b.sub(pv, ir.Constant(I64, 8 * t))
-            nbits = b.select(b.icmp_signed(">", left, ir.Constant(I64, 8)),
-                             ir.Constant(I64, 8), left)
-            nbits = b.trunc(nbits, w) if width < 64 else nbits
-            code = b.or_(b.shl(b.load(codep), splat(b, nbits, vt)), b.zext(b.load(accp), vt))
-            b.store(code, codep)
-
-        _each_chunk(b, pv, width, chunk)
-        out = _scaled(b, b.load(codep), width, pv, qv)
+        code = codes_from_planes(context, b, signature.args[0], streamv, posv, pv, width,
+                                 _LAYOUT[width][2])
+        out = _scaled(b, code, width, pv, qv)
         store(b, out, element_pointer(context, b, signature.args[4], dstv, startv))
         return context.get_dummy_value()
 

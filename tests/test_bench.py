@@ -159,3 +159,21 @@ def test_pfor_bits_prices_errbound_streams_per_data_and_tolerance():
     assert "# command: python -m mpicomp.bench pfor-bits --n 16384" in out.getvalue()
     with pytest.raises(ValueError, match=r"--tolerances must .* got 'x'"):
         pfor_bits.run(tolerances="x", out=io.StringIO())
+
+
+def test_aligned_speed_decodes_errbounds_values_and_times_both():
+    """The aligned coding's decoder makes errbound's values bit for bit (the command raises
+    otherwise), both codings timed, bits of both reported; a bad --repeat is a ValueError."""
+    from mpicomp.bench import aligned_speed
+
+    out = io.StringIO()
+    rows = aligned_speed.run(n=1 << 14, data="real,weights", tolerances="1e-3,1e-9", repeat=1,
+                             out=out, argv=["aligned-speed", "--n", "16384"])
+    assert [(r["data"], r["tolerance"]) for r in rows] == [
+        ("real", 1e-3), ("real", 1e-9), ("weights", 1e-3), ("weights", 1e-9)]
+    for r in rows:
+        assert 0 < r["eb_bits"] < 33 and 0 < r["aligned_bits"] < 33, r
+        assert min(r["enc_eb"], r["enc_al"], r["dec_eb"], r["dec_al"]) > 0, r
+    assert "# command: python -m mpicomp.bench aligned-speed --n 16384" in out.getvalue()
+    with pytest.raises(ValueError, match="--repeat must be at least 1, got 0"):
+        aligned_speed.run(repeat=0, out=io.StringIO())
