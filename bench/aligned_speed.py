@@ -2,21 +2,25 @@
 whole-byte fixed-width blocks with vector bit transpositions, against errbound itself.
 
 ``pfor-bits`` prices the ``aligned`` coding (each block of 32 integers, or
-their residuals of order 1, in the width ``w`` of the largest zigzag code,
-a whole number of bytes) at 3% to 10% more bits than errbound's Rice codes
-on gradients and weights. This command measures what it could gain in
-speed before the format pays for it: a minimal single-threaded encoder and
-decoder of that coding, built from errbound's own quantization (its
-``_quantize_checked``: the same integers and raw blocks) and the plane
-transposition of ``bitplane`` (``w`` plane words of 32 bits per block, one
-vector comparison and one mask move a plane to write, a byte accumulator
-per lane to read), timed against errbound's drivers on one thread.
+their residuals of order 1 to 3, in the width ``w`` of the largest zigzag
+code, a whole number of bytes, or the zero mask) at 3% to 10% more bits
+than errbound's Rice codes on gradients and weights. This command measures
+what it could gain in speed before the format pays for it: a minimal
+single-threaded encoder and decoder of that coding (orders 0 and 1),
+built from errbound's own quantization (its ``_quantize_checked``: the
+same integers and raw blocks) and the plane transposition of ``bitplane``
+(``w`` plane words of 32 bits a block, one vector comparison and one mask
+move a plane to write, a byte accumulator per lane to read:
+``bitplane_vector.codes_from_planes``), timed against errbound's encode and
+decode on one thread, in alternation.
 
-Each block's code byte is its order (0 or 1, the one with the narrower
-width) and ``w``; a raw block (a value off its bound or past 31 bits) is
-copied whole. The decoder must make the values errbound's decoder makes of
-the same data, bit for bit (the command raises otherwise). It leaves out
-what a format would add (the zero mask, orders 2 and 3, float64, threads,
+Each block's code byte is its coding: order 0 or 1 (the narrower) and
+``w``, or the zero mask (a 32-bit mask of the non-zeros, then their codes
+minus one gathered to the first lanes, each plane's bits of those lanes
+only) where it is smaller; a raw block (a value off its bound or past 31
+bits) is copied whole. The decoder must make the values errbound's decoder
+makes of the same data, bit for bit (the command raises otherwise). It
+leaves out what a format would add (orders 2 and 3, float64, threads,
 hostile bytes): it bounds the speed of such a format from above on the
 gradients and weights it would serve. Columns: errbound's bits per value
 and the coding's, then each one's encode and decode in input GB/s (one
@@ -46,7 +50,10 @@ def _kernels() -> tuple[Any, Any]:
     from mpicomp.kernels.errbound_block import (HISTORY, RAW, SCRATCH, _dequantized,
                                                 _quantize_checked, _quantized)
     from mpicomp.kernels.bitplane_vector import codes_from_planes
-    from mpicomp.kernels.vector_ir import I32, I64, element_pointer, load, splat, store, vector
+    from mpicomp.kernels.errbound_block import _flush, _load8, _put
+    from mpicomp.kernels.intbits import clz64
+    from mpicomp.kernels.vector_ir import (I32, I64, call_intrinsic, element_pointer, load, splat,
+                                           store, vector)
 
     lanes = 32
     lane_words = vector(I32, lanes)
@@ -96,7 +103,24 @@ def _kernels() -> tuple[Any, Any]:
 
         return sig, codegen
 
+    @intrinsic
+    def popcount(typingctx, v):
+        """The set bits of the int64 ``v`` (``llvm.ctpop``: one instruction where the host
+        has it, a vector of them in a loop that vectorizes)."""
+        sig = types.int64(types.int64)
+
+        def codegen(context, b, signature, args):
+            return call_intrinsic(b, "llvm.ctpop.i64", I64, args[0])
+
+        return sig, codegen
+
     raw = np.int64(RAW)
+    mask_code = np.int64(128)
+
+    @njit(inline="always")
+    def width_of(top):
+        """The bit length of the non-negative int64 ``top`` (0 for 0)."""
+        return np.int64(64) - clz64(np.uint64(top))
 
     @njit(nogil=True)
     def encode(x, inv_step, step, bound, code, stream):
@@ -104,6 +128,7 @@ def _kernels() -> tuple[Any, Any]:
         q = np.empty(SCRATCH, np.int64)
         z0 = np.empty(lanes, np.uint32)
         z1 = np.empty(lanes, np.uint32)
+        planes = np.empty(4 * lanes, np.uint8)
         xb = x.view(np.uint8)
         pos = np.int64(0)
         for blk in range(x.size // lanes):
@@ -117,6 +142,7 @@ def _kernels() -> tuple[Any, Any]:
                 continue
             m0 = np.int64(0)
             m1 = np.int64(0)
+            nonzero = np.int64(0)
             for i in range(lanes):
                 v = q[HISTORY + i]
                 d = v - q[HISTORY + i - 1]
@@ -126,11 +152,39 @@ def _kernels() -> tuple[Any, Any]:
                 z1[i] = np.uint32(c & 0xFFFFFFFF)
                 m0 = max(m0, a)
                 m1 = max(m1, c)
-            order = 1 if m1 < m0 else 0
-            top = m1 if order else m0
-            w = np.int64(0)
-            while (top >> w) != 0:
-                w += 1
+                nonzero += np.int64(v != 0)
+            w0 = width_of(m0)
+            w1 = width_of(m1) if m1 <= 0xFFFFFFFF else np.int64(64)
+            wm = width_of(m0 - 1) if nonzero > 0 else np.int64(0)
+            mask_bytes = 4 + (nonzero * wm + 7) // 8
+            if nonzero > 0 and nonzero < lanes and mask_bytes < 4 * min(w0, w1):
+                # the zero mask, then the non-zeros' codes minus one in wm planes of nonzero
+                # bits each (the planes of the codes gathered to the first lanes)
+                m = np.int64(0)
+                for i in range(lanes):
+                    m |= np.int64(z0[i] != 0) << i
+                    z1[i] = np.uint32(0)
+                k = 0
+                for i in range(lanes):  # (no branch: a zero's slot is the next one's)
+                    z1[k] = z0[i] - np.uint32(z0[i] != 0)
+                    k += np.int64(z0[i] != 0)
+                put_planes(z1, wm, planes, np.int64(0))
+                for j in range(4):
+                    stream[pos + j] = np.uint8((m >> (8 * j)) & 0xFF)
+                p = pos + 4
+                acc = np.uint64(0)
+                fill = np.int64(0)
+                for j in range(wm):  # each plane's nonzero low bits (errbound's bit writer)
+                    word = (np.uint64(planes[4 * j]) | (np.uint64(planes[4 * j + 1]) << 8)
+                            | (np.uint64(planes[4 * j + 2]) << 16)
+                            | (np.uint64(planes[4 * j + 3]) << 24))
+                    p, acc, fill = _put(stream, p, stream.size, acc, fill, word, nonzero)
+                _flush(stream, p, acc, fill)
+                code[blk] = np.uint8(mask_code + wm)
+                pos += mask_bytes
+                continue
+            order = 1 if w1 < w0 else 0
+            w = w1 if order else w0
             code[blk] = np.uint8(64 * order + w)
             put_planes(z1 if order else z0, w, stream, pos)
             pos += 4 * w
@@ -141,6 +195,7 @@ def _kernels() -> tuple[Any, Any]:
         """The values of every block of ``y`` (float32) from ``code`` and ``stream``."""
         z = np.empty(lanes, np.uint32)
         v = np.empty(lanes, np.int64)
+        planes = np.empty(4 * lanes, np.uint8)
         yb = y.view(np.uint8)
         pos = np.int64(0)
         last = np.int64(0)
@@ -155,6 +210,35 @@ def _kernels() -> tuple[Any, Any]:
                 pos += 4 * lanes
                 # the next block's history, as errbound's encoder takes it
                 last = _quantized(np.float64(y[start + lanes - 1]), inv_step)
+                continue
+            if c >= mask_code:
+                wm = c - mask_code
+                m = np.int64(0)
+                for j in range(4):
+                    m |= np.int64(stream[pos + j]) << (8 * j)
+                nonzero = popcount(m)
+                keep = (np.uint64(1) << np.uint64(nonzero)) - np.uint64(1)
+                body = pos + 4
+                for j in range(wm):  # each plane's nonzero bits, widened to a word
+                    off = j * nonzero
+                    at = body + (off >> 3)
+                    if at + 8 <= stream.size:
+                        word = (_load8(stream, at) >> np.uint64(off & 7)) & keep
+                    else:
+                        word = np.uint64(0)
+                        for t in range(min(8, stream.size - at)):
+                            word |= np.uint64(stream[at + t]) << np.uint64(8 * t)
+                        word = (word >> np.uint64(off & 7)) & keep
+                    for t in range(4):
+                        planes[4 * j + t] = np.uint8((word >> np.uint64(8 * t)) & np.uint64(0xFF))
+                get_planes(planes, np.int64(0), wm, z)
+                for i in range(lanes):  # lane i: the code of the non-zeros before it, or 0
+                    u = np.int64(z[popcount(m & ((np.int64(1) << i) - 1))]) + 1
+                    val = ((u >> 1) ^ -(u & 1)) * ((m >> i) & 1)
+                    v[i] = val
+                    y[start + i] = _dequantized(val, step)
+                last = v[lanes - 1]
+                pos += 4 + (nonzero * wm + 7) // 8
                 continue
             w = c & 63
             get_planes(stream, pos, w, z)
