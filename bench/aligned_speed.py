@@ -47,10 +47,9 @@ def _kernels() -> tuple[Any, Any]:
     from numba.core import types
     from numba.extending import intrinsic
 
-    from mpicomp.kernels.errbound_block import (HISTORY, RAW, SCRATCH, _dequantized,
-                                                _quantize_checked, _quantized)
     from mpicomp.kernels.bitplane_vector import codes_from_planes
-    from mpicomp.kernels.errbound_block import _flush, _load8, _put
+    from mpicomp.kernels.errbound_block import (HISTORY, RAW, SCRATCH, _dequantized, _flush,
+                                                _load8, _put, _quantize_checked, _quantized)
     from mpicomp.kernels.intbits import clz64
     from mpicomp.kernels.vector_ir import (I32, I64, call_intrinsic, element_pointer, load, splat,
                                            store, vector)
