@@ -11,7 +11,6 @@ import sys
 
 from . import (
     accuracy,
-    aligned_speed,
     allreduce,
     allreduce_gpu,
     codecs,
@@ -22,9 +21,7 @@ from . import (
     osu,
     overhead,
     overlap,
-    pfor_bits,
     rate_distortion,
-    rice_chains,
     soak,
     train,
     transformer,
@@ -37,14 +34,6 @@ SUBCOMMANDS = {
                                          "both codecs' speeds"),
     "errbound-ab": (errbound_ab, "errbound's kernels at another commit against this tree's, "
                                  "in one process: same bytes, speed ratio"),
-    "pfor-bits": (pfor_bits, "errbound's stream bits against a fixed width with exceptions "
-                             "(PFOR) of the same integers: what a vector-decodable format "
-                             "would cost"),
-    "aligned-speed": (aligned_speed, "errbound's integers coded and decoded as whole-byte "
-                                     "fixed-width blocks with vector transpositions, against "
-                                     "errbound on one thread"),
-    "rice-chains": (rice_chains, "a Rice decoding loop on one bit stream against two decoded "
-                                 "side by side (what splitting errbound's codes could gain)"),
     "allreduce": (allreduce, "compressed vs plain MPI Allreduce: time, bytes, error "
                              "(run under mpiexec)"),
     "headline": (headline, "the headline comparison (make bench): compressed vs plain "

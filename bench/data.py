@@ -47,8 +47,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["DTYPES", "KINDS", "add_data_arguments", "generate", "kinds_and_size",
-           "relative_tolerances"]
+__all__ = ["DTYPES", "KINDS", "add_data_arguments", "generate", "kinds_and_size"]
 
 #: the data kinds; the first, "real", is the benchmarks' default
 KINDS = ("real", "gradient", "gaussian", "smooth", "weights", "field")
@@ -103,20 +102,6 @@ def kinds_and_size(data: str, n: Any) -> list[str]:
         if k not in KINDS:
             raise ValueError(f"data kind must be one of {list(KINDS)}, got {k!r}")
     return kinds
-
-
-
-def relative_tolerances(text: str, command: str) -> list[float]:
-    """The comma-separated ``--tolerances`` of ``command`` as floats, each checked to lie in
-    [1e-12, 1] (a bound relative to the largest magnitude): ValueError naming the text."""
-    try:
-        tols = [float(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        tols = []
-    if not tols or not all(1e-12 <= t <= 1 for t in tols):
-        raise ValueError(f"{command}: --tolerances must be a comma-separated list of numbers "
-                         f"in [1e-12, 1], got {text!r}")
-    return tols
 
 
 def add_data_arguments(parser: Any, n: int) -> None:

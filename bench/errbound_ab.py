@@ -7,7 +7,8 @@ kernel. This command takes ``kernels/`` of ``--base`` (a git revision of
 the repository this tree belongs to), imports it beside this tree's as a
 package of its own, compiles the same single-threaded drivers over both
 versions' block functions (the codes pass, the packing, the unpacking: what
-``kernels/errbound_cpu.py`` runs per group, without its threads) and times
+``kernels/errbound_cpu.py`` runs per group, with ``errbound_vector``'s planes
+where a version has them, without its threads) and times
 them in alternation, ``--repeat`` rounds, the best of each. It first checks
 that both write the same stream bytes and decode the same values (the
 kernels may change speed, not the format) and says so.
@@ -42,7 +43,7 @@ _ROOT = Path(__file__).resolve().parent.parent
 
 def _base_kernels(rev: str, into: Path) -> Any:
     """``kernels/`` of ``rev`` extracted into ``into`` as the package ``base_kernels``; returns
-    its ``errbound_block`` module."""
+    its per-group code (:func:`_group_code`)."""
     done = subprocess.run(["git", "-C", str(_ROOT), "archive", "--format=tar", rev, "kernels"],
                           capture_output=True)
     if done.returncode:
@@ -60,16 +61,28 @@ def _base_kernels(rev: str, into: Path) -> Any:
         del sys.modules[name]  # (a base imported before in this process)
     sys.path.insert(0, str(into))
     try:
-        return importlib.import_module("base_kernels.errbound_block")
+        return _group_code("base_kernels")
     finally:
         sys.path.remove(str(into))
 
 
-def _drivers(block: Any) -> tuple[Any, Any, Any]:
-    """One thread's codes, pack and unpack passes over ``block``'s functions (float32)."""
+def _group_code(package: str) -> tuple[Any, Any, Any, Any]:
+    """``(errbound_block, block_code, pack_group, unpack_group)`` as ``package``'s CPU
+    drivers run them: the vector planes of ``errbound_vector`` where it has them (their
+    group functions then take a scratch row of plane words too)."""
+    block = importlib.import_module(f"{package}.errbound_block")
+    try:
+        vector = importlib.import_module(f"{package}.errbound_vector")
+    except ModuleNotFoundError:
+        return block, block.block_code, block.pack_group, block.unpack_group
+    return block, block.block_code, vector.pack_group_vec32, vector.unpack_group_vec32
+
+
+def _drivers(version: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any]:
+    """One thread's codes, pack and unpack passes over a version's group code (float32)."""
     from numba import njit
 
-    block_code, pack_group, unpack_group = block.block_code, block.pack_group, block.unpack_group
+    block, block_code, pack_group, unpack_group = version
     BLOCK, GROUP, SCRATCH = block.BLOCK, block.GROUP, block.SCRATCH
 
     @njit
@@ -87,6 +100,24 @@ def _drivers(block: Any) -> tuple[Any, Any, Any]:
             sizes[2 * g] = np.uint8(nbytes & 0xFF)
             sizes[2 * g + 1] = np.uint8(nbytes >> 8)
 
+    if _words(pack_group):  # (a version with vector planes: a plane-word row too)
+        @njit
+        def pack(x, xb, inv_step, code, offsets, out):
+            q = np.empty(SCRATCH, np.int64)
+            row = np.empty(128, np.uint8)
+            for g in range(offsets.size - 1):
+                pack_group(x, xb, g, inv_step, code, out, offsets[g], offsets[g + 1], 4, q, row)
+
+        @njit
+        def unpack(buf, code, offsets, step, inv_step, out, outb):
+            q = np.empty(SCRATCH, np.int64)
+            row = np.empty(128, np.uint8)
+            for g in range(offsets.size - 1):
+                unpack_group(buf, offsets[g], offsets[g + 1], g, code, step, inv_step, out,
+                             outb, 4, q, row)
+
+        return codes, pack, unpack
+
     @njit
     def pack(x, xb, inv_step, code, offsets, out):
         q = np.empty(SCRATCH, np.int64)
@@ -101,6 +132,13 @@ def _drivers(block: Any) -> tuple[Any, Any, Any]:
                          q)
 
     return codes, pack, unpack
+
+
+def _words(pack_group: Any) -> bool:
+    """Whether a version's group functions take a scratch row of plane words."""
+    import inspect
+
+    return "words" in inspect.signature(getattr(pack_group, "py_func", pack_group)).parameters
 
 
 def _round(passes: Any, x: np.ndarray, bound: float, out: np.ndarray) -> tuple[float, float,
@@ -130,11 +168,9 @@ def run(base: str = "HEAD", n: int = 1 << 21, data: str = "real,weights,field",
         argv: list[str] | None = None) -> list[dict]:
     """Print and return one row per data set (see the module docstring)."""
     from mpicomp.codecs import get_codec
-    from mpicomp.kernels import errbound_block
-
     with tempfile.TemporaryDirectory() as tmp:
         versions = {"base": _drivers(_base_kernels(base, Path(tmp))),
-                    "tree": _drivers(errbound_block)}
+                    "tree": _drivers(_group_code("mpicomp.kernels"))}
         print(f"# command: python -m mpicomp.bench {' '.join(argv or ['errbound-ab'])}", file=out)
         print(f"# base: kernels/ of {base}; tree: this working tree's; one thread, float32, "
               f"{n} values, bound {tolerance:g} x max|x|, best of {repeat} alternating rounds",

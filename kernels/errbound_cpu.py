@@ -4,8 +4,9 @@ code of ``errbound_block.py``.
 Encoding takes two passes: :func:`codes` finds each block's code byte and
 writes each group's byte size into the stream, the caller turns the sizes
 into group offsets (a prefix sum over one uint16 per 256 values), and
-:func:`pack` writes every group at its offset. :func:`unpack` decodes groups
-in parallel from those offsets; :func:`reconstruct` makes the same values
+:func:`pack` writes every group at its offset, its planes with the vector
+operations of ``errbound_vector.py``. :func:`unpack` decodes groups in
+parallel from those offsets (vector planes too); :func:`reconstruct` makes the same values
 from the encoder's input and the code bytes (the owner of a stream in a
 collective).
 """
@@ -15,8 +16,8 @@ import numpy as np
 from numba import njit, prange
 
 from ..threads import start_numba_workers
-from .errbound_block import (BLOCK, GROUP, NONFINITE, SCRATCH, block_code, pack_group,
-                             reconstruct_block, unpack_group)
+from .errbound_block import BLOCK, GROUP, NONFINITE, SCRATCH, block_code, reconstruct_block
+from .errbound_vector import WORDS, pack_group_vec32, unpack_group_vec32
 
 start_numba_workers()  # before any kernel here runs: idle OpenMP workers sleep
 
@@ -59,29 +60,34 @@ def codes(x, inv_step, step, bound, single, out, sizes):
 
 @njit(parallel=True, cache=True, nogil=True)
 def pack(x, xb, inv_step, code, offsets, out, itemsize):
-    """Every group's bit stream at ``out[offsets[g]:]``."""
+    """Every group's payload at ``out[offsets[g]:]``."""
     ngroups = offsets.size - 1
     nchunks = (ngroups + _CHUNK - 1) // _CHUNK
     scratch = np.empty((nchunks, SCRATCH), np.int64)
+    planes = np.empty((nchunks, WORDS), np.uint8)
     for c in prange(nchunks):
         q = scratch[c]
+        words = planes[c]
         for g in range(c * _CHUNK, min(c * _CHUNK + _CHUNK, ngroups)):
-            pack_group(x, xb, g, inv_step, code, out, offsets[g], offsets[g + 1], itemsize, q)
+            pack_group_vec32(x, xb, g, inv_step, code, out, offsets[g], offsets[g + 1],
+                             itemsize, q, words)
 
 
 @njit(parallel=True, cache=True, nogil=True)
 def unpack(buf, code, offsets, step, inv_step, out, outb, itemsize):
     """Decode every group from ``buf[offsets[g]:offsets[g + 1]]`` into ``out``; returns the
-    number of groups whose codes run past their bytes."""
+    number of groups whose blocks run past their bytes."""
     ngroups = offsets.size - 1
     nchunks = (ngroups + _CHUNK - 1) // _CHUNK
     scratch = np.empty((nchunks, SCRATCH), np.int64)
+    planes = np.empty((nchunks, WORDS), np.uint8)
     bad = 0
     for c in prange(nchunks):
         q = scratch[c]
+        words = planes[c]
         for g in range(c * _CHUNK, min(c * _CHUNK + _CHUNK, ngroups)):
-            if not unpack_group(buf, offsets[g], offsets[g + 1], g, code, step, inv_step, out,
-                                outb, itemsize, q):
+            if not unpack_group_vec32(buf, offsets[g], offsets[g + 1], g, code, step, inv_step,
+                                      out, outb, itemsize, q, words):
                 bad += 1
     return bad
 

@@ -6,28 +6,28 @@ See ``docs/format.md``, section errbound.
 from __future__ import annotations
 
 __all__ = ["BLOCK", "DELTA", "DELTA2", "DELTA3", "GROUP", "HEADER_NBYTES", "MASK", "NONFINITE",
-           "RAW", "RICE", "WIDEST", "valid_code"]
+           "RAW", "WIDEST", "valid_code"]
 
 #: values per block (one code byte each)
 BLOCK = 32
-#: blocks per group: a group's payload is one bit stream, its byte size a uint16
+#: blocks per group: a group's payload is its blocks' payloads one after the other, its byte
+#: size a uint16
 GROUP = 8
 #: the stream's header: the quantization step, a little-endian float64
 HEADER_NBYTES = 8
 #: the largest width of a zigzag code (codes of ``|q| <= 2**31 - 1`` fit 32 bits)
 WIDEST = 32
-#: code ``RICE + k`` (``k`` 0 to 31): Rice codes with ``k`` low bits
-RICE = 64
-#: code ``DELTA + k`` (``k`` 0 to 31): Rice codes of the differences of successive ``q``
-#: (residuals of order 1: ``q[i] - q[i-1]``)
-DELTA = 96
-#: code ``DELTA2 + k``: Rice codes of the residuals of order 2, ``q[i] - 2q[i-1] + q[i-2]``
-DELTA2 = 176
-#: code ``DELTA3 + k``: Rice codes of the residuals of order 3,
-#: ``q[i] - 3q[i-1] + 3q[i-2] - q[i-3]``
-DELTA3 = 208
-#: code ``MASK + w`` (``w`` 0 to 32): a zero mask, then each non-zero code minus one in w bits
-MASK = 128
+#: code ``w`` (0 to 32): each value's zigzag code in ``w`` bit planes of 32 bits
+#: code ``MASK + w``: a 32-bit mask of the non-zeros, then their codes minus one in ``w``
+#: planes of as many bits as there are non-zeros, padded to a whole byte
+MASK = 33
+#: code ``DELTA + w``: the zigzag codes of the residuals of order 1 (``q[i] - q[i-1]``) in
+#: ``w`` planes of 32 bits
+DELTA = 66
+#: code ``DELTA2 + w``: residuals of order 2, ``q[i] - 2q[i-1] + q[i-2]``
+DELTA2 = 99
+#: code ``DELTA3 + w``: residuals of order 3, ``q[i] - 3q[i-1] + 3q[i-2] - q[i-3]``
+DELTA3 = 132
 #: the code byte of a block stored raw (its values' bytes)
 RAW = 255
 #: the encoder's code of a block holding a NaN or an Inf (never written: refused)
@@ -36,9 +36,6 @@ NONFINITE = 254
 
 def valid_code(code):
     """Whether a code byte (an int or a NumPy integer array, elementwise) is one an encoder
-    writes: a width 0-32, RICE + 0-31, DELTA + 0-31, MASK + 0-32, DELTA2 + 0-31,
-    DELTA3 + 0-31 or RAW."""
-    return ((code <= WIDEST) | ((code >= RICE) & (code < DELTA + 32))
-            | ((code >= MASK) & (code <= MASK + WIDEST))
-            | ((code >= DELTA2) & (code < DELTA2 + 32)) | ((code >= DELTA3) & (code < DELTA3 + 32))
-            | (code == RAW))
+    writes: ``kind * 33 + w`` for the five kinds (values, mask, delta of order 1-3) and
+    ``w`` 0-32, or RAW."""
+    return (code <= DELTA3 + WIDEST) | (code == RAW)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import math
 
-import numpy as np
 import pytest
 
 from mpicomp.bench import accuracy, codecs, rate_distortion
@@ -93,23 +92,6 @@ def test_errbound_case_specs():
         parse_case("errbound:1e-3:abs")
 
 
-def test_rice_chains_times_one_and_two_streams_of_the_same_codes():
-    """Both loops decode every kept code to the quantized value (the command raises
-    otherwise), a share of blocks kept, both loops timed, the table printed."""
-    from mpicomp.bench import rice_chains
-
-    out = io.StringIO()
-    rows = rice_chains.run(n=1 << 14, data="real,field", repeat=1, out=out,
-                           argv=["rice-chains", "--n", "16384"])
-    assert [r["data"] for r in rows] == ["real", "field"]
-    for r in rows:
-        assert 0 < r["kept"] <= 1 and 0 < r["bits"] < 57, r
-        assert r["one_ns"] > 0 and r["two_ns"] > 0, r
-    assert "# command: python -m mpicomp.bench rice-chains --n 16384" in out.getvalue()
-    with pytest.raises(ValueError, match=r"--tolerance must lie in \[1e-12, 1\], got 0"):
-        rice_chains.run(tolerance=0, out=io.StringIO())
-
-
 def test_errbound_ab_compares_a_commits_kernels_with_the_tree():
     """HEAD's kernels/ imported beside the tree's: both write the same bytes here (the tree's
     kernels may only change speed), every speed measured, the table printed; a revision
@@ -127,53 +109,3 @@ def test_errbound_ab_compares_a_commits_kernels_with_the_tree():
     assert "# command: python -m mpicomp.bench errbound-ab --n 16384" in out.getvalue()
     with pytest.raises(ValueError, match="--base must be a revision.*'no-such-revision'"):
         errbound_ab.run(base="no-such-revision", n=1 << 10, out=io.StringIO())
-
-
-def test_pfor_block_bits_prices_width_and_exceptions():
-    """A block of small codes is coded in their width; one large value becomes an exception
-    where that is cheaper than widening every value; zeros cost nothing."""
-    from mpicomp.bench.pfor_bits import pfor_block_bits
-
-    z = np.zeros((3, 32), np.int64)
-    z[1, :] = 3  # 2 bits each
-    z[2, :] = 3
-    z[2, 7] = 1 << 20  # 21 bits: an exception (5-bit index + 19 bits above w = 2)
-    bits, exceptions = pfor_block_bits(z)
-    assert bits.tolist() == [0, 64, 64 + 11 + 5 + 19]
-    assert exceptions.tolist() == [0, 0, 1]
-
-
-def test_pfor_bits_prices_errbound_streams_per_data_and_tolerance():
-    """One row per data set and tolerance with both codings' bits; a bad tolerance list is a
-    ValueError naming it."""
-    from mpicomp.bench import pfor_bits
-
-    out = io.StringIO()
-    rows = pfor_bits.run(n=1 << 14, data="real,field", tolerances="1e-3", out=out,
-                         argv=["pfor-bits", "--n", "16384"])
-    assert [(r["data"], r["tolerance"]) for r in rows] == [("real", 1e-3), ("field", 1e-3)]
-    for r in rows:
-        for key in ("eb_bits", "pfor_bits", "aligned_bits"):
-            assert 0 < r[key] < 33, r
-        assert 0 <= r["exceptions"] < 1, r
-    assert "# command: python -m mpicomp.bench pfor-bits --n 16384" in out.getvalue()
-    with pytest.raises(ValueError, match=r"--tolerances must .* got 'x'"):
-        pfor_bits.run(tolerances="x", out=io.StringIO())
-
-
-def test_aligned_speed_decodes_errbounds_values_and_times_both():
-    """The aligned coding's decoder makes errbound's values bit for bit (the command raises
-    otherwise), both codings timed, bits of both reported; a bad --repeat is a ValueError."""
-    from mpicomp.bench import aligned_speed
-
-    out = io.StringIO()
-    rows = aligned_speed.run(n=1 << 14, data="real,weights", tolerances="1e-3,1e-9", repeat=1,
-                             out=out, argv=["aligned-speed", "--n", "16384"])
-    assert [(r["data"], r["tolerance"]) for r in rows] == [
-        ("real", 1e-3), ("real", 1e-9), ("weights", 1e-3), ("weights", 1e-9)]
-    for r in rows:
-        assert 0 < r["eb_bits"] < 33 and 0 < r["aligned_bits"] < 33, r
-        assert min(r["enc_eb"], r["enc_al"], r["dec_eb"], r["dec_al"]) > 0, r
-    assert "# command: python -m mpicomp.bench aligned-speed --n 16384" in out.getvalue()
-    with pytest.raises(ValueError, match="--repeat must be at least 1, got 0"):
-        aligned_speed.run(repeat=0, out=io.StringIO())

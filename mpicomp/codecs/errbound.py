@@ -3,12 +3,12 @@ data need.
 
 Each value is quantized to a multiple of ``step = 2 * bound`` (so no decoded
 value is off by more than ``bound``); each block of 32 values is then coded
-the cheapest way: the bit width of its largest zigzag-coded multiple, Rice
-codes (heavy-tailed data such as gradients), Rice codes of its residuals
-after a predictor of order 1 to 3 (random walks, smooth data), or a zero
-mask and the non-zeros (sparse data); a block of zeros costs its code byte
-only, a block the bound cannot reach through the dtype's rounding is stored
-raw. The bound is absolute (``tolerance``), or relative to the buffer's
+the cheapest way, in bit planes of whole bytes (read and written with vector
+operations): the bit width of its largest zigzag-coded multiple, a zero mask
+and the non-zeros (sparse data such as ReLU networks' gradients), or its
+residuals after a predictor of order 1 to 3 (random walks, smooth data); a
+block of zeros costs its code byte only, a block the bound cannot reach
+through the dtype's rounding is stored raw. The bound is absolute (``tolerance``), or relative to the buffer's
 largest magnitude (``relative=True``: ``bound = tolerance * max|x|``).
 
 Streams are variable-size (``variable = True``): ``encode`` returns the
@@ -50,8 +50,8 @@ _VALID_CODE = valid_code(np.arange(256))
 
 
 class ErrboundCodec(Codec):
-    """Quantize to a step from an error bound; per block the cheapest of bit width, Rice
-    codes, Rice codes of predictor residuals (orders 1-3) and zero mask.
+    """Quantize to a step from an error bound; per block the cheapest of bit width, zero
+    mask and predictor residuals (orders 1-3), in bit planes.
 
     Parameters
     ----------
@@ -136,8 +136,8 @@ class ErrboundCodec(Codec):
         bad = call(errbound_cpu.unpack, readonly(buf), codes, offsets, step, _inverse(step), out,
                    out.view(np.uint8), out.dtype.itemsize)
         if bad:
-            raise ValueError(f"errbound stream: the codes of {bad} group(s) run past their "
-                             "bytes")
+            raise ValueError(f"errbound stream: the blocks of {bad} group(s) run past their "
+                             "bytes or set mask bits past their values")
 
     def reconstruct_into(self, x: np.ndarray, buf: np.ndarray, out: np.ndarray) -> None:
         """The values :meth:`decode_into` makes of ``buf``, the encode of ``x``, from ``x``
@@ -227,8 +227,8 @@ class ErrboundCodec(Codec):
                                                       out.view(np.uint8),
                                                       np.dtype(out.dtype).itemsize, flag)
         if int(flag.copy_to_host(stream=stream)[0]):
-            raise ValueError("errbound stream: the codes of a group run past its bytes "
-                             "(device)")
+            raise ValueError("errbound stream: the blocks of a group run past its bytes or "
+                             "set mask bits past their values (device)")
 
     def reconstruct_on_stream(self, x: Any, buf: Any, out: Any, stream: Any) -> None:
         """:meth:`reconstruct_into` on the device: one thread per block (the step read from

@@ -1,0 +1,304 @@
+"""The ``errbound`` planes with 32-lane vector operations (CPU only): the bytes of
+``errbound_block``'s scalar planes.
+
+A block's codes (its 32 int64 code slots) become ``w`` plane words with one
+vector shift, one comparison and one mask move per plane
+(:func:`put_planes_vec32`: plane ``j`` is "lane < 0" of the codes shifted left
+by ``32 - w + j``, a ``<32 x i1>`` vector read as a 32-bit integer, one
+``vpmovmskb`` on x86), and come back with bitplane's byte accumulators
+(:func:`get_planes_vec32`: ``bitplane_vector.codes_from_planes``, 8 planes
+at a time). :func:`pack_group_vec32` and :func:`unpack_group_vec32` are
+``errbound_block``'s ``pack_group`` and ``unpack_group`` with these planes
+(the CUDA kernels and the tests' reference use the scalar ones: the same
+bytes). A mask block's planes hold only its non-zeros' bits: its codes stay
+at their own lanes, each plane is made as a whole word in a scratch row of
+128 bytes and packed to the non-zeros' bits by a bit extract (``pext``),
+then appended with the scalar bit writer; the decoder deposits each plane's
+bits back at the mask's lanes (``pdep``), so that no code is gathered or
+scattered lane by lane. Without BMI2 (or with ``NUMBA_CPU_NAME`` set) a
+loop over the mask's bits does the same.
+
+A plane word is stored as the host's 32-bit integer: little-endian, as the
+format has it, on every host mpicomp runs on (x86-64, aarch64, ppc64le); on
+a big-endian host this module refuses to load.
+"""
+from __future__ import annotations
+
+import sys
+
+import numba
+import numpy as np
+from llvmlite import binding, ir
+from numba.core import types
+from numba.extending import intrinsic
+
+from .bitplane_vector import codes_from_planes
+from .errbound_block import (BLOCK, HISTORY, RAW, _block_values, _code_slot, _dequantized,
+                             _group_blocks, _load4, _quantize, _slot, _store4, _unzigzag, _zz,
+                             block_codes, block_values, flush_bits, is_mask, mask_head,
+                             mask_nbytes, plane_bits, plane_width, put_bits, raw_bytes,
+                             raw_values, zeros_block)
+from .jit import NUMBA_INLINE, njit
+from .vector_ir import I32, I64, call_intrinsic, element_pointer, load, splat, store, vector
+
+__all__ = ["WORDS", "pack_group_vec32", "unpack_group_vec32"]
+
+if sys.byteorder != "little":
+    raise ImportError("errbound's CPU kernels store plane words in the host's byte order: "
+                      f"they need a little-endian host, this one is {sys.byteorder}-endian")
+
+#: bytes of the plane-word scratch row a caller hands the group functions (32 planes)
+WORDS = 4 * 32
+#: the first code slot of a block's scratch row (``errbound_block``'s layout)
+_CODES = HISTORY + BLOCK
+_LANES = 32
+_WORDS32 = vector(I32, _LANES)
+#: whether the compiled code may use BMI2's bit deposit and extract (``pdep``/``pext``: one
+#: instruction each on x86-64 since Haswell and Zen 3): the host's own code only
+_BMI2 = (numba.config.CPU_NAME in (None, "host")
+         and bool(binding.get_host_cpu_features().get("bmi2", False)))
+
+
+@intrinsic
+def put_planes_vec32(typingctx, q, width, out, pos):
+    """The ``width`` plane words of the 32 code slots of ``q`` at ``out[pos:pos + 4 width]``
+    (plane ``j``: bit ``width - 1 - j`` of each code, code ``i`` at bit ``i``)."""
+    sig = types.void(q, width, out, pos)
+
+    def codegen(context, b, signature, args):
+        qv, wv, outv, posv = args
+        codes = load(b, element_pointer(context, b, signature.args[0], qv,
+                                        ir.Constant(I64, _CODES)), vector(I64, _LANES))
+        u = b.trunc(codes, _WORDS32)
+        w32 = b.trunc(wv, I32)
+
+        def plane(j):  # bit w-1-j to the sign: shift left by 32 - w + j
+            shift = b.add(b.sub(ir.Constant(I32, 32), w32), ir.Constant(I32, j))
+            top = b.shl(u, splat(b, shift, _WORDS32))
+            word = b.bitcast(b.icmp_signed("<", top, splat(b, 0, _WORDS32)), I32)
+            at = b.add(posv, ir.Constant(I64, 4 * j))
+            store(b, word, element_pointer(context, b, signature.args[2], outv, at))
+
+        for j in range(32):
+            with b.if_then(b.icmp_signed(">", wv, ir.Constant(I64, j)), likely=j < 8):
+                plane(j)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def get_planes_vec32(typingctx, buf, pos, width, q):
+    """The 32 code slots of ``q`` from the ``width`` plane words at ``buf[pos:]``."""
+    sig = types.void(buf, pos, width, q)
+
+    def codegen(context, b, signature, args):
+        bufv, posv, wv, qv = args
+        codes = codes_from_planes(context, b, signature.args[0], bufv, posv, wv, 32, 32,
+                                  present=0)
+        store(b, b.zext(codes, vector(I64, _LANES)),
+              element_pointer(context, b, signature.args[3], qv, ir.Constant(I64, _CODES)))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def popcount64(typingctx, v):
+    """The set bits of the int64 ``v`` (``llvm.ctpop``: one instruction where the host has
+    it, a vector of them in a loop that vectorizes)."""
+    sig = types.int64(types.int64)
+
+    def codegen(context, b, signature, args):
+        return call_intrinsic(b, "llvm.ctpop.i64", I64, args[0])
+
+    return sig, codegen
+
+
+def _bmi2(name):
+    """An intrinsic of BMI2's ``pdep``/``pext`` on 32 bits: ``f(value, mask)`` (uint64s)."""
+
+    @intrinsic
+    def bits(typingctx, value, mask):
+        sig = types.uint64(types.uint64, types.uint64)
+
+        def codegen(context, b, signature, args):
+            v32, m32 = (b.trunc(a, I32) for a in args)
+            return b.zext(call_intrinsic(b, f"llvm.x86.bmi.{name}.32", I32, v32, m32), I64)
+
+        return sig, codegen
+
+    return bits
+
+
+@njit(inline="always")
+def _deposit_loop(value, mask):
+    """``pdep`` without BMI2: the low bits of ``value`` at the set bits of ``mask``."""
+    out = np.uint64(0)
+    k = np.uint64(0)
+    while mask != np.uint64(0):
+        low = mask & (~mask + np.uint64(1))
+        out |= low * ((value >> k) & np.uint64(1))
+        k += np.uint64(1)
+        mask &= mask - np.uint64(1)
+    return out
+
+
+@njit(inline="always")
+def _extract_loop(value, mask):
+    """``pext`` without BMI2: the bits of ``value`` at the set bits of ``mask``, packed low."""
+    out = np.uint64(0)
+    k = np.uint64(0)
+    while mask != np.uint64(0):
+        low = mask & (~mask + np.uint64(1))
+        out |= np.uint64(value & low != np.uint64(0)) << k
+        k += np.uint64(1)
+        mask &= mask - np.uint64(1)
+    return out
+
+
+#: ``deposit(value, mask)``: the low bits of ``value`` at the set bits of ``mask``
+deposit = _bmi2("pdep") if _BMI2 else _deposit_loop
+#: ``extract(value, mask)``: the bits of ``value`` at the set bits of ``mask``, packed low
+extract = _bmi2("pext") if _BMI2 else _extract_loop
+
+
+@njit(inline="always")
+def _plane_bits_fast(buf, p, off, nbits):
+    """``errbound_block.plane_bits``, one 8-byte load where 8 bytes lie in ``buf``."""
+    at = np.int64(p) + (np.int64(off) >> np.int64(3))
+    if at + np.int64(8) > np.int64(buf.size):
+        return plane_bits(buf, p, off, nbits)
+    u = np.uint64(at)
+    word = (np.uint64(buf[u]) | (np.uint64(buf[u + np.uint64(1)]) << np.uint64(8))
+            | (np.uint64(buf[u + np.uint64(2)]) << np.uint64(16))
+            | (np.uint64(buf[u + np.uint64(3)]) << np.uint64(24))
+            | (np.uint64(buf[u + np.uint64(4)]) << np.uint64(32))
+            | (np.uint64(buf[u + np.uint64(5)]) << np.uint64(40))
+            | (np.uint64(buf[u + np.uint64(6)]) << np.uint64(48))
+            | (np.uint64(buf[u + np.uint64(7)]) << np.uint64(56)))
+    low = np.uint64(np.int64(off) & np.int64(7))
+    return (word >> low) & ((np.uint64(1) << np.uint64(nbits)) - np.uint64(1))
+
+
+@njit(inline=NUMBA_INLINE)
+def _mask_values_vec32(q, n, m, out, start, step):
+    """``errbound_block.mask_values`` of code slots that hold each non-zero's code minus one
+    at its own lane (planes deposited at the mask's bits), 0 elsewhere: a loop that
+    vectorizes."""
+    base = np.uint64(start)
+    for i in range(n):
+        bit = (m >> np.int64(i)) & np.int64(1)
+        v = _unzigzag(np.uint64(q[_code_slot(i)] + np.int64(1))) * bit
+        q[_slot(i)] = v
+        out[base + np.uint64(i)] = _dequantized(v, step)
+
+
+@njit(inline=NUMBA_INLINE)
+def _mask_codes_vec32(x, start, n, inv_step, q):
+    """``errbound_block.block_codes`` of a mask block, each non-zero's code minus one left at
+    its own lane (no gather: :func:`extract` packs each plane); returns the mask."""
+    if n == np.int64(BLOCK):  # (a trip count the compiler knows: the loops vectorize)
+        return _mask_codes_of(x, start, np.int64(BLOCK), inv_step, q)
+    for i in range(BLOCK):
+        q[_code_slot(i)] = np.int64(0)
+    return _mask_codes_of(x, start, n, inv_step, q)
+
+
+@njit(inline=NUMBA_INLINE)
+def _mask_codes_of(x, start, n, inv_step, q):
+    """:func:`_mask_codes_vec32` of ``n`` values."""
+    _quantize(x, start, n, inv_step, q)
+    m = np.int64(0)
+    for i in range(n):
+        z = _zz(q[_slot(i)])
+        nz = np.int64(z != np.int64(0))
+        m |= nz << np.int64(i)
+        q[_code_slot(i)] = z - nz
+    return m
+
+
+@njit(inline=NUMBA_INLINE)
+def pack_group_vec32(x, xb, group, inv_step, codes, out, pos, stop, itemsize, q, words):
+    """``errbound_block.pack_group`` with vector planes; ``words``: a scratch row of
+    ``WORDS`` bytes."""
+    first, last = _group_blocks(group, codes.size)
+    p = np.int64(pos)
+    for b in range(first, last):
+        start, end = _block_values(b, x.size)
+        n = end - start
+        code = np.int64(codes[b])
+        if code == np.int64(RAW):
+            p = raw_bytes(xb, start, end, itemsize, out, p)
+            continue
+        if code == np.int64(0):
+            continue
+        if is_mask(code):
+            w = plane_width(code)
+            m = np.uint64(_mask_codes_vec32(x, start, n, inv_step, q))
+            count = popcount64(np.int64(m))
+            _store4(out, p, m)
+            put_planes_vec32(q, w, words, np.int64(0))
+            at = p + np.int64(4)
+            acc = np.uint64(0)
+            fill = np.int64(0)
+            for j in range(w):  # each plane's bits of the non-zeros, one after the other
+                at, acc, fill = put_bits(out, at, stop, acc, fill,
+                                         extract(_load4(words, np.int64(4 * j)), m), count)
+            flush_bits(out, at, acc, fill)
+            p += np.int64(4) + mask_nbytes(count, w)
+        else:
+            w, count, m = block_codes(x, start, n, code, inv_step, q)
+            put_planes_vec32(q, w, out, p)
+            p += np.int64(4) * w
+
+
+@njit(inline=NUMBA_INLINE)
+def unpack_group_vec32(buf, pos, end, group, codes, step, inv_step, out, outb, itemsize, q,
+                       words):
+    """``errbound_block.unpack_group`` with vector planes; ``words``: a scratch row of
+    ``WORDS`` bytes."""
+    first, last = _group_blocks(group, codes.size)
+    p = np.int64(pos)
+    stop = np.int64(end)
+    for j in range(HISTORY):  # a group starts from zeros
+        q[j] = np.int64(0)
+    for b in range(first, last):
+        start, bend = _block_values(b, out.size)
+        n = bend - start
+        code = np.int64(codes[b])
+        if code == np.int64(0):  # a block of zeros
+            zeros_block(q, n, out, start)
+            continue
+        if code == np.int64(RAW):
+            if p + n * np.int64(itemsize) > stop:
+                return False
+            raw_values(buf, p, outb, start, bend, itemsize, out, inv_step, q)
+            p += n * np.int64(itemsize)
+        elif is_mask(code):
+            w = plane_width(code)
+            m, count, size = mask_head(buf, p, stop, n, w)
+            if size < np.int64(0):
+                return False
+            for j in range(w):  # each plane's count bits, at the mask's lanes
+                _store4(words, np.int64(4 * j), deposit(
+                    _plane_bits_fast(buf, p + np.int64(4), np.int64(j) * count, count), m))
+            get_planes_vec32(words, np.int64(0), w, q)
+            if n == np.int64(BLOCK):  # (a trip count the compiler knows: the loop vectorizes)
+                _mask_values_vec32(q, np.int64(BLOCK), np.int64(m), out, start, step)
+            else:
+                _mask_values_vec32(q, n, np.int64(m), out, start, step)
+            p += np.int64(4) + size
+        else:
+            w = plane_width(code)
+            if p + np.int64(4) * w > stop:
+                return False
+            get_planes_vec32(buf, p, w, q)
+            if n == np.int64(BLOCK):  # (a trip count the compiler knows: the loop vectorizes)
+                block_values(q, np.int64(BLOCK), code, out, start, step)
+            else:
+                block_values(q, n, code, out, start, step)
+            p += np.int64(4) * w
+        for j in range(HISTORY):  # the last values become the next block's history
+            q[j] = q[n + j]
+    return True
