@@ -227,10 +227,11 @@ def _quantize(x, start, n, inv_step, q):
 def _quantize_checked(x, start, n, inv_step, step, bound, q):
     """:func:`_quantize` with every value's check, without a branch (the loop vectorizes),
     and the block's :func:`_history`: 0, RAW (a value out of range or off by more than
-    ``bound``) or NONFINITE."""
+    ``bound``) or NONFINITE. One test per value: a value out of range (NaN and Inf
+    included) is checked against 0, so its error is past any bound (NaN's is NaN, which
+    ``not <=`` counts); only a block that fails is scanned again for NaN and Inf."""
     _history(x, start, inv_step, q)
     off = np.int64(0)
-    nonfinite = np.int64(0)
     base = np.uint64(start)  # (an unsigned index: no negative-index wraparound to vectorize)
     for i in range(n):
         v = np.float64(x[base + np.uint64(i)])
@@ -238,12 +239,15 @@ def _quantize_checked(x, start, n, inv_step, step, bound, q):
         inside = abs(s) <= _Q_MAX  # (False for NaN; tested before the floor, which the
         tf = _floor_float(s if inside else 0.0)  # simulator's int conversion would refuse)
         error = abs(v - _reconstructed(tf, step, is_single(x)))
-        off += np.int64(not inside) + np.int64(error > bound)
-        nonfinite += np.int64(v - v != 0.0)  # (NaN for NaN and Inf)
+        off += np.int64(not error <= bound)
         q[_slot(i)] = np.int64(np.int32(tf))
-    if nonfinite:
-        return np.int64(NONFINITE)
-    return np.int64(RAW) if off else np.int64(0)
+    if off == np.int64(0):
+        return np.int64(0)
+    for i in range(n):
+        v = np.float64(x[base + np.uint64(i)])
+        if v - v != 0.0:  # (NaN for NaN and Inf)
+            return np.int64(NONFINITE)
+    return np.int64(RAW)
 
 
 @njit(inline="always")
