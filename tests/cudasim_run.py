@@ -27,7 +27,7 @@ def case_data(case: dict) -> np.ndarray:
         x[:8] = [0.0, -0.0, 1e-30, -1e30, 5e-39, 3e-310, 1.5, -2.0]
     if kind == "mixed" and n >= 1024:  # every errbound block coding, a raw block between
         third = n // 3
-        x[:third] = np.sin(np.arange(third) / 40.0) * 3  # smooth: delta Rice, order 2
+        x[:third] = np.sin(np.arange(third) / 40.0) * 3  # smooth: delta, order 2
         x[third // 2:third] = np.sin(np.arange(third - third // 2) / 8.0) * 30  # order 3
         x[third:2 * third] *= rng.random(third) < 0.2  # sparse: zero masks
         x[2 * third:2 * third + 256] = np.cumsum(rng.integers(-3, 4, 256)) * 2e-3  # order 1
