@@ -381,15 +381,16 @@ def _delta_order(code):
 @njit(inline=NUMBA_INLINE)
 def block_codes(x, start, n, code, inv_step, q):
     """The code slots of block ``x[start:start + n]`` coded with ``code`` (not 0, not RAW):
-    the zigzag codes its planes hold, the slots past them 0. Returns ``(w, count, mask)``:
-    the planes' width, the codes in them (``n``, or a mask block's non-zeros) and the
-    mask (0 but for a mask block)."""
+    the first ``count`` hold the zigzag codes its planes hold, those of lanes past a short
+    block 0 (a plane word covers 32 lanes). Returns ``(w, count, mask)``: the planes'
+    width, the codes in them (``n``, or a mask block's non-zeros) and the mask (0 but for a
+    mask block)."""
     if n == np.int64(BLOCK):  # (a trip count the compiler knows: the loop vectorizes)
         _quantize(x, start, np.int64(BLOCK), inv_step, q)
     else:
         _quantize(x, start, n, inv_step, q)
-    for i in range(BLOCK):
-        q[_code_slot(i)] = np.int64(0)
+        for i in range(n, BLOCK):
+            q[_code_slot(i)] = np.int64(0)
     w = plane_width(code)
     if is_mask(code):
         m = np.int64(0)
