@@ -6,16 +6,16 @@ so two runs of ``codecs`` a minute apart cannot tell a 10-30% change in a
 kernel. This command takes ``kernels/`` of ``--base`` (a git revision of
 the repository this tree belongs to), imports it beside this tree's as a
 package of its own, compiles the same single-threaded drivers over both
-versions' block functions (the codes pass, the packing, the unpacking: what
-``kernels/errbound_cpu.py`` runs per group, with ``errbound_vector``'s planes
-where a version has them, without its threads) and times
-them in alternation, ``--repeat`` rounds, the best of each. It first checks
+versions' block functions (the encode, in one pass or as the codes pass and
+the packing, and the unpacking: what ``kernels/errbound_cpu.py`` runs per
+group, with ``errbound_vector``'s planes where a version has them, without
+its threads) and times them in alternation, ``--repeat`` rounds, the best of each. It first checks
 that both write the same stream bytes and decode the same values (the
 kernels may change speed, not the format) and says so.
 
-Columns: ``bits`` per value of the stream; each version's encode (codes +
-packing) and decode in input GB/s; ``enc x``/``dec x``: this tree's speed
-over the base's. The bound is ``--tolerance`` times the data's largest
+Columns: ``bits`` per value of the stream; each version's encode (its one
+pass, or codes + packing) and decode in input GB/s; ``enc x``/``dec x``:
+this tree's speed over the base's. The bound is ``--tolerance`` times the data's largest
 magnitude.
 """
 from __future__ import annotations
@@ -66,24 +66,52 @@ def _base_kernels(rev: str, into: Path) -> Any:
         sys.path.remove(str(into))
 
 
-def _group_code(package: str) -> tuple[Any, Any, Any, Any]:
-    """``(errbound_block, block_code, pack_group, unpack_group)`` as ``package``'s CPU
-    drivers run them: the vector planes of ``errbound_vector`` where it has them (their
-    group functions then take a scratch row of plane words too)."""
+def _group_code(package: str) -> tuple[Any, ...]:
+    """``(errbound_block, block_code, pack_group, unpack_group, code_group)`` as
+    ``package``'s CPU drivers run them: the vector planes of ``errbound_vector`` where it has
+    them (their group functions then take a scratch row of plane words too); ``code_group``
+    (a group's code bytes and bytes in one pass) is None where a version encodes in two."""
     block = importlib.import_module(f"{package}.errbound_block")
     try:
         vector = importlib.import_module(f"{package}.errbound_vector")
     except ModuleNotFoundError:
-        return block, block.block_code, block.pack_group, block.unpack_group
-    return block, block.block_code, vector.pack_group_vec32, vector.unpack_group_vec32
+        return block, block.block_code, block.pack_group, block.unpack_group, None
+    return (block, block.block_code, vector.pack_group_vec32, vector.unpack_group_vec32,
+            getattr(vector, "code_group_vec32", None))
 
 
-def _drivers(version: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any]:
-    """One thread's codes, pack and unpack passes over a version's group code (float32)."""
+def _drivers(version: tuple[Any, ...]) -> tuple[Any, Any]:
+    """One thread's encode (``(x, inv_step, step, bound, code, sizes, out)`` -> the group
+    offsets) and unpack pass over a version's group code (float32): its one-pass encode
+    where it has one (on one thread its groups land at their offsets: nothing to move),
+    else the codes pass, the offsets and the pack pass."""
     from numba import njit
 
-    block, block_code, pack_group, unpack_group = version
+    from mpicomp.codecs.errbound import _head_nbytes, _offsets
+
+    block, block_code, pack_group, unpack_group, code_group = version
     BLOCK, GROUP, SCRATCH = block.BLOCK, block.GROUP, block.SCRATCH
+
+    if code_group is not None:
+        @njit
+        def one_pass(x, xb, inv_step, step, bound, code, sizes, out, head):
+            q = np.empty(SCRATCH, np.int64)
+            row = np.empty(128, np.uint8)
+            p = head
+            stop = head + 4 * x.size
+            for g in range(sizes.size // 2):
+                end, _ = code_group(x, xb, g, inv_step, step, bound, True, code, out, p, stop,
+                                    4, q, row)
+                sizes[2 * g] = np.uint8((end - p) & 0xFF)
+                sizes[2 * g + 1] = np.uint8((end - p) >> 8)
+                p = end
+
+        def encode(x, inv_step, step, bound, code, sizes, out):
+            one_pass(x, x.view(np.uint8), inv_step, step, bound, code, sizes, out,
+                     _head_nbytes(x.size))
+            return _offsets(sizes, x.size)
+
+        return encode, _unpack_pass(version)
 
     @njit
     def codes(x, inv_step, step, bound, out, sizes):
@@ -107,7 +135,29 @@ def _drivers(version: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any]:
             row = np.empty(128, np.uint8)
             for g in range(offsets.size - 1):
                 pack_group(x, xb, g, inv_step, code, out, offsets[g], offsets[g + 1], 4, q, row)
+    else:
+        @njit
+        def pack(x, xb, inv_step, code, offsets, out):
+            q = np.empty(SCRATCH, np.int64)
+            for g in range(offsets.size - 1):
+                pack_group(x, xb, g, inv_step, code, out, offsets[g], offsets[g + 1], 4, q)
 
+    def encode(x, inv_step, step, bound, code, sizes, out):
+        codes(x, inv_step, step, bound, code, sizes)
+        offsets = _offsets(sizes, x.size)
+        pack(x, x.view(np.uint8), inv_step, code, offsets, out)
+        return offsets
+
+    return encode, _unpack_pass(version)
+
+
+def _unpack_pass(version: tuple[Any, ...]) -> Any:
+    """One thread's unpack pass over a version's group code (float32)."""
+    from numba import njit
+
+    block, unpack_group = version[0], version[3]
+    SCRATCH = block.SCRATCH
+    if _words(unpack_group):
         @njit
         def unpack(buf, code, offsets, step, inv_step, out, outb):
             q = np.empty(SCRATCH, np.int64)
@@ -116,13 +166,7 @@ def _drivers(version: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any]:
                 unpack_group(buf, offsets[g], offsets[g + 1], g, code, step, inv_step, out,
                              outb, 4, q, row)
 
-        return codes, pack, unpack
-
-    @njit
-    def pack(x, xb, inv_step, code, offsets, out):
-        q = np.empty(SCRATCH, np.int64)
-        for g in range(offsets.size - 1):
-            pack_group(x, xb, g, inv_step, code, out, offsets[g], offsets[g + 1], 4, q)
+        return unpack
 
     @njit
     def unpack(buf, code, offsets, step, inv_step, out, outb):
@@ -131,7 +175,7 @@ def _drivers(version: tuple[Any, Any, Any, Any]) -> tuple[Any, Any, Any]:
             unpack_group(buf, offsets[g], offsets[g + 1], g, code, step, inv_step, out, outb, 4,
                          q)
 
-    return codes, pack, unpack
+    return unpack
 
 
 def _words(pack_group: Any) -> bool:
@@ -145,17 +189,15 @@ def _round(passes: Any, x: np.ndarray, bound: float, out: np.ndarray) -> tuple[f
                                                                                np.ndarray]:
     """One encode and decode of ``x``: (encode s, decode s, the stream's bytes then the
     decoded values' bytes)."""
-    from mpicomp.codecs.errbound import _offsets, _sections
+    from mpicomp.codecs.errbound import _sections
 
-    codes_pass, pack_pass, unpack_pass = passes
+    encode, unpack_pass = passes
     step = 2.0 * bound
     inv_step = 1.0 / step
     out[:] = 0
     code, sizes = _sections(out, x.size)
     t0 = time.perf_counter()
-    codes_pass(x, inv_step, step, bound, code, sizes)
-    offsets = _offsets(sizes, x.size)
-    pack_pass(x, x.view(np.uint8), inv_step, code, offsets, out)
+    offsets = encode(x, inv_step, step, bound, code, sizes, out)
     t1 = time.perf_counter()
     y = np.empty_like(x)
     unpack_pass(out, code, offsets, step, inv_step, y, y.view(np.uint8))

@@ -10,7 +10,10 @@ by ``32 - w + j``, a ``<32 x i1>`` vector read as a 32-bit integer, one
 at a time). :func:`pack_group_vec32` and :func:`unpack_group_vec32` are
 ``errbound_block``'s ``pack_group`` and ``unpack_group`` with these planes
 (the CUDA kernels and the tests' reference use the scalar ones: the same
-bytes). A mask block's planes hold only its non-zeros' bits: its codes stay
+bytes); :func:`code_group_vec32` is ``block_code`` and the packing in one
+pass (each block's planes made from the integers its code quantized), and
+:func:`move_bytes` a ``memmove`` (the one-pass encode's runs of groups
+moved to their offsets). A mask block's planes hold only its non-zeros' bits: its codes stay
 at their own lanes, each plane is made as a whole word in a scratch row of
 128 bytes and packed to the non-zeros' bits by a bit extract (``pext``),
 then appended with the scalar bit writer; the decoder deposits each plane's
@@ -29,19 +32,20 @@ import sys
 import numba
 import numpy as np
 from llvmlite import binding, ir
-from numba.core import types
+from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from .bitplane_vector import codes_from_planes
-from .errbound_block import (BLOCK, HISTORY, RAW, _block_values, _code_slot, _dequantized,
-                             _group_blocks, _load4, _quantize, _slot, _store4, _unzigzag, _zz,
-                             block_codes, block_values, flush_bits, is_mask, mask_head,
-                             mask_nbytes, plane_bits, plane_width, put_bits, raw_bytes,
-                             raw_values, zeros_block)
+from .errbound_block import (BLOCK, HISTORY, NONFINITE, RAW, _block_values, _code_slot,
+                             _delta_order, _dequantized, _group_blocks, _history, _load4,
+                             _quantize, _slot, _store4, _unzigzag, _zigzags, _zz, block_code,
+                             block_values, flush_bits, is_mask, mask_head, mask_nbytes,
+                             plane_bits, plane_width, put_bits, raw_bytes, raw_values,
+                             zeros_block)
 from .jit import NUMBA_INLINE, njit
 from .vector_ir import I32, I64, call_intrinsic, element_pointer, load, splat, store, vector
 
-__all__ = ["WORDS", "pack_group_vec32", "unpack_group_vec32"]
+__all__ = ["WORDS", "code_group_vec32", "move_bytes", "pack_group_vec32", "unpack_group_vec32"]
 
 if sys.byteorder != "little":
     raise ImportError("errbound's CPU kernels store plane words in the host's byte order: "
@@ -111,6 +115,22 @@ def popcount64(typingctx, v):
 
     def codegen(context, b, signature, args):
         return call_intrinsic(b, "llvm.ctpop.i64", I64, args[0])
+
+    return sig, codegen
+
+
+@intrinsic
+def move_bytes(typingctx, buf, dst, src, count):
+    """``buf[dst:dst + count] = buf[src:src + count]`` (int64 positions the caller has
+    checked), overlapping or not: one ``llvm.memmove`` (the C library's, at memory speed)."""
+    sig = types.void(buf, dst, src, count)
+
+    def codegen(context, b, signature, args):
+        bufv, dstv, srcv, countv = args
+        cgutils.raw_memmove(b, element_pointer(context, b, signature.args[0], bufv, dstv),
+                            element_pointer(context, b, signature.args[0], bufv, srcv),
+                            countv, 1)
+        return context.get_dummy_value()
 
     return sig, codegen
 
@@ -195,20 +215,10 @@ def _mask_values_vec32(q, n, m, out, start, step):
 
 
 @njit(inline=NUMBA_INLINE)
-def _mask_codes_vec32(x, start, n, inv_step, q):
-    """``errbound_block.block_codes`` of a mask block, each non-zero's code minus one left at
-    its own lane (no gather: :func:`extract` packs each plane); returns the mask."""
-    if n == np.int64(BLOCK):  # (a trip count the compiler knows: the loops vectorize)
-        return _mask_codes_of(x, start, np.int64(BLOCK), inv_step, q)
-    for i in range(BLOCK):
-        q[_code_slot(i)] = np.int64(0)
-    return _mask_codes_of(x, start, n, inv_step, q)
-
-
-@njit(inline=NUMBA_INLINE)
-def _mask_codes_of(x, start, n, inv_step, q):
-    """:func:`_mask_codes_vec32` of ``n`` values."""
-    _quantize(x, start, n, inv_step, q)
+def _mask_codes(q, n):
+    """A mask block's code slots from its value slots: each non-zero's code minus one at
+    its own lane (no gather: :func:`extract` packs each plane), 0 at a zero's; returns the
+    mask."""
     m = np.int64(0)
     for i in range(n):
         z = _zz(q[_slot(i)])
@@ -216,6 +226,48 @@ def _mask_codes_of(x, start, n, inv_step, q):
         m |= nz << np.int64(i)
         q[_code_slot(i)] = z - nz
     return m
+
+
+@njit(inline=NUMBA_INLINE)
+def _put_mask_block(q, n, w, out, p, stop, words):
+    """A mask block of ``n`` quantized values (in their slots) at ``out[p:stop]``: its mask,
+    then each plane's bits of the non-zeros (:func:`extract` of a whole plane word made in
+    ``words``), one plane after the other; returns the position after the block."""
+    m = np.uint64(_mask_codes(q, n))
+    count = popcount64(np.int64(m))
+    _store4(out, p, m)
+    put_planes_vec32(q, w, words, np.int64(0))
+    at = p + np.int64(4)
+    acc = np.uint64(0)
+    fill = np.int64(0)
+    for j in range(w):  # each plane's bits of the non-zeros, one after the other
+        at, acc, fill = put_bits(out, at, stop, acc, fill,
+                                 extract(_load4(words, np.int64(4 * j)), m), count)
+    flush_bits(out, at, acc, fill)
+    return p + np.int64(4) + mask_nbytes(count, w)
+
+
+@njit(inline=NUMBA_INLINE)
+def _put_block(q, n, code, out, p, stop, words):
+    """:func:`_put_block_of` (a full block's trip count a constant: the loops vectorize)."""
+    if n == np.int64(BLOCK):
+        return _put_block_of(q, np.int64(BLOCK), code, out, p, stop, words)
+    return _put_block_of(q, n, code, out, p, stop, words)
+
+
+@njit(inline=NUMBA_INLINE)
+def _put_block_of(q, n, code, out, p, stop, words):
+    """The planes of a block coded with ``code`` (not 0, not RAW) whose value slots hold its
+    ``n`` quantized values and whose history slots those before it (a delta code's
+    predictors) at ``out[p:stop]``; returns the position after them."""
+    w = plane_width(code)
+    if is_mask(code):
+        return _put_mask_block(q, n, w, out, p, stop, words)
+    for i in range(n, BLOCK):  # (lanes past a short block: 0 in every plane)
+        q[_code_slot(i)] = np.int64(0)
+    _zigzags(q, n, _delta_order(code))
+    put_planes_vec32(q, w, out, p)
+    return p + np.int64(4) * w
 
 
 @njit(inline=NUMBA_INLINE)
@@ -233,24 +285,37 @@ def pack_group_vec32(x, xb, group, inv_step, codes, out, pos, stop, itemsize, q,
             continue
         if code == np.int64(0):
             continue
-        if is_mask(code):
-            w = plane_width(code)
-            m = np.uint64(_mask_codes_vec32(x, start, n, inv_step, q))
-            count = popcount64(np.int64(m))
-            _store4(out, p, m)
-            put_planes_vec32(q, w, words, np.int64(0))
-            at = p + np.int64(4)
-            acc = np.uint64(0)
-            fill = np.int64(0)
-            for j in range(w):  # each plane's bits of the non-zeros, one after the other
-                at, acc, fill = put_bits(out, at, stop, acc, fill,
-                                         extract(_load4(words, np.int64(4 * j)), m), count)
-            flush_bits(out, at, acc, fill)
-            p += np.int64(4) + mask_nbytes(count, w)
+        if n == np.int64(BLOCK):  # (a trip count the compiler knows: the loop vectorizes)
+            _quantize(x, start, np.int64(BLOCK), inv_step, q)
         else:
-            w, count, m = block_codes(x, start, n, code, inv_step, q)
-            put_planes_vec32(q, w, out, p)
-            p += np.int64(4) * w
+            _quantize(x, start, n, inv_step, q)
+        if _delta_order(code) > np.int64(0):  # residuals: from the block's history
+            _history(x, start, inv_step, q)
+        p = _put_block(q, n, code, out, p, stop, words)
+
+
+@njit(inline=NUMBA_INLINE)
+def code_group_vec32(x, xb, group, inv_step, step, bound, single, codes, out, pos, stop,
+                     itemsize, q, words):
+    """``errbound_block.block_code`` of each block of group ``group`` into ``codes`` and
+    :func:`pack_group_vec32`'s bytes at ``out[pos:stop]``, in one pass (each block's
+    planes made from the values its code quantized); returns the position after the group
+    and its blocks holding NaN or Inf (coded 0, no bytes)."""
+    first, last = _group_blocks(group, codes.size)
+    p = np.int64(pos)
+    bad = np.int64(0)
+    for b in range(first, last):
+        start, end = _block_values(b, x.size)
+        code, nbits = block_code(x, start, end, inv_step, step, bound, single, q)
+        if code == np.int64(NONFINITE):
+            bad += np.int64(1)
+            code = np.int64(0)
+        codes[b] = np.uint8(code)
+        if code == np.int64(RAW):
+            p = raw_bytes(xb, start, end, itemsize, out, p)
+        elif code != np.int64(0):
+            p = _put_block(q, end - start, code, out, p, stop, words)
+    return p, bad
 
 
 @njit(inline=NUMBA_INLINE)

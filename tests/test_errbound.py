@@ -455,6 +455,39 @@ def test_the_scalar_planes_write_and_read_the_vector_drivers_bytes(dtype):
                                           c.decode(s, out=np.empty_like(x)).view(np.uint8))
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_the_one_pass_encode_writes_the_two_pass_bytes(dtype):
+    """The codec's one-pass encode (groups written from their raw bytes' place, then moved
+    to their offsets) against the codes pass and the packing at offsets (the CUDA
+    kernels' steps), over several parallel iterations' runs of groups: compressible runs
+    that move far, raw runs that move a few bytes or not at all."""
+    from mpicomp.codecs.errbound import _offsets, _sections
+    from mpicomp.kernels import errbound_cpu
+
+    rng = np.random.default_rng(13)
+    run = 16 * 8 * BLOCK  # (values of one parallel iteration's run of groups)
+    n = 5 * run + 77
+    mixed = rng.standard_normal(n) * 10.0 ** rng.integers(-30, 30, n)
+    mixed[:run] = 0  # a first run of zeros: every later run moves
+    mixed[3 * run:4 * run] = np.sin(np.arange(run) / 50.0)
+    for x in [_data(kind, n, dtype) for kind in KINDS] + [mixed]:
+        x = np.asarray(x, dtype)
+        for tol in (1e-2, 1e-6):
+            c = get_codec("errbound", tolerance=tol, relative=True)
+            s = c.encode(x)
+            bound = c.bound(x)
+            step = 2.0 * bound
+            inv_step = 1.0 / step if step > 0 else 0.0
+            two = np.zeros(c.encoded_nbytes(x.size, x.dtype), np.uint8)
+            code, sizes = _sections(two, x.size)
+            assert errbound_cpu.codes(x, inv_step, step, bound, x.dtype == np.float32, code,
+                                      sizes) == 0
+            offsets = _offsets(sizes, x.size)
+            two[:8] = np.frombuffer(np.float64(step).tobytes(), np.uint8)
+            errbound_cpu.pack(x, x.view(np.uint8), inv_step, code, offsets, two, x.itemsize)
+            np.testing.assert_array_equal(s, two[:offsets[-1]])
+
+
 def test_bit_deposit_and_extract_without_bmi2_match_their_definition():
     """The loops the CPU kernels use where the host has no BMI2 (``pdep``/``pext``) against
     a Python reading of their definition, and the host's instructions where it has them."""

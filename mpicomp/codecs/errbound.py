@@ -118,26 +118,26 @@ class ErrboundCodec(Codec):
         step, inv_step = self._step(bound)
         codes, sizes = _sections(out, x.size)
         single = x.dtype == np.float32
-        bad = call(errbound_cpu.codes, readonly(x), inv_step, step, bound, single, codes,
-                   sizes)
+        bad, nbytes = call(errbound_cpu.encode, readonly(x), readonly(x.view(np.uint8)),
+                           inv_step, step, bound, single, x.dtype.itemsize, codes, sizes, out,
+                           _head_nbytes(x.size))
         if bad:
             raise self._uncompressible("nonfinite", f"{bad} block(s) hold NaN or Inf")
-        offsets = _offsets(sizes, x.size)
         _HEADER.pack_into(out, 0, step)
-        call(errbound_cpu.pack, readonly(x), readonly(x.view(np.uint8)), inv_step, codes,
-             offsets, out, x.dtype.itemsize)
-        return int(offsets[-1])
+        return int(nbytes)
 
     def decode_into(self, buf: np.ndarray, out: np.ndarray) -> None:
         from ..kernels import errbound_cpu
         from ..kernels.launch import call, readonly
 
-        step, codes, offsets = self.read_layout(buf, out.size, out.dtype)
-        bad = call(errbound_cpu.unpack, readonly(buf), codes, offsets, step, _inverse(step), out,
-                   out.view(np.uint8), out.dtype.itemsize)
-        if bad:
-            raise ValueError(f"errbound stream: the blocks of {bad} group(s) run past their "
-                             "bytes or set mask bits past their values")
+        count = out.size
+        step = self._read_step(buf, count, buf.size)
+        codes, sizes = _sections(buf, count)
+        status, value = call(errbound_cpu.decode, readonly(buf), codes, sizes,
+                             _head_nbytes(count), step, _inverse(step), out, out.view(np.uint8),
+                             out.dtype.itemsize)
+        if status:
+            raise _layout_error(int(status), int(value), count, buf.size)
 
     def reconstruct_into(self, x: np.ndarray, buf: np.ndarray, out: np.ndarray) -> None:
         """The values :meth:`decode_into` makes of ``buf``, the encode of ``x``, from ``x``
@@ -156,6 +156,19 @@ class ErrboundCodec(Codec):
         ``buf`` holds at least the header, code bytes and group sizes; ``total``: the
         stream's whole length when ``buf`` is only its head (a device stream's)."""
         total = buf.size if total is None else total
+        step = self._read_step(buf, count, total)
+        codes, sizes = _sections(buf, count)
+        if codes.size and not bool(_VALID_CODE[codes].all()):
+            raise _layout_error(_BAD_CODE, 0, count, total)
+        offsets = _offsets(sizes, count)
+        if offsets[-1] > total:
+            raise _layout_error(_TOO_LONG, int(offsets[-1]), count, total)
+        return step, codes, offsets
+
+    @staticmethod
+    def _read_step(buf: np.ndarray, count: int, total: int) -> float:
+        """The step in a stream's header, checked with the stream's head (header, code bytes
+        and group sizes) present: ValueError otherwise."""
         head = _head_nbytes(count)
         if buf.size < head:
             raise ValueError(f"errbound stream of {count} values: {total} bytes, fewer "
@@ -163,15 +176,7 @@ class ErrboundCodec(Codec):
         (step,) = _HEADER.unpack_from(buf, 0)
         if not (math.isfinite(step) and step >= 0):
             raise ValueError(f"errbound stream: bad step {step!r}")
-        codes, sizes = _sections(buf, count)
-        if codes.size and not bool(_VALID_CODE[codes].all()):
-            raise ValueError("errbound stream: a block code byte that no encoder writes "
-                             "(0-32, 64-127, 128-160, 176-239 or 255)")
-        offsets = _offsets(sizes, count)
-        if offsets[-1] > total:
-            raise ValueError(f"errbound stream of {count} values: its groups need "
-                             f"{int(offsets[-1])} bytes, the stream holds {total}")
-        return step, codes, offsets
+        return step
 
     # -- device kernels -------------------------------------------------------------------
     def encode_on_stream(self, x: Any, out: Any, stream: Any, checked: bool) -> int:
@@ -250,6 +255,23 @@ class ErrboundCodec(Codec):
         """The bytes a stream of ``count`` values uses (read from its group sizes)."""
         self._check_dtype(dtype)
         return int(_offsets(_sections(np.asarray(buf), count)[1], count)[-1])
+
+
+#: what is wrong with a stream's layout (errbound_cpu.read_groups and decode's statuses)
+_BAD_CODE, _TOO_LONG, _PAST_BYTES = 1, 2, 3
+
+
+def _layout_error(status: int, value: int, count: int, total: int) -> ValueError:
+    """The ValueError of a hostile stream of ``count`` values and ``total`` bytes:
+    ``status`` and ``value`` as ``errbound_cpu.decode`` reports them."""
+    if status == _BAD_CODE:
+        return ValueError("errbound stream: a block code byte that no encoder writes "
+                          "(0-32, 64-127, 128-160, 176-239 or 255)")
+    if status == _TOO_LONG:
+        return ValueError(f"errbound stream of {count} values: its groups need {value} "
+                          f"bytes, the stream holds {total}")
+    return ValueError(f"errbound stream: the blocks of {value} group(s) run past their "
+                      "bytes or set mask bits past their values")
 
 
 def _inverse(step: float) -> float:
