@@ -146,7 +146,8 @@ class ErrboundCodec(Codec):
         from ..kernels import errbound_cpu
         from ..kernels.launch import call, readonly
 
-        step, codes, _ = self.read_layout(buf, x.size, x.dtype)
+        step = self._read_step(buf, x.size, buf.size)  # (the caller's own stream: its code
+        codes, _ = _sections(buf, x.size)  # bytes steer only the values made from x)
         call(errbound_cpu.reconstruct, readonly(x), codes, _inverse(step), step, out)
 
     def read_layout(self, buf: np.ndarray, count: int, dtype: np.dtype,
