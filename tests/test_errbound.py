@@ -488,6 +488,22 @@ def test_the_one_pass_encode_writes_the_two_pass_bytes(dtype):
             np.testing.assert_array_equal(s, two[:offsets[-1]])
 
 
+def test_a_variable_codecs_chunk_is_cut_for_a_fraction_of_its_upper_bound():
+    """The pipelined collectives cut an errbound chunk as if its stream were VARIABLE_RATIO
+    times smaller than its upper bound (the raw bytes), not for the upper bound (4x the
+    pieces, each a kernel call and a message), and a fixed-rate codec's for its size."""
+    from mpicomp.algorithms.common import MAX_PIECES, PIECE_BYTES, VARIABLE_RATIO, pieces_of
+
+    n = 1 << 20
+    errbound = get_codec("errbound", tolerance=1e-3)
+    upper = errbound.encoded_nbytes(n, np.float32)
+    assert pieces_of(errbound, n, np.float32) == round(upper / VARIABLE_RATIO / PIECE_BYTES)
+    assert pieces_of(errbound, n, np.float32) < min(MAX_PIECES, round(upper / PIECE_BYTES))
+    bitplane = get_codec("bitplane", rate=8.25)
+    assert pieces_of(bitplane, n, np.float32) == round(
+        bitplane.encoded_nbytes(n, np.float32) / PIECE_BYTES)
+
+
 def test_bit_deposit_and_extract_without_bmi2_match_their_definition():
     """The loops the CPU kernels use where the host has no BMI2 (``pdep``/``pext``) against
     a Python reading of their definition, and the host's instructions where it has them."""

@@ -15,8 +15,8 @@ from ..backend.host import HostMemory
 from ..codecs import Codec
 from ..stats import Recorder
 
-__all__ = ["ALIGN", "PIECE_BYTES", "MAX_PIECES", "Ctx", "pieces", "pieces_of", "poll",
-           "screens_in_encoder", "split"]
+__all__ = ["ALIGN", "PIECE_BYTES", "MAX_PIECES", "VARIABLE_RATIO", "Ctx", "pieces", "pieces_of",
+           "poll", "screens_in_encoder", "split"]
 
 #: chunk boundaries fall on multiples of this many values (a whole number of
 #: blocks for every codec: zfp 3D blocks are 64 values, bitplane blocks 32)
@@ -29,6 +29,13 @@ PIECE_BYTES = 128 * 1024
 
 #: at most this many pieces per chunk
 MAX_PIECES = 32
+
+#: a variable-size codec's chunk is cut as if its stream were this many times smaller than
+#: its upper bound (the raw bytes, for errbound): its size is known only after the encode,
+#: and every rank must cut alike. Cut for the upper bound, an errbound chunk of 1M values
+#: went in 32 pieces of 32K values, and the ring Allreduce of 16 MiB on the simulated
+#: cluster took 1.6x to 2.3x as long as cut in 8 (docs/decisions.md)
+VARIABLE_RATIO = 4
 
 
 def screens_in_encoder(codec: Any, on_device: bool) -> bool:
@@ -260,8 +267,11 @@ def poll(done: Callable[[], bool], idle: bool = False) -> None:
 
 
 def pieces_of(codec: Codec, count: int, dtype: Any) -> int:
-    """Into how many pieces of about :data:`PIECE_BYTES` wire bytes ``count`` values are cut."""
+    """Into how many pieces of about :data:`PIECE_BYTES` wire bytes ``count`` values are cut
+    (a variable codec's wire bytes: its upper bound over :data:`VARIABLE_RATIO`)."""
     wire = codec.stream_nbytes(count, np.dtype(dtype)) if count else 0
+    if codec.variable:
+        wire //= VARIABLE_RATIO
     blocks = -(-count // ALIGN)
     return max(1, min(MAX_PIECES, blocks, round(wire / PIECE_BYTES)))
 

@@ -22,7 +22,8 @@ length from the stream); no sizes are exchanged but the root's in
 :func:`reduce`.
 
 Pipelining: each chunk is further cut into pieces of about
-:data:`~.common.PIECE_BYTES` wire bytes (:func:`~.common.pieces`), each
+:data:`~.common.PIECE_BYTES` wire bytes (:func:`~.common.pieces`; a variable codec's
+counted as :data:`~.common.VARIABLE_RATIO` times fewer than its upper bound), each
 sent as its own nonblocking message. A piece travels on as soon as it is
 ready, so the codec work on one piece overlaps the transfer of the pieces
 before and after it, and the allgather forwards each piece before decoding
