@@ -74,8 +74,9 @@ from .intbits import clz64, imax, is_single
 from .jit import NUMBA_INLINE, njit
 from .rounding import add_rn, mul_rn
 
-__all__ = ["BLOCK", "GROUP", "NONFINITE", "RAW", "SCRATCH", "block_code", "block_codes",
-           "block_values", "mask_values", "pack_group", "reconstruct_block", "unpack_group"]
+__all__ = ["BLOCK", "GROUP", "NONFINITE", "RAW", "SCRATCH", "block_code", "block_code_after",
+           "block_codes", "block_values", "carry_history", "mask_values", "pack_group",
+           "reconstruct_block", "unpack_group"]
 
 #: the largest |q| coded (so a zigzag code fits 32 bits)
 _Q_MAX = 2147483647.0
@@ -225,12 +226,12 @@ def _quantize(x, start, n, inv_step, q):
 
 @njit(inline=NUMBA_INLINE)
 def _quantize_checked(x, start, n, inv_step, step, bound, q):
-    """:func:`_quantize` with every value's check, without a branch (the loop vectorizes),
-    and the block's :func:`_history`: 0, RAW (a value out of range or off by more than
-    ``bound``) or NONFINITE. One test per value: a value out of range (NaN and Inf
-    included) is checked against 0, so its error is past any bound (NaN's is NaN, which
-    ``not <=`` counts); only a block that fails is scanned again for NaN and Inf."""
-    _history(x, start, inv_step, q)
+    """:func:`_quantize` with every value's check, without a branch (the loop vectorizes):
+    0, RAW (a value out of range or off by more than ``bound``) or NONFINITE. One test per
+    value: a value out of range (NaN and Inf included) is checked against 0, so its error
+    is past any bound (NaN's is NaN, which ``not <=`` counts), and its slot holds 0, as
+    :func:`_quantized` makes it (a later block's history); only a block that fails is
+    scanned again for NaN and Inf."""
     off = np.int64(0)
     base = np.uint64(start)  # (an unsigned index: no negative-index wraparound to vectorize)
     for i in range(n):
@@ -285,6 +286,23 @@ def _block_values(b, n):
 def block_code(x, start, end, inv_step, step, bound, single, q):
     """``(code byte, payload bits)`` of ``x[start:end]``: the cheapest coding, RAW, or
     NONFINITE for a block holding NaN or Inf. ``q``: scratch of ``SCRATCH`` int64."""
+    _history(x, start, inv_step, q)
+    return block_code_after(x, start, end, inv_step, step, bound, single, q)
+
+
+@njit(inline="always")
+def carry_history(q, first):
+    """``q[0:HISTORY]``: the next block's history, 0 where it starts its group (``first``)
+    and else the last values of the block whose value slots ``q`` holds (a full block,
+    as every block but a buffer's last is): the values :func:`_history` computes again."""
+    for j in range(HISTORY):
+        q[j] = np.int64(0) if first else q[np.uint64(BLOCK + j)]
+
+
+@njit(inline=NUMBA_INLINE)
+def block_code_after(x, start, end, inv_step, step, bound, single, q):
+    """:func:`block_code` of a block whose history ``q[0:HISTORY]`` holds (a caller that
+    codes a group's blocks in order: :func:`carry_history`)."""
     n = np.int64(end) - np.int64(start)
     if n == np.int64(BLOCK):  # (a trip count the compiler knows: the loop vectorizes whole)
         status = _quantize_checked(x, start, np.int64(BLOCK), inv_step, step, bound, q)

@@ -38,10 +38,10 @@ from numba.extending import intrinsic
 from .bitplane_vector import codes_from_planes
 from .errbound_block import (BLOCK, HISTORY, NONFINITE, RAW, _block_values, _code_slot,
                              _delta_order, _dequantized, _group_blocks, _history, _load4,
-                             _quantize, _slot, _store4, _unzigzag, _zigzags, _zz, block_code,
-                             block_values, flush_bits, is_mask, mask_head, mask_nbytes,
-                             plane_bits, plane_width, put_bits, raw_bytes, raw_values,
-                             zeros_block)
+                             _quantize, _slot, _store4, _unzigzag, _zigzags, _zz,
+                             block_code_after, block_values, carry_history, flush_bits, is_mask,
+                             mask_head, mask_nbytes, plane_bits, plane_width, put_bits,
+                             raw_bytes, raw_values, zeros_block)
 from .jit import NUMBA_INLINE, njit
 from .vector_ir import I32, I64, call_intrinsic, element_pointer, load, splat, store, vector
 
@@ -306,7 +306,8 @@ def code_group_vec32(x, xb, group, inv_step, step, bound, single, codes, out, po
     bad = np.int64(0)
     for b in range(first, last):
         start, end = _block_values(b, x.size)
-        code, nbits = block_code(x, start, end, inv_step, step, bound, single, q)
+        carry_history(q, b == first)  # (from the block before's value slots, kept as is)
+        code, nbits = block_code_after(x, start, end, inv_step, step, bound, single, q)
         if code == np.int64(NONFINITE):
             bad += np.int64(1)
             code = np.int64(0)
