@@ -13,6 +13,7 @@ from mpicomp.codecs import get_codec
 from mpicomp.codecs.errbound import HEADER_NBYTES
 from mpicomp.errors import UncompressibleError
 from mpicomp.kernels.errbound_block import BLOCK
+from mpicomp.kernels.errbound_layout import DELTA, DELTA3, RAW, WIDEST
 
 sys.path.insert(0, str(Path(__file__).parent))
 from real_like import gradient_like  # noqa: E402
@@ -470,10 +471,14 @@ def test_the_one_pass_encode_writes_the_two_pass_bytes(dtype):
     mixed = rng.standard_normal(n) * 10.0 ** rng.integers(-30, 30, n)
     mixed[:run] = 0  # a first run of zeros: every later run moves
     mixed[3 * run:4 * run] = np.sin(np.arange(run) / 50.0)
-    for x in [_data(kind, n, dtype) for kind in KINDS] + [mixed]:
+    wave = np.sin(np.arange(n) / 50.0)  # delta blocks, each after a block out of range (raw)
+    for b in range(0, n // BLOCK, 3):
+        wave[b * BLOCK:(b + 1) * BLOCK] = 1e12
+    for x, relative in [(_data(kind, n, dtype), True) for kind in KINDS] + [
+            (mixed, True), (wave, False)]:
         x = np.asarray(x, dtype)
         for tol in (1e-2, 1e-6):
-            c = get_codec("errbound", tolerance=tol, relative=True)
+            c = get_codec("errbound", tolerance=tol, relative=relative)
             s = c.encode(x)
             bound = c.bound(x)
             step = 2.0 * bound
@@ -486,6 +491,8 @@ def test_the_one_pass_encode_writes_the_two_pass_bytes(dtype):
             two[:8] = np.frombuffer(np.float64(step).tobytes(), np.uint8)
             errbound_cpu.pack(x, x.view(np.uint8), inv_step, code, offsets, two, x.itemsize)
             np.testing.assert_array_equal(s, two[:offsets[-1]])
+            if not relative:  # (the case it is there for: delta blocks after raw ones)
+                assert RAW in code and any(DELTA <= v <= DELTA3 + WIDEST for v in code)
 
 
 def test_a_variable_codecs_chunk_is_cut_for_a_fraction_of_its_upper_bound():
