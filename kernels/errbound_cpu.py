@@ -26,7 +26,7 @@ from numba import njit, prange
 
 from ..threads import start_numba_workers
 from .errbound_block import BLOCK, GROUP, NONFINITE, SCRATCH, block_code, reconstruct_block
-from .errbound_layout import DELTA3, RAW, WIDEST
+from .errbound_layout import BAD_CODE, PAST_BYTES, TOO_LONG
 from .errbound_vector import (WORDS, code_group_vec32, move_bytes, pack_group_vec32,
                               unpack_group_vec32)
 
@@ -171,30 +171,30 @@ def unpack(buf, code, offsets, step, inv_step, out, outb, itemsize):
 
 
 @njit(cache=True, nogil=True)
-def read_groups(buf, code, sizes, head, offsets):
-    """A stream's group offsets into ``offsets`` (:func:`group_offsets`), checked: 0, or
-    ``(1, the first code byte no encoder writes)``, or ``(2, the bytes its groups need)``
-    where ``buf`` holds fewer."""
+def read_groups(code, sizes, head, total, valid, offsets):
+    """A stream's group offsets into ``offsets`` (:func:`group_offsets`), checked against
+    its ``total`` bytes and ``valid`` (whether each byte value is a code byte an encoder
+    writes): ``(0, 0)``, ``(BAD_CODE, the first code byte no encoder writes)`` or
+    ``(TOO_LONG, the bytes its groups need)``."""
     for b in range(code.size):
-        v = np.int64(code[b])
-        if not (v <= np.int64(DELTA3 + WIDEST) or v == np.int64(RAW)):
-            return np.int64(1), v
+        if not valid[code[b]]:
+            return np.int64(BAD_CODE), np.int64(code[b])
     group_offsets(sizes, head, offsets)
-    if offsets[offsets.size - 1] > buf.size:
-        return np.int64(2), offsets[offsets.size - 1]
+    if offsets[offsets.size - 1] > total:
+        return np.int64(TOO_LONG), offsets[offsets.size - 1]
     return np.int64(0), np.int64(0)
 
 
 @njit(cache=True, nogil=True)
-def decode(buf, code, sizes, head, step, inv_step, out, outb, itemsize):
+def decode(buf, code, sizes, head, valid, step, inv_step, out, outb, itemsize):
     """:func:`read_groups` and :func:`unpack` in one call: ``(0, 0)``, ``read_groups``'s
-    complaint, or ``(3, groups whose blocks run past their bytes)``."""
+    complaint, or ``(PAST_BYTES, groups whose blocks run past their bytes)``."""
     offsets = np.empty(sizes.size // 2 + 1, np.int64)
-    status, value = read_groups(buf, code, sizes, head, offsets)
+    status, value = read_groups(code, sizes, head, buf.size, valid, offsets)
     if status:
         return status, value
     bad = unpack(buf, code, offsets, step, inv_step, out, outb, itemsize)
-    return (np.int64(3), np.int64(bad)) if bad else (np.int64(0), np.int64(0))
+    return (np.int64(PAST_BYTES), np.int64(bad)) if bad else (np.int64(0), np.int64(0))
 
 
 @njit(parallel=True, cache=True, nogil=True)

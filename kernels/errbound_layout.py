@@ -5,8 +5,8 @@ See ``docs/format.md``, section errbound.
 """
 from __future__ import annotations
 
-__all__ = ["BLOCK", "DELTA", "DELTA2", "DELTA3", "GROUP", "HEADER_NBYTES", "MASK", "NONFINITE",
-           "RAW", "WIDEST", "valid_code"]
+__all__ = ["BAD_CODE", "BLOCK", "DELTA", "DELTA2", "DELTA3", "GROUP", "HEADER_NBYTES", "MASK",
+           "NONFINITE", "PAST_BYTES", "RAW", "TOO_LONG", "WIDEST", "valid_code"]
 
 #: values per block (one code byte each)
 BLOCK = 32
@@ -39,3 +39,9 @@ def valid_code(code):
     writes: ``kind * 33 + w`` for the five kinds (values, mask, delta of order 1-3) and
     ``w`` 0-32, or RAW."""
     return (code <= DELTA3 + WIDEST) | (code == RAW)
+
+
+#: what a reader finds wrong with a stream (the CPU decoder's statuses, the codec's errors):
+#: a code byte no encoder writes, groups needing more bytes than the stream holds, a
+#: group whose blocks run past its bytes or set mask bits past their values
+BAD_CODE, TOO_LONG, PAST_BYTES = 1, 2, 3

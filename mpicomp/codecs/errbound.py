@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 
 from ..kernels import cuda_runtime as cuda
-from ..kernels.errbound_layout import BLOCK, GROUP, HEADER_NBYTES, valid_code
+from ..kernels.errbound_layout import (BAD_CODE, BLOCK, GROUP, HEADER_NBYTES, TOO_LONG,
+                                       valid_code)
 from .base import Codec
 
 __all__ = ["HEADER_NBYTES", "ErrboundCodec"]
@@ -45,7 +46,7 @@ __all__ = ["HEADER_NBYTES", "ErrboundCodec"]
 #: the stream's header: the quantization step, a little-endian float64
 _HEADER = struct.Struct("<d")
 #: whether each byte value is a code byte an encoder writes (one lookup per block when a
-#: stream is read, where the range tests of ``valid_code`` take ten array passes)
+#: stream is read: here and in ``errbound_cpu.read_groups``, which takes it)
 _VALID_CODE = valid_code(np.arange(256))
 
 
@@ -134,8 +135,8 @@ class ErrboundCodec(Codec):
         step = self._read_step(buf, count, buf.size)
         codes, sizes = _sections(buf, count)
         status, value = call(errbound_cpu.decode, readonly(buf), codes, sizes,
-                             _head_nbytes(count), step, _inverse(step), out, out.view(np.uint8),
-                             out.dtype.itemsize)
+                             _head_nbytes(count), _VALID_CODE, step, _inverse(step), out,
+                             out.view(np.uint8), out.dtype.itemsize)
         if status:
             raise _layout_error(int(status), int(value), count, buf.size)
 
@@ -160,10 +161,10 @@ class ErrboundCodec(Codec):
         step = self._read_step(buf, count, total)
         codes, sizes = _sections(buf, count)
         if codes.size and not bool(_VALID_CODE[codes].all()):
-            raise _layout_error(_BAD_CODE, 0, count, total)
+            raise _layout_error(BAD_CODE, 0, count, total)
         offsets = _offsets(sizes, count)
         if offsets[-1] > total:
-            raise _layout_error(_TOO_LONG, int(offsets[-1]), count, total)
+            raise _layout_error(TOO_LONG, int(offsets[-1]), count, total)
         return step, codes, offsets
 
     @staticmethod
@@ -258,17 +259,14 @@ class ErrboundCodec(Codec):
         return int(_offsets(_sections(np.asarray(buf), count)[1], count)[-1])
 
 
-#: what is wrong with a stream's layout (errbound_cpu.read_groups and decode's statuses)
-_BAD_CODE, _TOO_LONG, _PAST_BYTES = 1, 2, 3
-
-
 def _layout_error(status: int, value: int, count: int, total: int) -> ValueError:
     """The ValueError of a hostile stream of ``count`` values and ``total`` bytes:
-    ``status`` and ``value`` as ``errbound_cpu.decode`` reports them."""
-    if status == _BAD_CODE:
+    ``status`` (``BAD_CODE``, ``TOO_LONG`` or ``PAST_BYTES``) and ``value`` as
+    ``errbound_cpu.read_groups`` and ``decode`` report them."""
+    if status == BAD_CODE:
         return ValueError("errbound stream: a block code byte that no encoder writes "
                           "(0-32, 64-127, 128-160, 176-239 or 255)")
-    if status == _TOO_LONG:
+    if status == TOO_LONG:
         return ValueError(f"errbound stream of {count} values: its groups need {value} "
                           f"bytes, the stream holds {total}")
     return ValueError(f"errbound stream: the blocks of {value} group(s) run past their "
@@ -295,7 +293,8 @@ def _sections(stream: Any, count: int) -> tuple[Any, Any]:
 
 def _offsets(sizes: np.ndarray, count: int) -> np.ndarray:
     """Each group's offset in the stream, and the stream's length last (``ngroups + 1``
-    values) from the group sizes' bytes."""
+    values) from the group sizes' bytes (NumPy, for the host side of a device stream and
+    the readers in Python; ``errbound_cpu.group_offsets`` inside the CPU kernels)."""
     nbytes = sizes[0::2].astype(np.int64) | (sizes[1::2].astype(np.int64) << 8)
     offsets = np.empty(nbytes.size + 1, np.int64)
     offsets[0] = _head_nbytes(count)
