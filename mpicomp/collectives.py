@@ -7,7 +7,7 @@ codec's streams (``codec.variable``) move only the bytes used: receives of
 point-to-point messages are posted for the upper bound (the decoder reads
 a stream's length from the stream); where a collective needs the counts,
 the ranks exchange them first (one int64 per rank: an MPI_Allgather, or an
-MPI_Bcast from the root). A rank that receives its own data
+MPI_Bcast from the root; the Bcast's chain needs none). A rank that receives its own data
 back through a collective (Allgather, Gather's root, Bcast's root, Scatter's
 root) gets the decoded stream's values like everyone else: all copies of a
 value are the same bits on every rank. It makes them from its own input
@@ -20,7 +20,9 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from .algorithms.common import Ctx
+from .algorithms.chain import bcast as chain_bcast
+from .algorithms.chain import chained
+from .algorithms.common import Ctx, pieces_of
 from .algorithms.ring import allgather as ring_allgather
 from .algorithms.ring import reduce_scatter as ring_reduce_scatter
 
@@ -205,7 +207,16 @@ def bcast_nodes(ctx: Ctx, buf: np.ndarray, root: int, node_of: tuple[int, ...],
 
 
 def bcast(ctx: Ctx, buf: np.ndarray, root: int) -> None:
-    """Root's ``buf`` to every rank; every rank, root included, ends with the decoded values."""
+    """Root's ``buf`` to every rank; every rank, root included, ends with the decoded values.
+
+    Down the pipelined chain of :mod:`mpicomp.algorithms.chain` where it is not the slower
+    (:func:`~mpicomp.algorithms.chain.chained`: few ranks, or many pieces); else the root
+    encodes the whole buffer and ``MPI_Bcast`` carries the stream (a variable codec's
+    size first).
+    """
+    if chained(ctx.size, pieces_of(ctx.codec, buf.size, buf.dtype)):
+        chain_bcast(ctx, buf, root)
+        return
     nb = ctx.nbytes(buf.size, buf.dtype)
     if ctx.rank == root:
         stream = ctx.encode(buf, "send")

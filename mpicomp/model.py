@@ -42,7 +42,10 @@ Alltoall, node-aware         g + (E + D) n f + F_Alltoall(rho n), f = 1 - ppn/p:
                              node move through shared memory while the network carries the
                              others, and a plain Alltoall's time on such a job is its
                              network's, so they are priced free
-Bcast                        g + E n + F_Bcast(rho n) + D n
+Bcast, chain                 g + pipelined((k + p - 2) X(rho n / k), (E + D) n + 3 k K): the
+                             pipelined chain of the buffer's k pieces, where chained(p, k)
+                             (mpicomp.algorithms.chain: few ranks or many pieces)
+Bcast                        g + E n + F_Bcast(rho n) + D n (elsewhere)
 Bcast, node-aware            g + E n + 2 B(rho n) + ceil(log2 P) X'(rho n) + D n
 Scatter                      g + E n p + F_Bcast(rho n p) + D n
 Reduce_scatter(_block)       g + pipelined(W, C), W = (p-1) k X(rho n / (p k)),
@@ -54,8 +57,8 @@ Send (point to point)        E n + X(rho n) + D n
 A variable codec's ``rho`` is the stream ratio its kind of call learned
 (:mod:`mpicomp.ratios`; its upper bound until then), and the algorithms
 that exchange stream sizes first add ``F_Allgather(8)`` (Allgather(v),
-Gather, Reduce, the allgather allreduce) or ``F_Bcast(8)`` (Bcast,
-Scatter): :func:`size_exchange`.
+Gather, Reduce, the allgather allreduce) or ``F_Bcast(8)`` (Bcast but its
+chain, Scatter): :func:`size_exchange`.
 
 Plain times are the fitted ``F_m(n)`` of the matching MPI collective
 (Allgatherv and Gather use Allgather's, Scatter Bcast's of ``n p`` bytes,
@@ -68,7 +71,7 @@ piece takes through both (``(W + C) / k``) to fill and drain the pipeline;
 where ranks share cores less hides, or the two even slow each other down.
 The calibration measures the fraction ``f`` that hides (``overlap``, -1 to
 1), and the ring takes
-``W + C - f (min(W, C) - (W + C) / k)``. The other algorithms
+``W + C - f (min(W, C) - (W + C) / k)``; so does the Bcast's chain. The other algorithms
 run their codec before and after their transfers: the model adds the times.
 
 The automatic policy compresses a call only when the predicted compressed
@@ -84,6 +87,7 @@ from typing import Any
 
 import numpy as np
 
+from .algorithms.chain import chained
 from .algorithms.common import MAX_PIECES, pieces_of, screens_in_encoder
 from .algorithms.hierarchical import segments
 from .topology import Layout
@@ -398,7 +402,7 @@ def _allreduce_times(cal: Calibration, n: float, rho: float, e: float, d: float,
 def compressed_times(cal: Calibration, method: str, n: float, rho: float, e: float,
                      d: float, k: int = 1, speculative: bool = False) -> dict[str, float]:
     """Predicted seconds of each way to run ``method`` compressed (algorithm -> seconds);
-    ``k``: the pieces per ring chunk; ``speculative``: the codec screens the data in its
+    ``k``: the pieces per ring chunk (a Bcast's: of its whole buffer); ``speculative``: the codec screens the data in its
     encoders (bitplane, host buffers), so the ring allreduce and the data-movement
     collectives have no scan."""
     p = cal.layout.size
@@ -435,8 +439,13 @@ def compressed_times(cal: Calibration, method: str, n: float, rho: float, e: flo
             times["alltoall-hierarchical"] = (g + (e + d) * n * f
                                               + cal.plain["Alltoall"].time(rho * n))
         return times
-    if method == "Bcast":
-        times = {"bcast": g + e * n + cal.plain["Bcast"].time(rho * n) + d * n}
+    if method == "Bcast":  # (k: the pieces of the whole buffer)
+        if chained(p, k):  # the root's encode and a decode overlap the chain's transfers
+            times = {"bcast": g + _pipelined((k + p - 2) * x.time(rho * n / k),
+                                             (e + d) * n + 3 * k * cal.call_s, k,
+                                             cal.overlap)}
+        else:
+            times = {"bcast": g + e * n + cal.plain["Bcast"].time(rho * n) + d * n}
         if nodes_aware:
             assert cal.node is not None
             hops = math.ceil(math.log2(lay.nodes))
@@ -464,11 +473,14 @@ _SIZE_EXCHANGE = {
 }
 
 
-def size_exchange(cal: Calibration, method: str, algorithm: str) -> float:
+def size_exchange(cal: Calibration, method: str, algorithm: str, k: int = 1) -> float:
     """The time of a variable codec's size exchange in ``algorithm`` of ``method``: one
-    int64 a rank (the Reduce's ring, like Allgather's, before the root's gather)."""
+    int64 a rank (the Reduce's ring, like Allgather's, before the root's gather; none in
+    the Bcast's chain of ``k`` pieces)."""
     if method == "Reduce":
         return cal.plain["Allgather"].time(8.0)
+    if algorithm == "bcast" and chained(cal.layout.size, k):
+        return 0.0
     plain = _SIZE_EXCHANGE.get(algorithm)
     return cal.plain[plain].time(8.0) if plain is not None else 0.0
 
@@ -491,11 +503,11 @@ def predict(cal: Calibration, method: str, nbytes: int, codec: Any, dtype: Any,
         rho = codec.encoded_nbytes(count, dt) / (count * dt.itemsize)
     e, d = speed
     plain = plain_time(cal, method, nbytes)
-    k = pieces_of(codec, count // cal.layout.size, dt)
+    k = pieces_of(codec, count if method == "Bcast" else count // cal.layout.size, dt)
     speculative = screens_in_encoder(codec, on_device)
     times = compressed_times(cal, method, float(nbytes), rho, e, d, k, speculative)
     if codec.variable:
-        times = {a: t + size_exchange(cal, method, a) for a, t in times.items()}
+        times = {a: t + size_exchange(cal, method, a, k) for a, t in times.items()}
     if method == "Allreduce":
         choices = [a for a in (*ALLREDUCE_ALGORITHMS, "hierarchical") if a in times]
         if algorithm == "auto":

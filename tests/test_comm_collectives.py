@@ -231,6 +231,45 @@ def test_bcast_leaves_identical_bits_on_every_rank_root_included(comm):
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("spec", ["bitplane:8.25", "errbound:1e-3"])
+def test_bcast_down_the_chain_gives_every_rank_the_round_trip_from_every_root(comm, spec):
+    """A buffer of several pieces (the chain's pipeline: each piece forwarded before it is
+    decoded, a variable codec's pieces with only the bytes used): every rank, the root
+    included, ends with the codec's round trip of the root's buffer, bit for bit, from every
+    root, blocking and nonblocking; the root sends the stream once, the last rank of the
+    chain nothing."""
+    from mpicomp.algorithms.chain import chained
+    from mpicomp.algorithms.common import pieces_of, split
+
+    p, r = comm.Get_size(), comm.Get_rank()
+    name, value = spec.split(":")
+    codec = get_codec(name, **({"rate": float(value)} if name == "bitplane"
+                               else {"tolerance": float(value)}))
+    n = 1 << 19
+    k = pieces_of(codec, n, np.float32)
+    assert k >= 2 and (p == 1 or chained(p, k))
+    mc = mpicomp.Comm(comm, codec=codec, threshold=0)
+    for root in range(p):
+        for nonblocking in (False, True):
+            mc.reset_stats()
+            x = gradient_like(n, seed=root + 17) * 1e-2
+            want = x.tobytes() if p == 1 else codec.decode(
+                codec.encode(x), count=n, dtype=np.float32).tobytes()
+            b = x.copy() if r == root else np.zeros(n, np.float32)
+            if nonblocking:
+                mc.Ibcast(b, root=root).Wait()
+            else:
+                mc.Bcast(b, root=root)
+            assert b.tobytes() == want, (root, nonblocking)
+            if p > 1:
+                st = mc.stats()["Ibcast" if nonblocking else "Bcast"]
+                assert st["algorithms"] == {"bcast": 1}
+                last = (r - root) % p == p - 1
+                stream = sum(codec.encode(x[d:d + c]).nbytes for c, d in zip(*split(n, k)))
+                assert st["wire_bytes"] == (0 if last else stream), (root, nonblocking)
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize("algorithm", ["hierarchical", "auto"])
 def test_node_aware_alltoall_sends_only_between_nodes_compressed(comm, monkeypatch, algorithm):
     """On pretend nodes of two ranks each (the layout is replaced; the transfers are real

@@ -11,6 +11,8 @@ from mpi4py import MPI
 import mpicomp
 from mpicomp import calibration, model, threads, topology
 from mpicomp.algorithms import bounds, common
+from mpicomp.algorithms.chain import chained
+from mpicomp.algorithms.common import pieces_of
 from mpicomp.codecs import get_codec
 from mpicomp.decision import ONE_NODE
 from mpicomp.model import Calibration, Fit
@@ -136,22 +138,54 @@ def test_slow_network_compresses_fast_network_does_not():
 
 
 def test_a_variable_codec_is_priced_at_its_ratio_plus_its_size_exchange():
-    """errbound's streams: at the upper bound without a learned ratio (no gain), at the
-    ratio given, plus one int64 a rank exchanged where the algorithm needs the sizes
-    (none in the ring)."""
-    cal, speed = synthetic(4, 4, gbs=0.125)
+    """errbound's streams: at the upper bound without a learned ratio (no gain but in the
+    Bcast's chain, which beats MPI's Bcast by its algorithm), at the ratio given, plus one
+    int64 a rank exchanged where the algorithm needs the sizes (none in the ring and the
+    chain)."""
     errbound = get_codec("errbound", tolerance=1e-3)
     n = 4 << 20
-    for method in ("Allgather", "Bcast", "Alltoall", "Allreduce"):
-        upper = model.predict(cal, method, n, errbound, np.float32, speed, algorithm="ring")
-        learned = model.predict(cal, method, n, errbound, np.float32, speed,
-                                algorithm="ring", rho=0.125)
-        assert not upper.compress and learned.compressed_s < upper.compressed_s / 2, method
-        exchange = model.size_exchange(cal, method, learned.algorithm)
-        if method in ("Allgather", "Bcast"):
-            assert exchange == pytest.approx(cal.plain[method].time(8.0)) and exchange > 0
-        else:
-            assert exchange == 0.0, method
+    k = pieces_of(errbound, n // 4, np.float32)  # the Bcast's pieces (of the whole buffer)
+    for p in (4, 16):
+        cal, speed = synthetic(p, p, gbs=0.125)
+        chain = chained(p, k)
+        assert chain == (p == 4)
+        for method in ("Allgather", "Bcast", "Alltoall", "Allreduce"):
+            upper = model.predict(cal, method, n, errbound, np.float32, speed, algorithm="ring")
+            learned = model.predict(cal, method, n, errbound, np.float32, speed,
+                                    algorithm="ring", rho=0.125)
+            assert learned.compressed_s < upper.compressed_s / 2, (p, method)
+            assert upper.compress == (method == "Bcast" and chain), (p, method)
+            exchange = model.size_exchange(cal, method, learned.algorithm, k)
+            if method == "Allgather" or (method == "Bcast" and not chain):
+                assert exchange == pytest.approx(cal.plain[method].time(8.0)) and exchange > 0
+            else:
+                assert exchange == 0.0, method
+
+
+def test_bcast_prediction_is_its_chains_formula_where_the_chain_runs():
+    """The chain where its k + p - 2 piece times are at most a plain Bcast's min(ceil(log2
+    p), 2) k; its prediction: the pipeline of its transfers and the root's encode and a
+    decode."""
+    assert chained(1, 1) and chained(2, 1) and chained(3, 1)
+    assert not chained(4, 1) and chained(4, 2)
+    assert not chained(8, 5) and chained(8, 6)
+    cal, (e, d) = synthetic(4, 4, gbs=0.125, codec_gbs=2.0)
+    n, p = 16 << 20, 4
+    k = pieces_of(BITPLANE8, n // 4, np.float32)
+    assert k > 2
+    rho = BITPLANE8.encoded_nbytes(n // 4, np.float32) / n
+    got = model.predict(cal, "Bcast", n, BITPLANE8, np.float32, (e, d))
+    wire = (k + p - 2) * cal.exchange.time(rho * n / k)
+    codec = (e + d) * n + 3 * k * cal.call_s
+    want = model._agree(cal, n, scan=False) + model._pipelined(wire, codec, k, cal.overlap)
+    assert got.algorithm == "bcast" and got.compressed_s == pytest.approx(want)
+    # many ranks, few pieces: the root's whole stream in one MPI_Bcast
+    wide, _ = synthetic(16, 16, gbs=0.125, codec_gbs=2.0)
+    n = 1 << 20
+    assert not chained(16, pieces_of(BITPLANE8, n // 4, np.float32))
+    flat = model.predict(wide, "Bcast", n, BITPLANE8, np.float32, (e, d))
+    assert flat.compressed_s == pytest.approx(model._agree(wide, n, scan=False) + e * n
+                                              + wide.plain["Bcast"].time(rho * n) + d * n)
 
 
 def test_ring_prediction_is_its_formula():

@@ -6,6 +6,9 @@
 * :mod:`.homomorphic`: shared per-block scales, exact integer sum.
 * :mod:`.hierarchical`: plain inside each node, the ring between nodes.
 
+Also here, for the other collectives: :mod:`.ring`'s reduce-scatter and
+allgather, and :mod:`.chain`, the Bcast down a pipelined chain.
+
 Error bounds per algorithm: ``docs/algorithms.md``.
 """
 from __future__ import annotations

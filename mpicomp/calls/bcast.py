@@ -1,5 +1,7 @@
-"""Bcast and Ibcast: a pipelined chain of compressed pieces from the root (node-aware on a
-job whose nodes hold several ranks: compressed between nodes, plain inside each)."""
+"""Bcast and Ibcast: a pipelined chain of compressed pieces from the root where it is not the
+slower (:mod:`mpicomp.algorithms.chain`), else the root's stream in one ``MPI_Bcast``
+(node-aware on a job whose nodes hold several ranks: compressed between nodes, plain inside
+each)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
