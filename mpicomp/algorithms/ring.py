@@ -26,8 +26,9 @@ Pipelining: each chunk is further cut into pieces of about
 counted as :data:`~.common.VARIABLE_RATIO` times fewer than its upper bound), each
 sent as its own nonblocking message. A piece travels on as soon as it is
 ready, so the codec work on one piece overlaps the transfer of the pieces
-before and after it, and the allgather forwards each piece before decoding
-it. All receives of a step are posted before its pieces are needed, and
+before and after it, and the allgather forwards each piece as soon as it
+arrives, between this rank's codec calls (:class:`_Relay`), not
+when its decode comes. All receives of a step are posted before its pieces are needed, and
 messages between two neighbours keep their order (MPI's non-overtaking
 rule), so piece ``j`` of a step always meets the receive meant for it.
 The codecs code every block on its own, so the result does not depend on
@@ -39,12 +40,67 @@ from typing import Any
 
 import numpy as np
 
+from mpi4py import MPI
+
 from .common import Ctx, pieces, split
 
 __all__ = ["allgather", "allreduce", "reduce", "reduce_scatter"]
 
-#: message tags on the private communicator: reduce-scatter pieces, allgather pieces
-TAG_RS, TAG_AG = 11, 12
+#: message tags on the private communicator: reduce-scatter pieces; allgather pieces of
+#: step ``s``: ``TAG_AG + s % AG_STEP_TAGS`` (a tag per step, so that a rank may forward a
+#: piece of one step before it has sent all of another: messages of one tag keep their
+#: order, those of different tags need not)
+TAG_RS, TAG_AG = 11, 1000
+AG_STEP_TAGS = 16384  # (tags up to 17383: MPI guarantees 32767)
+
+
+def _ag_tag(step: int) -> int:
+    return TAG_AG + step % AG_STEP_TAGS
+
+
+class _Relay:
+    """The allgather's arriving pieces, each forwarded to the right as soon as it has
+    arrived, between this rank's codec calls.
+
+    A rank that forwarded a piece only when its decode came would hold every
+    piece behind it on the wire for as long as its codec work before that
+    takes (its own encodes, the decodes before it), and every rank after it
+    would wait too. All receives are posted at once; :meth:`pump` forwards,
+    in order, every piece that has arrived, without waiting; :meth:`take`
+    waits for one piece, forwarding it and those before it.
+    """
+
+    def __init__(self, ctx: Ctx, pieces: list[Any], steps: list[int], left: int,
+                 right: int, last: int) -> None:
+        self.ctx, self.pieces, self.steps, self.right, self.last = ctx, pieces, steps, right, last
+        self.requests = [ctx.irecv(buf, left, _ag_tag(s)) for buf, s in zip(pieces, steps)]
+        self.nbytes: list[int] = []  # of the pieces arrived so far, in order
+        self.sends: list[MPI.Request] = []  # the forwards started (the caller completes them)
+
+    def pump(self) -> None:
+        """Forward every piece that has arrived since the last call, in order."""
+        status = MPI.Status()
+        while len(self.nbytes) < len(self.requests):
+            with self.ctx.rec.mpi():
+                done = self.requests[len(self.nbytes)].Test(status)
+            if not done:
+                return
+            self._arrived(status.Get_count(MPI.BYTE))
+
+    def take(self, i: int) -> int:
+        """Wait for piece ``i`` (forwarding it and every piece before it); its bytes (a
+        variable codec's stream may be shorter than its buffer)."""
+        while len(self.nbytes) <= i:
+            self._arrived(self.ctx.received(self.requests[len(self.nbytes)]))
+        return self.nbytes[i]
+
+    def _arrived(self, nbytes: int) -> None:
+        i = len(self.nbytes)
+        self.nbytes.append(nbytes)
+        step = self.steps[i]
+        if step < self.last:  # the piece of step s is step s + 1 on the right
+            self.sends.append(self.ctx.isend(self.pieces[i][:nbytes], self.right,
+                                             _ag_tag(step + 1)))
 
 
 class _Layout:
@@ -124,9 +180,11 @@ def allgather(ctx: Ctx, mine: Any, out: Any, counts: list[int], displs: list[int
     values) decoded into ``out[displs[c]:...]`` for every rank ``c`` on every rank.
 
     Each rank encodes its block piece by piece and sends each piece to the
-    right as soon as it is encoded; a received piece is forwarded before it
-    is decoded. Every rank decodes the same bytes; the owner makes its own block's
-    values from ``mine`` where the codec can (the same values as a decode).
+    right as soon as it is encoded; a received piece is forwarded as soon as
+    it arrives, between this rank's codec calls (:class:`_Relay`),
+    before it is decoded. Every rank decodes the same bytes; the owner makes
+    its own block's values from ``mine`` where the codec can (the same values
+    as a decode), last.
 
     A guarded ``ctx`` (speculative screening) posts its verdict after the
     last encode; decodes into the protected input (in place) wait for it,
@@ -141,29 +199,26 @@ def allgather(ctx: Ctx, mine: Any, out: Any, counts: list[int], displs: list[int
     def piece(c: int, j: int) -> Any:
         return lay.piece(streams, bases[c], c, j)
 
-    def decode(c: int, j: int) -> None:
-        start, n = lay.values[c][j]
-        ctx.decode(piece(c, j), out[start : start + n])
-
-    arrivals = [(step, c, j, ctx.irecv(piece(c, j), left, TAG_AG))
-                for step in range(p - 1)
-                for c in [(r - step - 1) % p]
-                for j in range(len(lay.wire[c]))]
+    order = [(step, c, j) for step in range(p - 1) for c in [(r - step - 1) % p]
+             for j in range(len(lay.wire[c]))]  # the pieces in the order they arrive
+    relay = _Relay(ctx, [piece(c, j) for _, c, j in order], [step for step, _, _ in order],
+                   left, right, p - 2)
     sends = []
     for j, (start, n) in enumerate(lay.values[r]):
         stream = ctx.encode_into(mine[start - displs[r] : start - displs[r] + n], piece(r, j))
         if p > 1:
-            sends.append(ctx.isend(stream, right, TAG_AG))
+            sends.append(ctx.isend(stream, right, _ag_tag(0)))
+        relay.pump()
     ctx.post_verdict()
-    for j, (start, n) in enumerate(lay.values[r]):  # own block, while its pieces travel
+    for i, (_, c, j) in enumerate(order):
+        relay.take(i)
+        relay.pump()
+        start, n = lay.values[c][j]
+        ctx.decode(piece(c, j), out[start : start + n])
+    for j, (start, n) in enumerate(lay.values[r]):  # own block
         at = start - displs[r]
         ctx.reconstruct(mine[at : at + n], piece(r, j), out[start : start + n])
-    for step, c, j, req in arrivals:
-        nbytes = ctx.received(req)  # (a variable codec's piece: its stream's bytes)
-        if step < p - 2:
-            sends.append(ctx.isend(piece(c, j)[:nbytes], right, TAG_AG))
-        decode(c, j)
-    ctx.waitall(sends)
+    ctx.waitall(sends + relay.sends)
 
 
 def allreduce(ctx: Ctx, x: np.ndarray, out: np.ndarray) -> None:
