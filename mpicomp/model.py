@@ -402,9 +402,9 @@ def _allreduce_times(cal: Calibration, n: float, rho: float, e: float, d: float,
 def compressed_times(cal: Calibration, method: str, n: float, rho: float, e: float,
                      d: float, k: int = 1, speculative: bool = False) -> dict[str, float]:
     """Predicted seconds of each way to run ``method`` compressed (algorithm -> seconds);
-    ``k``: the pieces per ring chunk (a Bcast's: of its whole buffer); ``speculative``: the codec screens the data in its
-    encoders (bitplane, host buffers), so the ring allreduce and the data-movement
-    collectives have no scan."""
+    ``k``: the pieces per ring chunk (a Bcast's: of its whole buffer); ``speculative``:
+    the codec screens the data in its encoders (bitplane, host buffers), so the ring
+    allreduce and the data-movement collectives have no scan."""
     p = cal.layout.size
     x, a, g = cal.exchange, cal.add_s_per_byte, _agree(cal, n)
     rs = g + _pipelined(_ring_steps(cal, n, rho, p - 1, k),

@@ -265,7 +265,8 @@ def test_bcast_down_the_chain_gives_every_rank_the_round_trip_from_every_root(co
                 st = mc.stats()["Ibcast" if nonblocking else "Bcast"]
                 assert st["algorithms"] == {"bcast": 1}
                 last = (r - root) % p == p - 1
-                stream = sum(codec.encode(x[d:d + c]).nbytes for c, d in zip(*split(n, k)))
+                stream = sum(codec.encode(x[d:d + c]).nbytes
+                             for c, d in zip(*split(n, k), strict=True))
                 assert st["wire_bytes"] == (0 if last else stream), (root, nonblocking)
 
 

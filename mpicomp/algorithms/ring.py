@@ -27,10 +27,11 @@ counted as :data:`~.common.VARIABLE_RATIO` times fewer than its upper bound), ea
 sent as its own nonblocking message. A piece travels on as soon as it is
 ready, so the codec work on one piece overlaps the transfer of the pieces
 before and after it, and the allgather forwards each piece as soon as it
-arrives, between this rank's codec calls (:class:`_Relay`), not
-when its decode comes. All receives of a step are posted before its pieces are needed, and
-messages between two neighbours keep their order (MPI's non-overtaking
-rule), so piece ``j`` of a step always meets the receive meant for it.
+arrives, between this rank's codec calls (:class:`_Relay`), not when its
+decode comes. All receives of a step are posted before its pieces are
+needed, and messages between two neighbours with one tag keep their order
+(MPI's non-overtaking rule; the allgather has a tag per step), so piece
+``j`` of a step always meets the receive meant for it.
 The codecs code every block on its own, so the result does not depend on
 the cut: the bits are the same as with whole chunks.
 """
@@ -39,7 +40,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
 from mpi4py import MPI
 
 from .common import Ctx, pieces, split
@@ -73,7 +73,8 @@ class _Relay:
     def __init__(self, ctx: Ctx, pieces: list[Any], steps: list[int], left: int,
                  right: int, last: int) -> None:
         self.ctx, self.pieces, self.steps, self.right, self.last = ctx, pieces, steps, right, last
-        self.requests = [ctx.irecv(buf, left, _ag_tag(s)) for buf, s in zip(pieces, steps)]
+        self.requests = [ctx.irecv(buf, left, _ag_tag(s))
+                         for buf, s in zip(pieces, steps, strict=True)]
         self.nbytes: list[int] = []  # of the pieces arrived so far, in order
         self.sends: list[MPI.Request] = []  # the forwards started (the caller completes them)
 
