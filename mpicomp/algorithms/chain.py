@@ -27,9 +27,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
-from .common import Ctx, pieces
+from .common import Ctx, PieceLayout
 
 __all__ = ["TAG_CHAIN", "bcast", "chained"]
 
@@ -54,21 +52,21 @@ def bcast(ctx: Ctx, buf: Any, root: int) -> None:
     position = (r - root) % p
     before, after = (r - 1) % p, (r + 1) % p
     forwards = position < p - 1
-    counts, displs = pieces(ctx, buf.size, buf.dtype)
-    sizes = [ctx.nbytes(c, buf.dtype) for c in counts]
-    offsets = [int(v) for v in np.cumsum([0] + sizes[:-1])]
-    streams = ctx.wire("chain", sum(sizes))
+    lay = PieceLayout(ctx, [buf.size], [0], buf.dtype)  # one chunk: the whole buffer
+    streams = ctx.wire("chain", lay.span[0])
+    k = len(lay.wire[0])
 
     def piece(j: int) -> Any:
-        return streams[offsets[j] : offsets[j] + sizes[j]]
+        return lay.piece(streams, 0, 0, j)
 
     def values(j: int) -> Any:
-        return buf[displs[j] : displs[j] + counts[j]]
+        start, n = lay.values[0][j]
+        return buf[start : start + n]
 
     sends = []
     if position == 0:
         used = []
-        for j in range(len(counts)):
+        for j in range(k):
             stream = ctx.encode_into(values(j), piece(j))
             used.append(stream)
             if forwards:
@@ -78,7 +76,7 @@ def bcast(ctx: Ctx, buf: Any, root: int) -> None:
             ctx.reconstruct(values(j), stream, values(j))
     else:
         ctx.post_verdict()  # (no encode here)
-        arrivals = [ctx.irecv(piece(j), before, TAG_CHAIN) for j in range(len(counts))]
+        arrivals = [ctx.irecv(piece(j), before, TAG_CHAIN) for j in range(k)]
         for j, req in enumerate(arrivals):
             nbytes = ctx.received(req)  # (a variable codec's piece: its stream's bytes)
             if forwards:

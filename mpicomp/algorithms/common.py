@@ -15,8 +15,8 @@ from ..backend.host import HostMemory
 from ..codecs import Codec
 from ..stats import Recorder
 
-__all__ = ["ALIGN", "PIECE_BYTES", "MAX_PIECES", "VARIABLE_RATIO", "Ctx", "pieces", "pieces_of",
-           "poll", "screens_in_encoder", "split"]
+__all__ = ["ALIGN", "PIECE_BYTES", "MAX_PIECES", "VARIABLE_RATIO", "Ctx", "PieceLayout", "pieces",
+           "pieces_of", "poll", "screens_in_encoder", "split"]
 
 #: chunk boundaries fall on multiples of this many values (a whole number of
 #: blocks for every codec: zfp 3D blocks are 64 values, bitplane blocks 32)
@@ -302,3 +302,25 @@ def split(n: int, parts: int, align: int = ALIGN) -> tuple[list[int], list[int]]
         displs.append(start)
         start += max(c, 0)
     return counts, displs
+
+
+class PieceLayout:
+    """Where each piece of each chunk lies, in values and in wire bytes: chunk ``i`` of
+    ``counts[i]`` values from ``displs[i]`` cut by :func:`pieces`, its pieces' streams one
+    after the other at their upper bounds (the ring's chunks; the chain's one buffer)."""
+
+    def __init__(self, ctx: Ctx, counts: list[int], displs: list[int], dtype: Any) -> None:
+        self.values: list[list[tuple[int, int]]] = []  # chunk -> [(start, count)] in the buffer
+        self.wire: list[list[tuple[int, int]]] = []  # chunk -> [(offset, nbytes)] in the chunk's stream
+        self.span: list[int] = []  # chunk -> wire bytes of all its pieces
+        for count, displ in zip(counts, displs):
+            pc, pd = pieces(ctx, count, dtype)
+            self.values.append([(displ + d, c) for c, d in zip(pc, pd)])
+            sizes = [ctx.nbytes(c, dtype) for c in pc]
+            offs = [int(o) for o in np.cumsum([0] + sizes[:-1])]
+            self.wire.append(list(zip(offs, sizes)))
+            self.span.append(sum(sizes))
+
+    def piece(self, streams: Any, base: int, chunk: int, j: int) -> Any:
+        off, nb = self.wire[chunk][j]
+        return streams[base + off : base + off + nb]

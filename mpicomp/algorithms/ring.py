@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from .common import Ctx, pieces, split
+from .common import Ctx, PieceLayout, split
 
 __all__ = ["allgather", "allreduce", "reduce", "reduce_scatter"]
 
@@ -104,26 +104,6 @@ class _Relay:
                                              _ag_tag(step + 1)))
 
 
-class _Layout:
-    """Where each piece of each chunk lies, in values and in wire bytes."""
-
-    def __init__(self, ctx: Ctx, counts: list[int], displs: list[int], dtype: Any) -> None:
-        self.values: list[list[tuple[int, int]]] = []  # chunk -> [(start, count)] in the buffer
-        self.wire: list[list[tuple[int, int]]] = []  # chunk -> [(offset, nbytes)] in the chunk's stream
-        self.span: list[int] = []  # chunk -> wire bytes of all its pieces
-        for count, displ in zip(counts, displs):
-            pc, pd = pieces(ctx, count, dtype)
-            self.values.append([(displ + d, c) for c, d in zip(pc, pd)])
-            sizes = [ctx.nbytes(c, dtype) for c in pc]
-            offs = [int(o) for o in np.cumsum([0] + sizes[:-1])]
-            self.wire.append(list(zip(offs, sizes)))
-            self.span.append(sum(sizes))
-
-    def piece(self, streams: Any, base: int, chunk: int, j: int) -> Any:
-        off, nb = self.wire[chunk][j]
-        return streams[base + off : base + off + nb]
-
-
 def reduce_scatter(
     ctx: Ctx, x: np.ndarray, counts: list[int], displs: list[int]
 ) -> np.ndarray:
@@ -135,7 +115,7 @@ def reduce_scatter(
     if p == 1:
         ctx.copy(partial[: counts[0]], x[: counts[0]])
         return partial[: counts[0]]
-    lay = _Layout(ctx, counts, [0] * p, dt)  # piece starts relative to the chunk
+    lay = PieceLayout(ctx, counts, [0] * p, dt)  # piece starts relative to the chunk
     span = max(lay.span)
     # two receive and two send regions, used by alternate steps
     recv = ctx.wire("rs_recv", 2 * span)
@@ -193,7 +173,7 @@ def allgather(ctx: Ctx, mine: Any, out: Any, counts: list[int], displs: list[int
     """
     p, r = ctx.size, ctx.rank
     right, left = (r + 1) % p, (r - 1) % p
-    lay = _Layout(ctx, counts, displs, out.dtype)
+    lay = PieceLayout(ctx, counts, displs, out.dtype)
     bases = [int(b) for b in np.cumsum([0] + lay.span[:-1])]
     streams = ctx.wire("streams", sum(lay.span))
 
