@@ -72,7 +72,7 @@ import numpy as np
 from .errbound_layout import BLOCK, DELTA, DELTA2, DELTA3, GROUP, MASK, NONFINITE, RAW, WIDEST
 from .intbits import clz64, imax, is_single
 from .jit import NUMBA_INLINE, njit
-from .rounding import add_rn, mul_rn
+from .rounding import add_rn, floor_rn, mul_rn
 
 __all__ = ["BLOCK", "GROUP", "NONFINITE", "RAW", "SCRATCH", "block_code", "block_code_after",
            "block_codes", "block_values", "carry_history", "mask_values", "pack_group",
@@ -102,19 +102,11 @@ def _reconstructed(qf, step, single):
 
 
 @njit(inline="always")
-def _floor_float(s):
-    """``floor(s)`` as a float64 for ``|s| <= 2**31 - 1``: a truncation through int32 and a
-    correction without a branch. int32 because its conversions to and from float64
-    vectorize on every x86-64 vector unit (int64's need AVX-512: with AVX2 a loop of them
-    ran 3x slower), and ``math.floor`` is a library call that blocks vectorizing."""
-    t = np.float64(np.int32(s))
-    return t - np.float64(t > s)
-
-
-@njit(inline="always")
 def _floor(s):
-    """``floor(s)`` as an int64 for ``|s| <= 2**31 - 1`` (:func:`_floor_float`)."""
-    return np.int64(np.int32(_floor_float(s)))
+    """``floor(s)`` as an int64 for ``|s| <= 2**31 - 1`` (:func:`~.rounding.floor_rn`,
+    converted through int32: its conversions to and from float64 vectorize on every x86-64
+    vector unit, int64's need AVX-512: with AVX2 a loop of them ran 3x slower)."""
+    return np.int64(np.int32(floor_rn(s)))
 
 
 @njit(inline="always")
@@ -238,7 +230,7 @@ def _quantize_checked(x, start, n, inv_step, step, bound, q):
         v = np.float64(x[base + np.uint64(i)])
         s = add_rn(mul_rn(v, inv_step), 0.5)
         inside = abs(s) <= _Q_MAX  # (False for NaN; tested before the floor, which the
-        tf = _floor_float(s if inside else 0.0)  # simulator's int conversion would refuse)
+        tf = floor_rn(s if inside else 0.0)  # simulator's int conversion would refuse)
         error = abs(v - _reconstructed(tf, step, is_single(x)))
         off += np.int64(not error <= bound)
         q[_slot(i)] = np.int64(np.int32(tf))
