@@ -2,10 +2,10 @@
 ``errbound_block``'s scalar planes.
 
 A block's codes (its 32 int64 code slots) become ``w`` plane words with one
-vector shift, one comparison and one mask move per plane
-(:func:`put_planes_vec32`: plane ``j`` is "lane < 0" of the codes shifted left
-by ``32 - w + j``, a ``<32 x i1>`` vector read as a 32-bit integer, one
-``vpmovmskb`` on x86), and come back with bitplane's byte accumulators
+vector shift and one mask move per plane (:func:`put_planes_vec32`: the codes
+shifted left by ``32 - w`` and cut into byte vectors; plane ``j`` is the top
+bits of one of them shifted left by ``j % 8``, a ``<32 x i1>`` vector read as
+a 32-bit integer, one ``vpmovmskb`` on x86), and come back with bitplane's byte accumulators
 (:func:`get_planes_vec32`: ``bitplane_vector.codes_from_planes``, 8 planes
 at a time). :func:`pack_group_vec32` and :func:`unpack_group_vec32` are
 ``errbound_block``'s ``pack_group`` and ``unpack_group`` with these planes
@@ -43,7 +43,7 @@ from .errbound_block import (BLOCK, HISTORY, NONFINITE, RAW, _block_values, _cod
                              mask_head, mask_nbytes, plane_bits, plane_width, put_bits,
                              raw_bytes, raw_values, zeros_block)
 from .jit import NUMBA_INLINE, njit
-from .vector_ir import I32, I64, call_intrinsic, element_pointer, load, splat, store, vector
+from .vector_ir import I8, I32, I64, call_intrinsic, element_pointer, load, splat, store, vector
 
 __all__ = ["WORDS", "code_group_vec32", "move_bytes", "pack_group_vec32", "unpack_group_vec32"]
 
@@ -66,26 +66,38 @@ _BMI2 = (numba.config.CPU_NAME in (None, "host")
 @intrinsic
 def put_planes_vec32(typingctx, q, width, out, pos):
     """The ``width`` plane words of the 32 code slots of ``q`` at ``out[pos:pos + 4 width]``
-    (plane ``j``: bit ``width - 1 - j`` of each code, code ``i`` at bit ``i``)."""
+    (plane ``j``: bit ``width - 1 - j`` of each code, code ``i`` at bit ``i``).
+
+    The codes are shifted left by ``32 - width`` (plane ``j`` is then bit ``31 - j`` of
+    each) and cut into their bytes, 32 lanes of one byte each (byte ``3 - j // 8`` of every
+    code); plane ``j`` is the sign bits of that byte vector shifted left by ``j % 8`` in
+    16-bit lanes (a byte's top bit after the shift is its own bit ``7 - j % 8``): one
+    ``vpsllw`` and one ``vpmovmskb`` a plane on x86, where shifting and comparing the
+    32-bit codes took four of each and a pack."""
     sig = types.void(q, width, out, pos)
 
     def codegen(context, b, signature, args):
         qv, wv, outv, posv = args
-        codes = load(b, element_pointer(context, b, signature.args[0], qv,
-                                        ir.Constant(I64, _CODES)), vector(I64, _LANES))
-        u = b.trunc(codes, _WORDS32)
-        w32 = b.trunc(wv, I32)
-
-        def plane(j):  # bit w-1-j to the sign: shift left by 32 - w + j
-            shift = b.add(b.sub(ir.Constant(I32, 32), w32), ir.Constant(I32, j))
-            top = b.shl(u, splat(b, shift, _WORDS32))
-            word = b.bitcast(b.icmp_signed("<", top, splat(b, 0, _WORDS32)), I32)
-            at = b.add(posv, ir.Constant(I64, 4 * j))
-            store(b, word, element_pointer(context, b, signature.args[2], outv, at))
-
-        for j in range(32):
-            with b.if_then(b.icmp_signed(">", wv, ir.Constant(I64, j)), likely=j < 8):
-                plane(j)
+        bytes32, words16 = vector(I8, _LANES), vector(ir.IntType(16), _LANES // 2)
+        with b.if_then(b.icmp_signed(">", wv, ir.Constant(I64, 0)), likely=True):
+            codes = load(b, element_pointer(context, b, signature.args[0], qv,
+                                            ir.Constant(I64, _CODES)), vector(I64, _LANES))
+            shift = b.sub(ir.Constant(I32, 32), b.trunc(wv, I32))  # (1 to 32 - 1: w >= 1)
+            top = b.shl(b.trunc(codes, _WORDS32), splat(b, shift, _WORDS32))
+            for k in range(4):  # planes 8k to 8k + 7: byte 3 - k of each code
+                with b.if_then(b.icmp_signed(">", wv, ir.Constant(I64, 8 * k)), likely=k < 1):
+                    byte = b.trunc(b.lshr(top, splat(b, 24 - 8 * k, _WORDS32)), bytes32)
+                    pairs = b.bitcast(byte, words16)
+                    for r in range(8):
+                        j = 8 * k + r
+                        with b.if_then(b.icmp_signed(">", wv, ir.Constant(I64, j)),
+                                       likely=j < 8):
+                            moved = b.bitcast(b.shl(pairs, splat(b, r, words16)), bytes32)
+                            word = b.bitcast(b.icmp_signed("<", moved, splat(b, 0, bytes32)),
+                                             I32)
+                            at = b.add(posv, ir.Constant(I64, 4 * j))
+                            store(b, word, element_pointer(context, b, signature.args[2],
+                                                           outv, at))
         return context.get_dummy_value()
 
     return sig, codegen
