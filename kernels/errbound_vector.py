@@ -120,6 +120,46 @@ def get_planes_vec32(typingctx, buf, pos, width, q):
 
 
 @intrinsic
+def values_from_planes_vec32(typingctx, words, pos, width, m, plus, q, out, start, step):
+    """A full block's values from its ``width`` plane words at ``words[pos:]`` in one pass:
+    the codes of a width block (``m``: all 32 bits set, ``plus`` 0) or of a mask block's
+    non-zeros minus one (``plus`` 1), deposited at the mask ``m``'s lanes; each value
+    ``v`` (0 at a clear bit of ``m``) into its slot of ``q`` (a later block's history) and
+    ``v * step`` into ``out[start:start + 32]``. On 32-bit lanes (a coded value's ``|v|``
+    is below ``2**31``), where :func:`get_planes_vec32` and a loop over the slots went
+    through int64 ones: the same values as ``errbound_block.block_values`` and
+    ``mask_values``."""
+    sig = types.void(words, pos, width, m, plus, q, out, start, step)
+
+    def codegen(context, b, signature, args):
+        wordsv, posv, wv, mv, plusv, qv, outv, startv, stepv = args
+        codes = codes_from_planes(context, b, signature.args[0], wordsv, posv, wv, 32, 32,
+                                  present=0)
+        lanes = ir.Constant(_WORDS32, list(range(_LANES)))
+        present = b.icmp_unsigned("!=", b.and_(b.lshr(splat(b, b.trunc(mv, I32), _WORDS32),
+                                                      lanes), splat(b, 1, _WORDS32)),
+                                  splat(b, 0, _WORDS32))
+        # the zigzag code z = code + plus, unzigzagged without forming z (2**32 for a
+        # hostile code 2**32 - 1): z >> 1 = (code >> 1) + (code & plus), z & 1 = (code & 1)
+        # ^ plus; the value wraps to int32 as the scalar decoder's conversion does
+        plus = splat(b, b.trunc(plusv, I32), _WORDS32)
+        low = b.and_(codes, splat(b, 1, _WORDS32))
+        half = b.add(b.lshr(codes, splat(b, 1, _WORDS32)), b.and_(low, plus))
+        v = b.xor(half, b.sub(splat(b, 0, _WORDS32), b.xor(low, plus)))
+        v = b.select(present, v, splat(b, 0, _WORDS32))
+        store(b, b.sext(v, vector(I64, _LANES)),
+              element_pointer(context, b, signature.args[5], qv, ir.Constant(I64, HISTORY)))
+        f64 = ir.DoubleType()
+        x = b.fmul(b.sitofp(v, vector(f64, _LANES)), splat(b, stepv, vector(f64, _LANES)))
+        if signature.args[6].dtype == types.float32:
+            x = b.fptrunc(x, vector(ir.FloatType(), _LANES))
+        store(b, x, element_pointer(context, b, signature.args[6], outv, startv))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
 def popcount64(typingctx, v):
     """The set bits of the int64 ``v`` (``llvm.ctpop``: one instruction where the host has
     it, a vector of them in a loop that vectorizes)."""
@@ -361,21 +401,26 @@ def unpack_group_vec32(buf, pos, end, group, codes, step, inv_step, out, outb, i
             for j in range(w):  # each plane's count bits, at the mask's lanes
                 _store4(words, np.int64(4 * j), deposit(
                     _plane_bits_fast(buf, p + np.int64(4), np.int64(j) * count, count), m))
-            get_planes_vec32(words, np.int64(0), w, q)
-            if n == np.int64(BLOCK):  # (a trip count the compiler knows: the loop vectorizes)
-                _mask_values_vec32(q, np.int64(BLOCK), np.int64(m), out, start, step)
+            if n == np.int64(BLOCK):
+                values_from_planes_vec32(words, np.int64(0), w, np.int64(m), np.int64(1), q,
+                                         out, start, step)
             else:
+                get_planes_vec32(words, np.int64(0), w, q)
                 _mask_values_vec32(q, n, np.int64(m), out, start, step)
             p += np.int64(4) + size
         else:
             w = plane_width(code)
             if p + np.int64(4) * w > stop:
                 return False
-            get_planes_vec32(buf, p, w, q)
-            if n == np.int64(BLOCK):  # (a trip count the compiler knows: the loop vectorizes)
-                block_values(q, np.int64(BLOCK), code, out, start, step)
+            if n == np.int64(BLOCK) and _delta_order(code) == np.int64(0):
+                values_from_planes_vec32(buf, p, w, np.int64(0xFFFFFFFF), np.int64(0), q, out,
+                                         start, step)
             else:
-                block_values(q, n, code, out, start, step)
+                get_planes_vec32(buf, p, w, q)
+                if n == np.int64(BLOCK):  # (a trip count the compiler knows: it vectorizes)
+                    block_values(q, np.int64(BLOCK), code, out, start, step)
+                else:
+                    block_values(q, n, code, out, start, step)
             p += np.int64(4) * w
         for j in range(HISTORY):  # the last values become the next block's history
             q[j] = q[n + j]

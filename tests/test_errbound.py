@@ -457,6 +457,38 @@ def test_the_scalar_planes_write_and_read_the_vector_drivers_bytes(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
+def test_codes_no_encoder_writes_decode_as_the_scalar_code_does(dtype):
+    """The CPU decoder's 32-bit lanes give the scalar decoder's values (int64 lanes) on the
+    widest codes too, which no encoder writes: a mask block's code 2**32 - 1 (its zigzag
+    code 2**32, past 32 bits), a width block's 2**32 - 1, and a delta block predicting from
+    them; the mask block's first value is decoded by the format's arithmetic by hand."""
+    from mpicomp.kernels.errbound_layout import MASK
+
+    _, unpack = _scalar_drivers()
+    step = 0.5
+    ones = np.full(4, 0xFF, np.uint8)
+    blocks = [  # (code byte, payload)
+        (MASK + 32, np.concatenate([np.array([1, 0, 0, 0], np.uint8), ones])),
+        (32, np.full(4 * 32, 0xFF, np.uint8)),
+        (DELTA + 1, ones),
+    ]
+    payload = np.concatenate([p for _, p in blocks])
+    n = BLOCK * len(blocks)
+    stream = np.concatenate([np.frombuffer(np.float64(step).tobytes(), np.uint8),
+                             np.array([c for c, _ in blocks], np.uint8),
+                             np.frombuffer(np.uint16(payload.size).tobytes(), np.uint8),
+                             payload])
+    c = get_codec("errbound", tolerance=step / 2)
+    got = c.decode(stream, out=np.empty(n, dtype))
+    step_, code, offsets = c.read_layout(stream, n, np.dtype(dtype))
+    want = np.empty(n, dtype)
+    assert unpack(stream, code, offsets, step_, 1.0 / step_, want) == 0
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    # zigzag 2**32 is the integer 2**31, which wraps to -2**31 in the decoder's int32
+    assert got[0] == dtype(-2.0**31 * step) and not got[1:BLOCK].any()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 def test_the_one_pass_encode_writes_the_two_pass_bytes(dtype):
     """The codec's one-pass encode (groups written from their raw bytes' place, then moved
     to their offsets) against the codes pass and the packing at offsets (the CUDA
