@@ -20,7 +20,8 @@ from typing import Any
 from llvmlite import ir
 from numba.core import cgutils
 
-__all__ = ["I8", "I32", "I64", "call_intrinsic", "element_pointer", "load", "splat", "store", "vector"]
+__all__ = ["I8", "I32", "I64", "call_intrinsic", "element_pointer", "load", "splat", "store",
+           "vector"]
 
 I8 = ir.IntType(8)
 I32 = ir.IntType(32)

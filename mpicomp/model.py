@@ -476,9 +476,9 @@ _SIZE_EXCHANGE = {
 def size_exchange(cal: Calibration, method: str, algorithm: str, k: int) -> float:
     """The time of a variable codec's size exchange in ``algorithm`` of ``method``: one
     int64 a rank (the Reduce's ring, like Allgather's, before the root's gather; none in
-    the Bcast's chain). ``k``: the pieces of the call's buffer (:func:`~.algorithms.common.pieces_of`),
-    which decide whether a Bcast goes down the chain; required, so that no caller prices a
-    chained Bcast's exchange by mistake."""
+    the Bcast's chain). ``k``: the pieces of the call's buffer
+    (:func:`~.algorithms.common.pieces_of`), which decide whether a Bcast goes down the
+    chain; required, so that no caller prices a chained Bcast's exchange by mistake."""
     if method == "Reduce":
         return cal.plain["Allgather"].time(8.0)
     if algorithm == "bcast" and chained(cal.layout.size, k):

@@ -311,14 +311,15 @@ class PieceLayout:
 
     def __init__(self, ctx: Ctx, counts: list[int], displs: list[int], dtype: Any) -> None:
         self.values: list[list[tuple[int, int]]] = []  # chunk -> [(start, count)] in the buffer
-        self.wire: list[list[tuple[int, int]]] = []  # chunk -> [(offset, nbytes)] in the chunk's stream
+        # chunk -> [(offset, nbytes)] in the chunk's stream
+        self.wire: list[list[tuple[int, int]]] = []
         self.span: list[int] = []  # chunk -> wire bytes of all its pieces
-        for count, displ in zip(counts, displs):
+        for count, displ in zip(counts, displs, strict=True):
             pc, pd = pieces(ctx, count, dtype)
-            self.values.append([(displ + d, c) for c, d in zip(pc, pd)])
+            self.values.append([(displ + d, c) for c, d in zip(pc, pd, strict=True)])
             sizes = [ctx.nbytes(c, dtype) for c in pc]
             offs = [int(o) for o in np.cumsum([0] + sizes[:-1])]
-            self.wire.append(list(zip(offs, sizes)))
+            self.wire.append(list(zip(offs, sizes, strict=True)))
             self.span.append(sum(sizes))
 
     def piece(self, streams: Any, base: int, chunk: int, j: int) -> Any:
