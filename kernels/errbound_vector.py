@@ -119,20 +119,40 @@ def get_planes_vec32(typingctx, buf, pos, width, q):
     return sig, codegen
 
 
+def _prefix_sum(b, v):
+    """The inclusive prefix sums of the 32 lanes of ``v`` (``<32 x i32>``): five steps,
+    each adding the vector shifted up by 1, 2, 4, 8 and 16 lanes (zeros shifted in)."""
+    zero = ir.Constant(_WORDS32, [0] * _LANES)
+    for shift in (1, 2, 4, 8, 16):
+        lanes = [i - shift if i >= shift else _LANES for i in range(_LANES)]
+        v = b.add(v, b.shuffle_vector(v, zero, ir.Constant(vector(I32, _LANES), lanes)))
+    return v
+
+
 @intrinsic
-def values_from_planes_vec32(typingctx, words, pos, width, m, plus, q, out, start, step):
+def values_from_planes_vec32(typingctx, words, pos, width, m, plus, order, q, out, start,
+                             step):
     """A full block's values from its ``width`` plane words at ``words[pos:]`` in one pass:
-    the codes of a width block (``m``: all 32 bits set, ``plus`` 0) or of a mask block's
-    non-zeros minus one (``plus`` 1), deposited at the mask ``m``'s lanes; each value
-    ``v`` (0 at a clear bit of ``m``) into its slot of ``q`` (a later block's history) and
-    ``v * step`` into ``out[start:start + 32]``. On 32-bit lanes (a coded value's ``|v|``
-    is below ``2**31``), where :func:`get_planes_vec32` and a loop over the slots went
-    through int64 ones: the same values as ``errbound_block.block_values`` and
-    ``mask_values``."""
-    sig = types.void(words, pos, width, m, plus, q, out, start, step)
+    the codes of a width or delta block of ``order`` (``m``: all 32 bits set, ``plus`` 0)
+    or of a mask block's non-zeros minus one (``plus`` 1, ``order`` 0), deposited at the
+    mask ``m``'s lanes; each value ``v`` (0 at a clear bit of ``m``) into its slot of
+    ``q`` (a later block's history) and ``v * step`` into ``out[start:start + 32]``.
+
+    A delta block's residuals become values by ``order`` prefix sums (:func:`_prefix_sum`),
+    each from the history's differences: order 1 is ``v = h1 + prefix(r)``; order 2 sums
+    the residuals to the first differences from ``h1 - h2``, then those from ``h1``;
+    order 3 first to the second differences from ``h1 - 2 h2 + h3`` (``h1``, ``h2``,
+    ``h3``: the values before the block, latest first). The serial loop took one value
+    after the other (``errbound_block._undo_residuals``).
+
+    On 32-bit lanes, where :func:`get_planes_vec32` and loops over the slots went through
+    int64 ones. Every step is an integer ring operation, so its result modulo ``2**32`` is
+    the int64 result's, and the decoder converts each value through int32 either way: the
+    same values as ``errbound_block.block_values`` and ``mask_values``, for any bytes."""
+    sig = types.void(words, pos, width, m, plus, order, q, out, start, step)
 
     def codegen(context, b, signature, args):
-        wordsv, posv, wv, mv, plusv, qv, outv, startv, stepv = args
+        wordsv, posv, wv, mv, plusv, orderv, qv, outv, startv, stepv = args
         codes = codes_from_planes(context, b, signature.args[0], wordsv, posv, wv, 32, 32,
                                   present=0)
         lanes = ir.Constant(_WORDS32, list(range(_LANES)))
@@ -146,14 +166,27 @@ def values_from_planes_vec32(typingctx, words, pos, width, m, plus, q, out, star
         low = b.and_(codes, splat(b, 1, _WORDS32))
         half = b.add(b.lshr(codes, splat(b, 1, _WORDS32)), b.and_(low, plus))
         v = b.xor(half, b.sub(splat(b, 0, _WORDS32), b.xor(low, plus)))
-        v = b.select(present, v, splat(b, 0, _WORDS32))
+        vp = cgutils.alloca_once(b, _WORDS32)  # (in the entry block: promoted to registers)
+        b.store(b.select(present, v, splat(b, 0, _WORDS32)), vp)
+
+        def slot(j):
+            return b.trunc(b.load(element_pointer(context, b, signature.args[6], qv,
+                                                  ir.Constant(I64, j))), I32)
+
+        h1, h2, h3 = slot(HISTORY - 1), slot(HISTORY - 2), slot(HISTORY - 3)
+        stages = [(3, b.add(b.sub(h1, b.add(h2, h2)), h3)), (2, b.sub(h1, h2)), (1, h1)]
+        for least, first in stages:  # (order 3: all three; order 0, a width or mask block:
+            with b.if_then(b.icmp_signed(">=", orderv, ir.Constant(I64, least)),  # none)
+                           likely=least == 1):
+                b.store(b.add(_prefix_sum(b, b.load(vp)), splat(b, first, _WORDS32)), vp)
+        v = b.load(vp)
         store(b, b.sext(v, vector(I64, _LANES)),
-              element_pointer(context, b, signature.args[5], qv, ir.Constant(I64, HISTORY)))
+              element_pointer(context, b, signature.args[6], qv, ir.Constant(I64, HISTORY)))
         f64 = ir.DoubleType()
         x = b.fmul(b.sitofp(v, vector(f64, _LANES)), splat(b, stepv, vector(f64, _LANES)))
-        if signature.args[6].dtype == types.float32:
+        if signature.args[7].dtype == types.float32:
             x = b.fptrunc(x, vector(ir.FloatType(), _LANES))
-        store(b, x, element_pointer(context, b, signature.args[6], outv, startv))
+        store(b, x, element_pointer(context, b, signature.args[7], outv, startv))
         return context.get_dummy_value()
 
     return sig, codegen
@@ -402,8 +435,8 @@ def unpack_group_vec32(buf, pos, end, group, codes, step, inv_step, out, outb, i
                 _store4(words, np.int64(4 * j), deposit(
                     _plane_bits_fast(buf, p + np.int64(4), np.int64(j) * count, count), m))
             if n == np.int64(BLOCK):
-                values_from_planes_vec32(words, np.int64(0), w, np.int64(m), np.int64(1), q,
-                                         out, start, step)
+                values_from_planes_vec32(words, np.int64(0), w, np.int64(m), np.int64(1),
+                                         np.int64(0), q, out, start, step)
             else:
                 get_planes_vec32(words, np.int64(0), w, q)
                 _mask_values_vec32(q, n, np.int64(m), out, start, step)
@@ -412,15 +445,12 @@ def unpack_group_vec32(buf, pos, end, group, codes, step, inv_step, out, outb, i
             w = plane_width(code)
             if p + np.int64(4) * w > stop:
                 return False
-            if n == np.int64(BLOCK) and _delta_order(code) == np.int64(0):
-                values_from_planes_vec32(buf, p, w, np.int64(0xFFFFFFFF), np.int64(0), q, out,
-                                         start, step)
-            else:
+            if n == np.int64(BLOCK):
+                values_from_planes_vec32(buf, p, w, np.int64(0xFFFFFFFF), np.int64(0),
+                                         _delta_order(code), q, out, start, step)
+            else:  # (a buffer's short last block)
                 get_planes_vec32(buf, p, w, q)
-                if n == np.int64(BLOCK):  # (a trip count the compiler knows: it vectorizes)
-                    block_values(q, np.int64(BLOCK), code, out, start, step)
-                else:
-                    block_values(q, n, code, out, start, step)
+                block_values(q, n, code, out, start, step)
             p += np.int64(4) * w
         for j in range(HISTORY):  # the last values become the next block's history
             q[j] = q[n + j]

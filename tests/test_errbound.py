@@ -13,7 +13,7 @@ from mpicomp.codecs import get_codec
 from mpicomp.codecs.errbound import HEADER_NBYTES
 from mpicomp.errors import UncompressibleError
 from mpicomp.kernels.errbound_block import BLOCK
-from mpicomp.kernels.errbound_layout import DELTA, DELTA3, RAW, WIDEST
+from mpicomp.kernels.errbound_layout import DELTA, DELTA2, DELTA3, RAW, WIDEST
 
 sys.path.insert(0, str(Path(__file__).parent))
 from real_like import gradient_like  # noqa: E402
@@ -459,18 +459,21 @@ def test_the_scalar_planes_write_and_read_the_vector_drivers_bytes(dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 def test_codes_no_encoder_writes_decode_as_the_scalar_code_does(dtype):
     """The CPU decoder's 32-bit lanes give the scalar decoder's values (int64 lanes) on the
-    widest codes too, which no encoder writes: a mask block's code 2**32 - 1 (its zigzag
-    code 2**32, past 32 bits), a width block's 2**32 - 1, and a delta block predicting from
-    them; the mask block's first value is decoded by the format's arithmetic by hand."""
+    widest codes too, which no encoder writes: a mask block's codes 2**32 - 1 (zigzag
+    codes 2**32, past 32 bits) in its last two lanes, delta blocks of each order predicting from
+    it (the scalar decoder's history holds 2**31, the vector one's -2**31) and a width
+    block's 2**32 - 1; the mask block's value is decoded by the format's arithmetic by
+    hand."""
     from mpicomp.kernels.errbound_layout import MASK
 
     _, unpack = _scalar_drivers()
     step = 0.5
     ones = np.full(4, 0xFF, np.uint8)
     blocks = [  # (code byte, payload)
-        (MASK + 32, np.concatenate([np.array([1, 0, 0, 0], np.uint8), ones])),
-        (32, np.full(4 * 32, 0xFF, np.uint8)),
-        (DELTA + 1, ones),
+        (MASK + 32, np.concatenate([np.array([0, 0, 0, 0xC0], np.uint8), ones, ones])),
+        (DELTA3 + 1, ones), (DELTA2 + 1, ones),
+        (MASK + 32, np.concatenate([np.array([0, 0, 0, 0x80], np.uint8), ones])),
+        (DELTA + 2, np.tile(ones, 2)), (32, np.full(4 * 32, 0xFF, np.uint8)),
     ]
     payload = np.concatenate([p for _, p in blocks])
     n = BLOCK * len(blocks)
@@ -485,7 +488,8 @@ def test_codes_no_encoder_writes_decode_as_the_scalar_code_does(dtype):
     assert unpack(stream, code, offsets, step_, 1.0 / step_, want) == 0
     np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
     # zigzag 2**32 is the integer 2**31, which wraps to -2**31 in the decoder's int32
-    assert got[0] == dtype(-2.0**31 * step) and not got[1:BLOCK].any()
+    assert (got[BLOCK - 2 : BLOCK] == dtype(-2.0**31 * step)).all()
+    assert not got[: BLOCK - 2].any()
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
