@@ -5,9 +5,11 @@ A block's codes (its 32 int64 code slots) become ``w`` plane words with one
 vector shift and one mask move per plane (:func:`put_planes_vec32`: the codes
 shifted left by ``32 - w`` and cut into byte vectors; plane ``j`` is the top
 bits of one of them shifted left by ``j % 8``, a ``<32 x i1>`` vector read as
-a 32-bit integer, one ``vpmovmskb`` on x86), and come back with bitplane's byte accumulators
-(:func:`get_planes_vec32`: ``bitplane_vector.codes_from_planes``, 8 planes
-at a time). :func:`pack_group_vec32` and :func:`unpack_group_vec32` are
+a 32-bit integer, one ``vpmovmskb`` on x86), and come back with bitplane's
+byte accumulators (``bitplane_vector.codes_from_planes``, 8 planes at a
+time): a full block straight to its values on 32-bit lanes, a delta
+block's by prefix sums (:func:`values_from_planes_vec32`), a short one
+into its code slots (:func:`get_planes_vec32`). :func:`pack_group_vec32` and :func:`unpack_group_vec32` are
 ``errbound_block``'s ``pack_group`` and ``unpack_group`` with these planes
 (the CUDA kernels and the tests' reference use the scalar ones: the same
 bytes); :func:`code_group_vec32` is ``block_code`` and the packing in one
