@@ -137,8 +137,9 @@ def values_from_planes_vec32(typingctx, words, pos, width, m, plus, order, q, ou
     """A full block's values from its ``width`` plane words at ``words[pos:]`` in one pass:
     the codes of a width or delta block of ``order`` (``m``: all 32 bits set, ``plus`` 0)
     or of a mask block's non-zeros minus one (``plus`` 1, ``order`` 0), deposited at the
-    mask ``m``'s lanes; each value ``v`` (0 at a clear bit of ``m``) into its slot of
-    ``q`` (a later block's history) and ``v * step`` into ``out[start:start + 32]``.
+    mask ``m``'s lanes; each value ``v`` (0 at a clear bit of ``m``) times ``step`` into
+    ``out[start:start + 32]``, and the last ``HISTORY`` values into their slots of ``q``
+    (the next block's history; the other value slots are left as they were).
 
     A delta block's residuals become values by ``order`` prefix sums (:func:`_prefix_sum`),
     each from the history's differences: order 1 is ``v = h1 + prefix(r)``; order 2 sums
@@ -182,8 +183,10 @@ def values_from_planes_vec32(typingctx, words, pos, width, m, plus, order, q, ou
                            likely=least == 1):
                 b.store(b.add(_prefix_sum(b, b.load(vp)), splat(b, first, _WORDS32)), vp)
         v = b.load(vp)
-        store(b, b.sext(v, vector(I64, _LANES)),
-              element_pointer(context, b, signature.args[6], qv, ir.Constant(I64, HISTORY)))
+        for lane in range(_LANES - HISTORY, _LANES):  # (only these are read again)
+            b.store(b.sext(b.extract_element(v, ir.Constant(I32, lane)), I64),
+                    element_pointer(context, b, signature.args[6], qv,
+                                    ir.Constant(I64, HISTORY + lane)))
         f64 = ir.DoubleType()
         x = b.fmul(b.sitofp(v, vector(f64, _LANES)), splat(b, stepv, vector(f64, _LANES)))
         if signature.args[7].dtype == types.float32:
@@ -271,21 +274,37 @@ extract = _bmi2("pext") if _BMI2 else _extract_loop
 
 
 @njit(inline="always")
-def _plane_bits_fast(buf, p, off, nbits):
-    """``errbound_block.plane_bits``, one 8-byte load where 8 bytes lie in ``buf``."""
-    at = np.int64(p) + (np.int64(off) >> np.int64(3))
-    if at + np.int64(8) > np.int64(buf.size):
-        return plane_bits(buf, p, off, nbits)
+def _load8(buf, at):
+    """The 8 bytes at ``buf[at:]`` as a little-endian uint64 (one load; the caller has
+    checked that they lie in ``buf``)."""
     u = np.uint64(at)
-    word = (np.uint64(buf[u]) | (np.uint64(buf[u + np.uint64(1)]) << np.uint64(8))
+    return (np.uint64(buf[u]) | (np.uint64(buf[u + np.uint64(1)]) << np.uint64(8))
             | (np.uint64(buf[u + np.uint64(2)]) << np.uint64(16))
             | (np.uint64(buf[u + np.uint64(3)]) << np.uint64(24))
             | (np.uint64(buf[u + np.uint64(4)]) << np.uint64(32))
             | (np.uint64(buf[u + np.uint64(5)]) << np.uint64(40))
             | (np.uint64(buf[u + np.uint64(6)]) << np.uint64(48))
             | (np.uint64(buf[u + np.uint64(7)]) << np.uint64(56)))
-    low = np.uint64(np.int64(off) & np.int64(7))
-    return (word >> low) & ((np.uint64(1) << np.uint64(nbits)) - np.uint64(1))
+
+
+@njit(inline="always")
+def _deposit_planes(buf, p, w, count, m, words):
+    """A mask block's ``w`` planes of ``count`` bits each at ``buf[p:]``, each deposited at
+    the mask ``m``'s bits into a plane word of ``words``. Where the last plane's 8-byte
+    load lies in ``buf`` (every block but a stream's last few), one load a plane in a loop
+    without checks; otherwise ``errbound_block.plane_bits``' byte loads."""
+    if np.int64(p) + mask_nbytes(count, w) + np.int64(8) <= np.int64(buf.size):
+        low = (np.uint64(1) << np.uint64(count)) - np.uint64(1)
+        off = np.int64(0)
+        for j in range(w):
+            word = _load8(buf, np.int64(p) + (off >> np.int64(3)))
+            _store4(words, np.int64(4 * j),
+                    deposit((word >> np.uint64(off & np.int64(7))) & low, m))
+            off += count
+    else:
+        for j in range(w):
+            _store4(words, np.int64(4 * j), deposit(plane_bits(buf, p, np.int64(j) * count,
+                                                               count), m))
 
 
 @njit(inline=NUMBA_INLINE)
@@ -433,9 +452,7 @@ def unpack_group_vec32(buf, pos, end, group, codes, step, inv_step, out, outb, i
             m, count, size = mask_head(buf, p, stop, n, w)
             if size < np.int64(0):
                 return False
-            for j in range(w):  # each plane's count bits, at the mask's lanes
-                _store4(words, np.int64(4 * j), deposit(
-                    _plane_bits_fast(buf, p + np.int64(4), np.int64(j) * count, count), m))
+            _deposit_planes(buf, p + np.int64(4), w, count, m, words)  # at the mask's lanes
             if n == np.int64(BLOCK):
                 values_from_planes_vec32(words, np.int64(0), w, np.int64(m), np.int64(1),
                                          np.int64(0), q, out, start, step)

@@ -433,7 +433,7 @@ def _scalar_drivers():
 def test_the_scalar_planes_write_and_read_the_vector_drivers_bytes(dtype):
     """errbound_block's scalar pack and unpack (the GPU's per-thread code) write the CPU
     codec's stream (vector planes, bit deposit and extract) byte for byte and decode it to
-    its values, on every coding."""
+    its values, on every coding, whether bytes follow the stream or not."""
     pack, unpack = _scalar_drivers()
     rng = np.random.default_rng(12)
     n = 4 * 8 * BLOCK + 19
@@ -454,6 +454,10 @@ def test_the_scalar_planes_write_and_read_the_vector_drivers_bytes(dtype):
             assert unpack(s, code, offsets, step, 1.0 / step, y) == 0
             np.testing.assert_array_equal(y.view(np.uint8),
                                           c.decode(s, out=np.empty_like(x)).view(np.uint8))
+            # bytes after the stream: the last mask blocks' planes read by 8-byte loads too
+            padded = np.concatenate([s, np.full(16, 0xA5, np.uint8)])
+            np.testing.assert_array_equal(
+                y.view(np.uint8), c.decode(padded, out=np.empty_like(x)).view(np.uint8))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
