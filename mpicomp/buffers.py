@@ -14,6 +14,15 @@ C-contiguous float32/float64 CUDA buffers (anything with
 ``__cuda_array_interface__`` or a CUDA ``__dlpack__``: CuPy, PyTorch,
 Numba), which become flat Numba device arrays over the same memory;
 anything else is marked so that the call goes to plain MPI unchanged.
+
+A datatype in the spec is read for its type signature
+(:mod:`mpicomp.datatypes`): counts become elements of the signature's element
+type, so ranks that describe the same values with different datatypes parse
+them alike. A derived datatype whose elements lie back to back is compressed
+as a flat array; one with gaps (or a datatype that is not the array's own
+dtype) gives a :class:`Buf` with a ``veto``: it counts and sizes like the
+others' buffers, but this rank cannot compress it, so the agreement step
+sends the whole call plain on every rank.
 """
 from __future__ import annotations
 
@@ -22,8 +31,8 @@ from typing import Any
 
 import numpy as np
 from mpi4py import MPI
-from mpi4py.util import dtlib
 
+from . import datatypes
 from .backend import placement
 from .kernels import cuda_runtime as cuda
 
@@ -51,6 +60,10 @@ class Buf:
     displs: tuple[int, ...] | None = None
     raw: int = 0  #: bytes of a buffer that is not compressible (for the stats)
     place: placement.Place = placement.Place.HOST  #: where the memory lives
+    #: why this rank cannot compress a buffer whose type signature others may compress
+    #: ('': none); ``array`` is then a placeholder of the signature's size (no memory),
+    #: so the call screens and agrees as on every other rank, and then goes plain
+    veto: str = ""
 
     @property
     def on_device(self) -> bool:
@@ -59,7 +72,7 @@ class Buf:
 
     @property
     def compressible(self) -> bool:
-        return self.array is not None
+        return self.array is not None and not self.veto
 
     @property
     def dtype(self) -> np.dtype | None:
@@ -105,18 +118,26 @@ def parse(spec: Any, name: str = "buffer", blocks: int = 1) -> Buf:
     """
     obj, count, displ, datatype = _split_simple(spec, name)
     where = placement.HOST if type(obj) is np.ndarray else placement.of(obj)
-    array, reason = _as_array(obj, datatype, name, where)
+    lay = _layout(datatype)
+    array, reason, veto = _as_array(obj, lay, name, where)
     if array is None:
         return Buf(spec, None, 0, reason, raw=_raw_nbytes(obj, where, count, blocks),
                    place=where.place)
+    # counts and displacements are in the datatype's items (mpi4py's units)
+    per, item_bytes = (lay.per_item, lay.extent) if lay is not None else (1, array.itemsize)
     if count is None:
-        if array.size % blocks:
+        items = array.size * array.itemsize // item_bytes if item_bytes else 0
+        if items % blocks:
             raise ValueError(
-                f"{name}: {array.size} elements cannot be split into {blocks} equal parts"
+                f"{name}: {items} elements cannot be split into {blocks} equal parts"
             )
-        count = array.size // blocks
-    _check_extent(name, array.size, displ or 0, count * blocks)
-    return Buf(spec, array[displ or 0 :], count, place=where.place)
+        count = items // blocks
+    if veto:
+        return Buf(spec, _placeholder(array.dtype, count * per * blocks), count * per,
+                   veto, place=where.place, veto=veto)
+    start = (displ or 0) * per
+    _check_extent(name, array.size, start, count * per * blocks)
+    return Buf(spec, array[start:], count * per, place=where.place)
 
 
 def parse_v(spec: Any, size: int, name: str = "buffer") -> Buf:
@@ -145,20 +166,28 @@ def parse_v(spec: Any, size: int, name: str = "buffer") -> Buf:
         else:
             raise ValueError(f"{name}: a v-variant buffer spec has 2 to 4 items, got {len(items)}")
     where = placement.of(obj)
-    array, reason = _as_array(obj, datatype, name, where)
+    lay = _layout(datatype)
+    array, reason, veto = _as_array(obj, lay, name, where)
     if array is None:
         return Buf(spec, None, 0, reason, place=where.place)
+    per, item_bytes = (lay.per_item, lay.extent) if lay is not None else (1, array.itemsize)
     if counts is None:
-        base, extra = divmod(array.size, size)
+        items = array.size * array.itemsize // item_bytes if item_bytes else 0
+        base, extra = divmod(items, size)
         counts = [base + (i < extra) for i in range(size)]
     elif isinstance(counts, (int, np.integer)) and not isinstance(counts, (bool, np.bool_)):
         counts = [_count(counts, name)] * size
-    counts = _int_list(counts, size, f"{name} counts")
+    counts = [c * per for c in _int_list(counts, size, f"{name} counts")]
+    if veto:  # the signature's counts, packed over a placeholder
+        displs = [int(d) for d in np.concatenate([[0], np.cumsum(counts)[:-1]])]
+        return Buf(spec, _placeholder(array.dtype, sum(counts)), int(sum(counts)), veto,
+                   tuple(counts), tuple(displs), place=where.place, veto=veto)
     if displs is None:
         displs = [int(d) for d in np.concatenate([[0], np.cumsum(counts)[:-1]])]
     elif isinstance(displs, (int, np.integer)) and not isinstance(displs, (bool, np.bool_)):
-        displs = [_count(displs, name, "displacement") * i for i in range(size)]
-    displs = _int_list(displs, size, f"{name} displacements")
+        displs = [_count(displs, name, "displacement") * per * i for i in range(size)]
+    else:
+        displs = [d * per for d in _int_list(displs, size, f"{name} displacements")]
     for c, d in zip(counts, displs, strict=True):
         _check_extent(name, array.size, d, c)
     return Buf(spec, array, int(sum(counts)), "", tuple(counts), tuple(displs),
@@ -252,43 +281,91 @@ def _check_extent(name: str, size: int, displ: int, count: int) -> None:
         )
 
 
-def _as_array(obj: Any, datatype: Any, name: str,
-              where: placement.Placement) -> tuple[np.ndarray | None, str]:
-    """A flat view of ``obj`` in the element type (NumPy, or a Numba device array for a
-    CUDA buffer), or ``(None, reason)``."""
+def _layout(datatype: Any) -> datatypes.Layout | None:
+    """The spec's datatype read for its type signature (None: no datatype given); a type
+    character of mpi4py's is its predefined datatype."""
+    if datatype is None:
+        return None
+    datatype = datatypes.resolve(datatype)
+    if not isinstance(datatype, MPI.Datatype):
+        return datatypes.Layout(None, reason=f"datatype given as {datatype!r}, not an "
+                                             "MPI.Datatype or a type character")
+    return datatypes.layout(datatype)
+
+
+def _placeholder(dtype: np.dtype, size: int) -> np.ndarray:
+    """A read-only array of ``size`` values that occupies no memory: a vetoed buffer's
+    stand-in (its size and dtype are read, never its values)."""
+    return np.broadcast_to(np.zeros(1, dtype), (size,))
+
+
+def _as_array(obj: Any, lay: datatypes.Layout | None, name: str,
+              where: placement.Placement) -> tuple[Any, str, str]:
+    """A flat view of ``obj`` in the signature's element type (NumPy, or a Numba device
+    array for a CUDA buffer) and ``''``; or ``(None, reason, '')``: not compressible on
+    any rank; or ``(array, reason, reason)``: a veto (a float signature this rank's
+    layout cannot compress: a datatype with gaps, or not the array's own dtype; the
+    array then only gives the element type and the bytes)."""
+    element = None
+    if lay is not None:
+        if lay.element is None:
+            return None, lay.reason, ""
+        if lay.element not in COMPRESSIBLE_DTYPES:
+            return None, f"dtype {lay.element} is not float32/float64", ""
+        element = lay.element
     if where.place is placement.Place.FOREIGN:
-        return None, where.reason
-    if datatype is not None and not isinstance(datatype, MPI.Datatype):
-        return None, f"datatype given as {datatype!r}, not an MPI.Datatype"
+        return _foreign(obj, element, where.reason)
     if where.on_device:
-        return _as_device_array(obj, datatype, name)
-    if not isinstance(obj, np.ndarray):
-        obj, reason = _host_view(obj, datatype)
-        if obj is None:
-            return None, reason
-    if not (obj.flags.c_contiguous or obj.flags.f_contiguous):
-        raise ValueError(  # mpi4py refuses it too
-            f"{name}: the array must be contiguous (shape {obj.shape}, strides {obj.strides}); "
-            "pass a contiguous copy, e.g. numpy.ascontiguousarray(x)"
-        )
-    reason = _check_datatype(obj.dtype, datatype)
-    if reason:
-        return None, reason
-    flat = obj.reshape(-1, order="A")
-    if flat.dtype not in COMPRESSIBLE_DTYPES:
-        return None, f"dtype {flat.dtype} is not float32/float64"
-    return flat, ""
+        arr = cuda.as_device(obj, name)
+        dt = np.dtype(arr.dtype)
+    else:
+        if not isinstance(obj, np.ndarray):
+            obj, reason = _host_view(obj, element)
+            if obj is None:
+                return None, reason, ""
+        if not (obj.flags.c_contiguous or obj.flags.f_contiguous):
+            raise ValueError(  # mpi4py refuses it too
+                f"{name}: the array must be contiguous (shape {obj.shape}, strides "
+                f"{obj.strides}); pass a contiguous copy, e.g. numpy.ascontiguousarray(x)"
+            )
+        arr = obj.reshape(-1, order="A")
+        dt = arr.dtype
+    if element is not None and element != dt:
+        assert lay is not None
+        why = f"MPI datatype {lay.name or element} is not the array's dtype {dt}"
+        return _placeholder(element, arr.size * dt.itemsize // element.itemsize), why, why
+    if dt not in COMPRESSIBLE_DTYPES:
+        return None, f"dtype {dt} is not float32/float64", ""
+    if lay is not None and not lay.dense:
+        return arr, lay.reason, lay.reason
+    return arr, "", ""
+
+
+def _foreign(obj: Any, element: np.dtype | None, reason: str) -> tuple[Any, str, str]:
+    """A CUDA buffer mpicomp must not touch: a veto when its interface names float values
+    (another rank may pass the same values in memory mpicomp compresses), else plain."""
+    cai = cuda.interface(obj)
+    try:
+        dt = np.dtype(cai["typestr"]) if cai is not None else None
+        size = int(np.prod(cai["shape"], dtype=np.int64)) if cai is not None else 0
+    except (TypeError, KeyError, ValueError):
+        dt = None
+    element = element if element is not None else dt
+    if dt is None or element not in COMPRESSIBLE_DTYPES:
+        return None, reason, ""
+    return _placeholder(element, size * dt.itemsize // element.itemsize), reason, reason
 
 
 #: buffer formats of raw bytes: MPI reads them through the spec's datatype
 _BYTE_FORMATS = ("B", "b", "c")
 
 
-def _host_view(obj: Any, datatype: Any) -> tuple[np.ndarray | None, str]:
+def _host_view(obj: Any, element: np.dtype | None) -> tuple[np.ndarray | None, str]:
     """A NumPy view (no copy) of a host buffer that is not an ndarray, found the way mpi4py
     finds one: the buffer protocol (``array.array``, ``bytearray``, ``MPI.buffer``,
     ``memoryview``, ...), else a CPU ``__dlpack__`` (PyTorch CPU tensors, ...); or
-    ``(None, reason)``. Raw bytes take the element type of the spec's datatype."""
+    ``(None, reason)``. Raw bytes take the element type of the spec's datatype
+    (``element``)."""
     try:
         mv = memoryview(obj)
     except TypeError:
@@ -296,15 +373,13 @@ def _host_view(obj: Any, datatype: Any) -> tuple[np.ndarray | None, str]:
     if mv is None:
         if getattr(obj, "__dlpack__", None) is None:
             return None, f"{type(obj).__name__} has neither the buffer protocol nor __dlpack__"
-        return _dlpack_view(obj, datatype)
+        return _dlpack_view(obj, element)
     if not mv.c_contiguous:
         return None, f"{type(obj).__name__}: a buffer that is not C-contiguous"
     if mv.format in _BYTE_FORMATS:
-        if datatype is None:
+        if element is None:
             return None, f"{type(obj).__name__} of bytes without a float MPI datatype"
-        dt, reason = _numpy_dtype(datatype)
-        if dt is None:
-            return None, reason
+        dt = element
         if mv.nbytes % dt.itemsize:
             return None, f"{mv.nbytes} bytes are not a whole number of {dt} values"
     else:
@@ -315,7 +390,7 @@ def _host_view(obj: Any, datatype: Any) -> tuple[np.ndarray | None, str]:
     return np.frombuffer(mv.cast("B"), dtype=dt), ""
 
 
-def _dlpack_view(obj: Any, datatype: Any) -> tuple[np.ndarray | None, str]:
+def _dlpack_view(obj: Any, element: np.dtype | None) -> tuple[np.ndarray | None, str]:
     """A host DLPack object's memory as a NumPy view, read by mpi4py's own DLPack consumer
     (``MPI.buffer``: the memory MPI would get; NumPy's consumer crashed on exporters mpi4py
     accepts). The element type: the spec's datatype, else the object's ``dtype`` by name
@@ -324,10 +399,8 @@ def _dlpack_view(obj: Any, datatype: Any) -> tuple[np.ndarray | None, str]:
         raw = memoryview(MPI.buffer(obj))
     except Exception as exc:  # noqa: BLE001 - whatever mpi4py refuses goes to it as given
         return None, f"{type(obj).__name__}: mpi4py reads no host memory through DLPack ({exc})"
-    if datatype is not None:
-        dt, reason = _numpy_dtype(datatype)
-        if dt is None:
-            return None, reason
+    if element is not None:
+        dt = element
     else:
         try:
             dt = np.dtype(str(getattr(obj, "dtype", "")).removeprefix("torch."))
@@ -336,37 +409,3 @@ def _dlpack_view(obj: Any, datatype: Any) -> tuple[np.ndarray | None, str]:
     if dt.itemsize == 0 or raw.nbytes % dt.itemsize:
         return None, f"{raw.nbytes} bytes are not a whole number of {dt} values"
     return np.frombuffer(raw, dtype=dt), ""
-
-
-def _as_device_array(obj: Any, datatype: Any, name: str) -> tuple[Any, str]:
-    """A flat Numba device array over a CUDA buffer (ValueError if not C-contiguous),
-    or ``(None, reason)``."""
-    arr = cuda.as_device(obj, name)
-    dt = np.dtype(arr.dtype)
-    reason = _check_datatype(dt, datatype)
-    if reason:
-        return None, reason
-    if dt not in COMPRESSIBLE_DTYPES:
-        return None, f"dtype {dt} is not float32/float64"
-    return arr, ""
-
-
-def _check_datatype(dtype: np.dtype, datatype: Any) -> str:
-    """'' when ``datatype`` is None or is the array's own dtype; else the plain-MPI reason
-    (MPI reads the memory through the datatype the caller gave, as mpi4py does)."""
-    if datatype is None:
-        return ""
-    dt, reason = _numpy_dtype(datatype)
-    if dt is None:
-        return reason
-    if dt != dtype:
-        return f"MPI datatype {datatype.Get_name() or dt} is not the array's dtype {dtype}"
-    return ""
-
-
-def _numpy_dtype(datatype: Any) -> tuple[np.dtype | None, str]:
-    """The NumPy dtype of an MPI datatype, or ``(None, the plain-MPI reason)``."""
-    try:
-        return dtlib.to_numpy_dtype(datatype), ""
-    except (ValueError, KeyError, TypeError):
-        return None, f"datatype {datatype.Get_name() or datatype!r} has no numpy dtype"

@@ -43,6 +43,7 @@ from .calls import (
     bcast,
     gather,
     point_to_point,
+    probe,
     reduce,
     reduce_scatter,
     scatter,
@@ -59,6 +60,9 @@ __all__ = ["Comm"]
 #: looked up once, for the fast plain path of Allreduce
 _NDARRAY = np.ndarray
 _MPI_ALLREDUCE = MPI.Intracomm.Allreduce
+_MPI_PROBE = MPI.Intracomm.Probe
+_MPI_IPROBE = MPI.Intracomm.Iprobe
+_BYTE = MPI.BYTE
 
 
 class Comm(MPI.Intracomm):
@@ -123,7 +127,7 @@ class Comm(MPI.Intracomm):
         #: calls without settings on NumPy arrays below these sizes go to plain MPI at
         #: once, without parsing or screening (see _fast_plain); NO_LIMITS until the
         #: default policy is known (and in debug mode)
-        self._limits = NO_LIMITS
+        self._limits = self._wanted = NO_LIMITS
 
     def _state_ok(self) -> None:
         if not hasattr(self, "_policy"):  # made by mpi4py without __new__'s arguments
@@ -195,15 +199,37 @@ class Comm(MPI.Intracomm):
     #: (class default: a Comm that mpi4py made without __new__ has no fast path)
     _limits: PlainLimits = NO_LIMITS
 
+    #: the limits the policy asks for; ``_limits`` holds them, but for point to point
+    #: while a probe holds messages (:meth:`_holding`)
+    _wanted: PlainLimits = NO_LIMITS
+
     def _set_limits(self, collective: tuple[float, str],
                     p2p: tuple[float, str] | None = None) -> None:
         """Set the fast path's size limit and reason for collectives (see
         :meth:`_fast_plain`), and those of point-to-point sends (``p2p``; None: as they
         were), for the Python methods, the compiled shortcut and the statistics."""
-        old = self._limits
-        self._limits = limits = PlainLimits(
+        old = self._wanted
+        self._wanted = PlainLimits(
             *collective, *(p2p if p2p is not None else (old.p2p, old.p2p_reason)))
+        self._apply_limits()
+
+    def _apply_limits(self) -> None:
+        limits = self._wanted
+        if self._pipeline.mailbox:  # every receive must look there first: no shortcut
+            limits = PlainLimits(limits.collective, limits.collective_reason)
+        self._limits = limits
         self._stats.attach_shortcuts(shortcut.update(self, limits), limits)
+
+    def _holding(self, holding: bool) -> None:
+        """A probe made the mailbox non-empty (``holding``) or a receive emptied it: the
+        point-to-point shortcut goes off or back on."""
+        if self._wanted is not NO_LIMITS:
+            self._apply_limits()
+        if holding:
+            self.__dict__.update(probe.lowercase(self._pipeline))
+        else:
+            for name in probe.LOWERCASE:
+                self.__dict__.pop(name, None)
 
     def _fast_plain(self, name: str, nbytes: int) -> bool:
         """True (and counted) when a call without settings goes to plain MPI by its size alone.
@@ -446,6 +472,56 @@ class Comm(MPI.Intracomm):
             return MPI.Intracomm.Irecv(self, buf, source, tag)
         self._state_ok()
         return point_to_point.irecv(self._ready(), buf, source, tag, settings)
+
+    def Sendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0,  # noqa: N802
+                         source: int = MPI.ANY_SOURCE, recvtag: int = MPI.ANY_TAG,
+                         status: MPI.Status | None = None) -> None:
+        point_to_point.sendrecv_replace(self._ready(), buf, dest, sendtag, source, recvtag,
+                                        status)
+
+    def Isendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,  # noqa: N802
+                  source: int = MPI.ANY_SOURCE, recvtag: int = MPI.ANY_TAG) -> MPI.Request:
+        if sendbuf is None:
+            raise TypeError("Isendrecv: sendbuf must be a buffer (Isendrecv_replace sends "
+                            "and receives in one)")
+        return point_to_point.isendrecv(self._ready(), sendbuf, dest, sendtag, recvbuf, source,
+                                        recvtag)
+
+    def Isendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0,  # noqa: N802
+                          source: int = MPI.ANY_SOURCE,
+                          recvtag: int = MPI.ANY_TAG) -> MPI.Request:
+        return point_to_point.isendrecv(self._ready(), None, dest, sendtag, buf, source, recvtag)
+
+    # -- probes: statuses of the message, not of its compressed frame (calls/probe.py) -----
+    def Probe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG,  # noqa: N802
+              status: MPI.Status | None = None) -> bool:
+        # (inline, as Iprobe: nothing held and a message of even length is MPI's answer)
+        p = self._ready()
+        if not p.mailbox:
+            st = status if status is not None else p.probe_status
+            _MPI_PROBE(self, source, tag, st)
+            if not st.Get_count(_BYTE) & 1:
+                return True
+        return probe.probe(p, source, tag, status)
+
+    def Iprobe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG,  # noqa: N802
+               status: MPI.Status | None = None) -> bool:
+        p = self._ready()
+        if not p.mailbox:
+            st = status if status is not None else p.probe_status
+            if not _MPI_IPROBE(self, source, tag, st):
+                return False
+            if not st.Get_count(_BYTE) & 1:
+                return True
+        return probe.iprobe(p, source, tag, status)
+
+    def Mprobe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG,  # noqa: N802
+               status: MPI.Status | None = None) -> MPI.Message:
+        return probe.mprobe(self._ready(), source, tag, status)
+
+    def Improbe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG,  # noqa: N802
+                status: MPI.Status | None = None) -> MPI.Message | None:
+        return probe.improbe(self._ready(), source, tag, status)
 
     def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,  # noqa: N802
                  source: int = MPI.ANY_SOURCE, recvtag: int = MPI.ANY_TAG,

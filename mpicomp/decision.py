@@ -23,12 +23,18 @@ data only one rank sees (a NaN, a value so large that a sum of ``p`` of them
 overflows) and on arguments every rank passes for itself (count, dtype, op,
 codec, rate). If ranks decided alone, one could take the compressed path
 while another took plain MPI, and both would wait forever. So before a
-compressed collective the ranks make one MAX allreduce of four float64
+compressed collective the ranks make one MAX allreduce of five float64
 numbers: the largest magnitude in this rank's input (+Inf for NaN/Inf), a
 48-bit fingerprint of the call's settings and its negation (so that ``max``
 and ``-max(-x)`` give the largest and the smallest fingerprint: they differ
-exactly when two ranks disagree), and a variable codec's stream ratio that
-the previous call of this kind measured (:mod:`mpicomp.ratios`; -1: none).
+exactly when two ranks disagree), a variable codec's stream ratio that
+the previous call of this kind measured (:mod:`mpicomp.ratios`; -1: none),
+and a veto: this rank's number if its buffer cannot be compressed although
+its type signature could (a derived datatype with gaps, where the other
+ranks pass a plain array: MPI allows any datatypes with the same type
+signature; -1: none). The screen before it decides from the signature's
+element type and count, which every rank shares, so every rank reaches
+this step or none does.
 Every rank gets the same numbers back and therefore takes the same decision
 or raises the same error. A speculative algorithm (the ring allreduce with a guarded codec, see
 ``Ctx.guarded``) passes no input (0): only the settings are agreed on, and
@@ -190,8 +196,10 @@ class Decider:
             # of the codec auto goes plain, so the first such call opens the fast path
             return ONE_NODE
         for b in bufs:
-            if not b.compressible:
+            if not b.compressible and not b.veto:
                 return b.reason
+        # (a vetoed buffer screens by its type signature, as every other rank's does; its
+        # veto sends the call plain at the agreement, on every rank alike)
         dtypes = {b.dtype for b in bufs}
         if len(dtypes) > 1:
             raise TypeError(f"send and receive buffers must have the same dtype, got {dtypes}")
@@ -293,16 +301,21 @@ class Decider:
 
     def agreement(self, engine: Engine, name: str, pol: Resolved, local: Any, dtype: np.dtype,
                   settings: str, summands: int, memory: HostMemory | DeviceMemory,
-                  learning: tuple[Any, ...] | None = None) -> tuple[str | None, float]:
+                  learning: tuple[Any, ...] | None = None,
+                  veto: str = "") -> tuple[str | None, float]:
         """:meth:`agree`'s reason, and the largest magnitude of ``local`` over all ranks;
         ``learning``: the kind of a blocking call whose variable codec's stream ratio the
-        ranks agree on here (:mod:`mpicomp.ratios`)."""
-        local_max = memory.max_abs(local) if local is not None else 0.0
+        ranks agree on here (:mod:`mpicomp.ratios`); ``veto``: why this rank cannot
+        compress its buffer (a datatype with gaps, ...): the call goes plain everywhere."""
+        local_max = memory.max_abs(local) if local is not None and not veto else 0.0
         pending = self.ratios.pending(learning) if learning is not None else NONE
-        max_abs, ratio = agree(engine.comm, name, local_max, f"{settings} {pol.description}",
-                               pending)
+        max_abs, ratio, vetoed = agree(engine.comm, name, local_max,
+                                       f"{settings} {pol.description}", pending, bool(veto))
         if learning is not None:
             self.ratios.agreed(learning, ratio)
+        if vetoed >= 0:
+            return (veto or f"rank {vetoed}'s buffer cannot be compressed (its datatype, "
+                            "layout or memory)"), 0.0
         if not math.isfinite(max_abs):
             return "nonfinite (NaN or Inf on some rank)", max_abs
         return _overflow_risk(pol, dtype, max_abs, summands), max_abs
@@ -322,13 +335,14 @@ class Decider:
 
 
 def agree(comm: MPI.Intracomm, op: str, local_max_abs: float, settings: str,
-          ratio: float = NONE) -> tuple[float, float]:
+          ratio: float = NONE, veto: bool = False) -> tuple[float, float, int]:
     """The agreement allreduce on ``comm`` (see the module docs): the largest magnitude over
-    all ranks (+Inf: some rank holds NaN/Inf) and the largest ``ratio`` (a learned stream
-    ratio, -1 for none); the same :class:`RankDisagreement` on every rank where their
-    ``settings`` differ."""
+    all ranks (+Inf: some rank holds NaN/Inf), the largest ``ratio`` (a learned stream
+    ratio, -1 for none) and the highest rank that vetoed compression (-1: none); the same
+    :class:`RankDisagreement` on every rank where their ``settings`` differ."""
     fp = fingerprint(settings)
-    vec = np.array([local_max_abs, fp, -fp, ratio], np.float64)
+    vec = np.array([local_max_abs, fp, -fp, ratio, comm.Get_rank() if veto else -1.0],
+                   np.float64)
     out = np.empty_like(vec)
     comm.Allreduce(vec, out, op=MPI.MAX)
     if out[1] != -out[2]:
@@ -336,7 +350,7 @@ def agree(comm: MPI.Intracomm, op: str, local_max_abs: float, settings: str,
             f"{op}: the ranks disagree on count, dtype, op or compression settings; "
             f"this rank (rank {comm.Get_rank()}) has {settings}"
         )
-    return float(out[0]), float(out[3])
+    return float(out[0]), float(out[3]), int(out[4])
 
 
 def fingerprint(*parts: object) -> float:

@@ -37,6 +37,7 @@ from .algorithms.common import Ctx, screens_in_encoder
 from .backend import plain as plain_mpi
 from .buffers import Buf
 from .kernels import cuda_runtime as cuda
+from .mailbox import Mailbox
 from .requests import Request
 from .stats import Recorder, Stats
 
@@ -104,6 +105,10 @@ class Pipeline:
         self.main: Engine | None = None
         #: device pools of point-to-point calls on the caller's thread (made on first use)
         self.p2p_pools: Any = None
+        #: messages a probe took out of MPI's queue, for the receives to take first
+        self.mailbox = Mailbox(comm._holding)
+        #: the status a probe reads a message's length from when its caller passed none
+        self.probe_status = MPI.Status()
 
     def recorder(self, name: str, raw_bytes: int) -> Recorder:
         """The record of one call, for ``comm.stats()``."""
@@ -161,9 +166,10 @@ class Pipeline:
         learning = (decider.ratios.key(call.collective, call.nbytes, dtype, on_device,
                                        pol.description)
                     if pol.codec.variable and call.nonblocking is None else None)
+        veto = next((b.veto for b in call.bufs if b.veto), "")
         reason, max_abs = decider.agreement(engine, call.collective, pol,
                                             None if guarded else call.local, dtype, settings,
-                                            call.summands, memory, learning)
+                                            call.summands, memory, learning, veto)
         if reason is None:
             rec.where(memory.label)
             codec, bound = pol.codec, ""

@@ -47,16 +47,25 @@ class Request(MPI.Grequest):
         return self.record is not None and self.record.path == "compressed"
 
     @classmethod
-    def start(cls, work: Callable[[], None], executor: Executor | None = None) -> Request:
-        """Run ``work`` in the background (on ``executor``, or a new thread); return its request."""
+    def start(cls, work: Callable[[], None], executor: Executor | None = None,
+              status: MPI.Status | None = None) -> Request:
+        """Run ``work`` in the background (on ``executor``, or a new thread); return its request.
+
+        ``status``: what the request's ``Wait``/``Test`` report once it completes (a
+        receive's source, tag and count, which ``work`` fills in); None: a collective's
+        empty status.
+        """
         state = _State()
 
-        def query(status: MPI.Status) -> None:
-            status.source = MPI.ANY_SOURCE
-            status.tag = MPI.ANY_TAG
-            status.Set_elements(MPI.BYTE, 0)
-            status.Set_cancelled(False)
-            status.error = MPI.SUCCESS if state.error is None else MPI.ERR_OTHER
+        def query(out: MPI.Status) -> None:
+            if status is None or state.error is not None:
+                out.source, out.tag = MPI.ANY_SOURCE, MPI.ANY_TAG
+                out.Set_elements(MPI.BYTE, 0)
+            else:
+                out.source, out.tag = status.source, status.tag
+                out.Set_elements(MPI.BYTE, status.Get_elements(MPI.BYTE))
+            out.Set_cancelled(False)
+            out.error = MPI.SUCCESS if state.error is None else MPI.ERR_OTHER
 
         greq = MPI.Grequest.Start(query, None, None)
         req = cls(greq)

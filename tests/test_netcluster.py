@@ -186,9 +186,13 @@ def test_signal_cleans_up(sig, status):
 
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv to drop root")
 def test_refuses_without_root():
+    # The unprivileged user may not be able to enter the checkout (a clone in a mode-700
+    # directory, root's home): bash reads the script from stdin and runs in "/", so the refusal
+    # checked is the script's own and not the file system's.
     p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                        "--inh-caps=-all", "bash", str(SCRIPT), "--", "true"],
-                       cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=30)
+                        "--inh-caps=-all", "bash", "-s", "--", "--", "true"],
+                       input=SCRIPT.read_text(), cwd="/", env=_env(), capture_output=True,
+                       text=True, timeout=30)
     assert p.returncode == 2 and "needs root" in p.stderr, p
 
 

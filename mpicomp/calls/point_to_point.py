@@ -1,4 +1,5 @@
-"""Send, Isend, Recv, Irecv and Sendrecv: one self-describing compressed frame per message.
+"""Send, Isend, Recv, Irecv, Sendrecv and the rest of point to point: one self-describing
+compressed frame per message.
 
 A sender screens its message as a collective would (:mod:`mpicomp.decision`,
 without the model: under the codec ``auto`` messages stay plain) and checks
@@ -6,7 +7,8 @@ its own values (there is no one to agree with); a message that passes goes
 as a frame (:mod:`mpicomp.p2p`), never longer than the plain message. A
 receiver cannot know what its sender did: a float buffer may receive a
 frame, whatever this side's policy, and the message's length says whether
-it is one.
+it is one. A message a probe took out of MPI's queue (:mod:`mpicomp.mailbox`)
+is taken by the first receive it matches, before MPI's queue.
 """
 from __future__ import annotations
 
@@ -21,14 +23,16 @@ from .. import p2p, shortcut, tolerance
 from ..backend import plain as plain_mpi
 from ..backend.device import DeviceMemory, DevicePools
 from ..backend.host import HostMemory, Scratch
-from ..buffers import Buf, parse
+from ..buffers import COMPRESSIBLE_DTYPES, Buf, parse
 from ..decision import P2P_AUTO, local_agreement
 from ..kernels import cuda_runtime as cuda
+from ..mailbox import Held, copy_into_spec, take_message
 from ..pipeline import Pipeline
 from ..requests import Request
 from ..stats import Recorder, below_threshold
 
-__all__ = ["irecv", "received_frame", "recv", "send", "sendrecv", "sendrecv_received"]
+__all__ = ["deliver", "deliver_request", "irecv", "isendrecv", "received_frame", "recv", "send",
+           "sendrecv", "sendrecv_received", "sendrecv_replace"]
 
 
 def send(pipeline: Pipeline, name: str, fn: Callable[..., Any], buf: Any, dest: int, tag: int,
@@ -44,8 +48,22 @@ def recv(pipeline: Pipeline, buf: Any, source: int, tag: int, status: MPI.Status
          settings: dict[str, Any]) -> None:
     """``comm.Recv``."""
     pipeline.decision.policy(settings)  # validates the settings; the sender's codec decides
+    if pipeline.mailbox:
+        held = pipeline.mailbox.take(source, tag)
+        if held is not None:
+            return deliver(pipeline, "Recv", held, buf, status)
     b = parse(buf, "buf")
     rec = pipeline.recorder("Recv", b.nbytes)
+    if b.veto and not b.on_device:
+        # a float datatype with gaps (or not the array's dtype): a frame is received as
+        # bytes, decoded, then laid out through the datatype by MPI
+        st = status if status is not None else MPI.Status()
+        with rec.mpi():
+            message = MPI.Intracomm.Mprobe(pipeline.comm, source, tag, st)
+        if p2p.is_frame_length(st.Get_count(MPI.BYTE)):
+            return deliver(pipeline, "Recv", take_message(message, st), buf, status)
+        return pipeline.plain(rec, b.reason, _matched_recv(message), (buf, st), bufs=(b,),
+                              sent=0)
     if not b.compressible:
         return pipeline.plain(rec, b.reason, MPI.Intracomm.Recv, (buf, source, tag, status),
                                     bufs=(b,), sent=0)
@@ -89,8 +107,19 @@ def irecv(pipeline: Pipeline, buf: Any, source: int, tag: int,
           settings: dict[str, Any]) -> MPI.Request:
     """``comm.Irecv``: posted now (MPI keeps its matching order), decoded when it completes."""
     pol = pipeline.decision.policy(settings)
+    if pipeline.mailbox:
+        held = pipeline.mailbox.take(source, tag)
+        if held is not None:
+            return deliver_request(pipeline, held, buf)
     b = parse(buf, "buf")
     rec = pipeline.recorder("Irecv", b.nbytes)
+    if b.veto and not b.on_device:  # as Recv does it, on a thread of its own
+        status = MPI.Status()
+
+        def receive() -> None:
+            pipeline.comm.Recv(buf, source, tag, status)
+
+        return Request.start(receive, status=status)
     if not (pol.enabled and b.compressible) or b.nbytes < pol.threshold or pol.auto:
         why = "codec none" if not pol.enabled else (
             b.reason or (below_threshold(b.nbytes, pol.threshold)
@@ -118,12 +147,13 @@ def irecv(pipeline: Pipeline, buf: Any, source: int, tag: int,
                 rec.where(memory.label)
                 target = b.array.view(np.uint8)[:nbytes]
                 memory.copy(target, landing[:nbytes])
+                status.Set_elements(MPI.BYTE, nbytes)
             # complete only when the data is in place (and before this request's
             # landing and stage buffers go back to the pool)
             memory.synchronize()
         rec.commit()
 
-    return Request.start(work)
+    return Request.start(work, status=status)
 
 
 def sendrecv(pipeline: Pipeline, sendbuf: Any, dest: int, sendtag: int, recvbuf: Any, source: int,
@@ -148,6 +178,138 @@ def sendrecv_received(pipeline: Pipeline, sendbuf: Any, dest: int, sendtag: int,
     if p2p.is_frame_length(st.Get_count(MPI.BYTE)):
         return received_frame(pipeline, recvbuf, st)
     return pipeline.stats.fast_plain("Recv", recvbuf.nbytes, shortcut.RECEIVED_PLAIN)
+
+
+def sendrecv_replace(pipeline: Pipeline, buf: Any, dest: int, sendtag: int, source: int,
+                     recvtag: int, status: MPI.Status | None) -> None:
+    """``comm.Sendrecv_replace``: the buffer's values sent (from a copy: compressed as a
+    ``Send`` is) while the message received into it is decoded when it is a frame.
+
+    A NumPy array whose send goes plain by size takes MPI's own ``Sendrecv_replace``:
+    float values as bytes (a frame is never longer than the plain message), a frame
+    then decoded in place, as the ``Recv`` shortcut does; other dtypes as they are (no
+    sender compresses them).
+    """
+    comm = pipeline.comm
+    if comm._default is None:
+        comm.resolved_policy()  # (the default's limits, once)
+    if (type(buf) is np.ndarray and not pipeline.mailbox and buf.flags.c_contiguous
+            and comm._fast_send("Sendrecv_replace", buf, {})):
+        if buf.dtype not in COMPRESSIBLE_DTYPES:
+            return MPI.Intracomm.Sendrecv_replace(comm, buf, dest, sendtag, source, recvtag,
+                                                  status)
+        st = status if status is not None else pipeline.probe_status
+        MPI.Intracomm.Sendrecv_replace(comm, [buf, MPI.BYTE], dest, sendtag, source, recvtag,
+                                       st)
+        if st.Get_count(MPI.BYTE) & 1:  # a frame (p2p.is_frame_length)
+            received_frame(pipeline, buf, st)
+        return None
+    req = comm.Isend(_copy_of(buf), dest, sendtag)
+    comm.Recv(buf, source, recvtag, status)
+    req.Wait()
+    return None
+
+
+def isendrecv(pipeline: Pipeline, sendbuf: Any, dest: int, sendtag: int, recvbuf: Any,
+              source: int, recvtag: int) -> MPI.Request:
+    """``comm.Isendrecv`` (``sendbuf`` None: ``Isendrecv_replace`` of ``recvbuf``): a send
+    and a receive as ``Isend`` and ``Irecv`` make them, one request for both; its status is
+    the receive's."""
+    parse(recvbuf, "recvbuf")  # refused before anything is sent, as mpi4py refuses it
+    send_req = pipeline.comm.Isend(_copy_of(recvbuf) if sendbuf is None else sendbuf, dest,
+                                   sendtag)
+    recv_req = pipeline.comm.Irecv(recvbuf, source, recvtag)
+    status = MPI.Status()
+
+    def both() -> None:
+        recv_req.Wait(status)
+        send_req.Wait()
+
+    return Request.start(both, status=status)
+
+
+def deliver(pipeline: Pipeline, name: str, held: Held, buf: Any,
+            status: MPI.Status | None) -> None:
+    """Receive ``held`` (a message a probe took out of MPI) into ``buf``: a frame decoded
+    into it, plain bytes copied through its spec; ``status`` describes the message."""
+    b = parse(buf, "buf")
+    rec = pipeline.recorder(name, b.nbytes)
+    st = status if status is not None else MPI.Status()
+    held.fill(st)
+    if held.codec is None:
+        rec.plain(shortcut.RECEIVED_PLAIN)
+        with rec.mpi():
+            copy_into_spec(held.data, buf)
+        rec.where("host")
+        rec.commit()
+        return
+    if b.compressible:
+        memory = _memory(pipeline, b.on_device)
+        frame = held.data
+        if b.on_device:
+            frame = memory.fresh_wire(held.data.size)
+            memory.copy(frame, held.data)
+        _unframe(frame, b, rec, st, memory)
+        memory.synchronize()
+        rec.commit()
+        return
+    if not b.veto or b.on_device:
+        raise TypeError(
+            f"{name}: the message is {held.count} compressed {held.dtype} values, which "
+            f"cannot be decoded into this buffer ({b.reason})")
+    # a float datatype with gaps: decoded into a dense copy, laid out through it by MPI
+    if held.dtype != b.dtype:
+        raise TypeError(f"{name}: received {held.dtype} values into a {b.dtype} buffer")
+    values = np.empty(held.count, held.dtype)
+    stream = p2p.parse(held.data)[3]
+    with rec.codec():
+        HostMemory(Scratch()).decode(held.codec, stream, values)
+    with rec.mpi():
+        copy_into_spec(values.view(np.uint8), buf)
+    rec.where("host")
+    rec.compressed("frame", held.codec.codec_id)
+    rec.commit()
+
+
+def deliver_request(pipeline: Pipeline, held: Held, buf: Any) -> Request:
+    """:func:`deliver` as a nonblocking receive: done at once, its request complete."""
+    status = MPI.Status()
+    deliver(pipeline, "Irecv", held, buf, status)
+    return Request.start(lambda: None, status=status)
+
+
+def _copy_of(spec: Any) -> Any:
+    """A buffer spec whose buffer is a copy of ``spec``'s (what a send in place sends)."""
+    if isinstance(spec, (list, tuple)) and spec:
+        return [_copy_array(spec[0]), *spec[1:]]
+    return _copy_array(spec)
+
+
+def _copy_array(obj: Any) -> Any:
+    """A copy of a buffer: NumPy, a device buffer (a Numba device array, made on the current
+    stream and waited for), or any host buffer mpi4py takes (a NumPy array of its format)."""
+    if isinstance(obj, np.ndarray):
+        return obj.copy()
+    if cuda.is_device_array(obj) or cuda.cuda_interface(obj):
+        src = cuda.as_device(obj, "buf")
+        out = cuda.empty(src.size, src.dtype)
+        stream = cuda.current_stream()
+        cuda.copy_to_device(out, src, stream)
+        stream.synchronize()
+        return out
+    try:
+        return np.array(memoryview(obj))
+    except TypeError:  # a host DLPack object: its bytes, the spec's datatype reads them
+        return np.array(memoryview(MPI.buffer(obj)))
+
+
+def _matched_recv(message: MPI.Message) -> Callable[..., Any]:
+    """A plain receive of a matched ``message`` (called as ``fn(comm, buf, status)``)."""
+
+    def receive(_comm: Any, buf: Any, status: MPI.Status) -> None:
+        message.Recv(buf, status)
+
+    return receive
 
 
 def _memory(pipeline: Pipeline, on_device: bool,
