@@ -76,6 +76,25 @@ def _sendrecv(comm: Any, x: np.ndarray, y: np.ndarray) -> None:
         comm.Sendrecv(x, peer, 0, y, peer, 0)
 
 
+def _probe_recv(comm: Any, x: np.ndarray, y: np.ndarray) -> None:
+    """A round trip whose receives first ``Probe`` the message (heat's cdist does)."""
+    peer = _pair(comm)
+    if peer is None:
+        return
+    if comm.Get_rank() % 2 == 0:
+        comm.Send(x, peer, 0)
+    comm.Probe(peer, 0)
+    comm.Recv(y, peer, 0)
+    if comm.Get_rank() % 2 == 1:
+        comm.Send(x, peer, 0)
+
+
+def _sendrecv_replace(comm: Any, x: np.ndarray, y: np.ndarray) -> None:
+    peer = _pair(comm)
+    if peer is not None:
+        comm.Sendrecv_replace(y, peer, 0, peer, 0)
+
+
 def _iallreduce(comm: Any, x: np.ndarray, y: np.ndarray) -> None:
     comm.Iallreduce(x, y).Wait()
 
@@ -104,6 +123,8 @@ CALLS: dict[str, Callable[[Any, np.ndarray, np.ndarray], None]] = {
     "Send/Recv": _round_trip("Send", "Recv"),
     "Isend/Irecv": _round_trip("Isend", "Irecv"),
     "Sendrecv": _sendrecv,
+    "Probe/Recv": _probe_recv,
+    "Sendrecv_replace": _sendrecv_replace,
 }
 #: the buffer spec forms mpi4py accepts (``--specs``): each turns an array into that form
 #: (``n``: the count the spec names, per rank where the method splits the buffer)

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from . import fast_methods, model, shortcut
+from . import fast_methods, model, p2p, shortcut
 from .calls import (
     allgather,
     allgatherv,
@@ -63,6 +63,7 @@ _MPI_ALLREDUCE = MPI.Intracomm.Allreduce
 _MPI_PROBE = MPI.Intracomm.Probe
 _MPI_IPROBE = MPI.Intracomm.Iprobe
 _BYTE = MPI.BYTE
+_MIN_FRAME = p2p.MIN_FRAME_NBYTES
 
 
 class Comm(MPI.Intracomm):
@@ -500,7 +501,8 @@ class Comm(MPI.Intracomm):
         if not p.mailbox:
             st = status if status is not None else p.probe_status
             _MPI_PROBE(self, source, tag, st)
-            if not st.Get_count(_BYTE) & 1:
+            n = st.Get_count(_BYTE)
+            if not n & 1 or n < _MIN_FRAME:  # (p2p.is_frame_length, inline)
                 return True
         return probe.probe(p, source, tag, status)
 
@@ -511,7 +513,8 @@ class Comm(MPI.Intracomm):
             st = status if status is not None else p.probe_status
             if not _MPI_IPROBE(self, source, tag, st):
                 return False
-            if not st.Get_count(_BYTE) & 1:
+            n = st.Get_count(_BYTE)
+            if not n & 1 or n < _MIN_FRAME:
                 return True
         return probe.iprobe(p, source, tag, status)
 

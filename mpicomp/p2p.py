@@ -29,7 +29,7 @@ from .backend.host import HOST
 from .codecs import Codec, get_codec
 from .kernels import cuda_runtime as cuda
 
-__all__ = ["MAGIC", "FrameError", "build", "frame_nbytes", "is_frame_length", "parse"]
+__all__ = ["MAGIC", "MIN_FRAME_NBYTES", "FrameError", "build", "frame_nbytes", "is_frame_length", "parse"]
 
 MAGIC = b"MPCZ"
 _TRAILER = struct.Struct("<H4s")
@@ -40,9 +40,16 @@ class FrameError(ValueError):
     """A message that should be a compressed frame is not a valid one."""
 
 
+#: no frame is shorter: its JSON header alone (codec config, count, dtype, version) is
+#: longer; so a plain message of fewer bytes, of an odd length or not, is never taken for one
+MIN_FRAME_NBYTES = 40
+
+
 def is_frame_length(nbytes: int) -> bool:
-    """True for the byte length of a compressed frame (odd), False for plain float data."""
-    return nbytes % 2 == 1
+    """True for the byte length of a compressed frame (odd, and at least
+    :data:`MIN_FRAME_NBYTES`), False for plain float data (a multiple of 4 bytes) and
+    for plain messages too short to be a frame."""
+    return nbytes % 2 == 1 and nbytes >= MIN_FRAME_NBYTES
 
 
 def header_bytes(codec: Codec, count: int, dtype: np.dtype, payload: int) -> bytes:

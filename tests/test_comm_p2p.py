@@ -139,3 +139,17 @@ def test_hostile_frames_raise_frame_error(mutate, match):
     n = codec.encoded_nbytes(x.size, x.dtype)
     with pytest.raises(p2p.FrameError, match=match):
         p2p.parse(mutate(frame, n))
+
+
+def test_no_frame_is_shorter_than_min_frame_nbytes():
+    """Receivers and probes take an odd-length message shorter than MIN_FRAME_NBYTES for
+    plain data: every codec's smallest frame is longer."""
+    from mpicomp.codecs import registered_codecs
+
+    for codec_id in registered_codecs():
+        codec = get_codec({"id": codec_id})
+        for dtype in codec.dtypes:
+            frame = p2p.build(codec, np.zeros(1, dtype))
+            assert frame.nbytes >= p2p.MIN_FRAME_NBYTES, (codec_id, dtype, frame.nbytes)
+            assert p2p.is_frame_length(frame.nbytes)
+    assert not p2p.is_frame_length(3) and not p2p.is_frame_length(4000)

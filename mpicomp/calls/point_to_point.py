@@ -201,7 +201,7 @@ def sendrecv_replace(pipeline: Pipeline, buf: Any, dest: int, sendtag: int, sour
         st = status if status is not None else pipeline.probe_status
         MPI.Intracomm.Sendrecv_replace(comm, [buf, MPI.BYTE], dest, sendtag, source, recvtag,
                                        st)
-        if st.Get_count(MPI.BYTE) & 1:  # a frame (p2p.is_frame_length)
+        if p2p.is_frame_length(st.Get_count(MPI.BYTE)):
             received_frame(pipeline, buf, st)
         return None
     req = comm.Isend(_copy_of(buf), dest, sendtag)

@@ -4,7 +4,7 @@ MPI's probes see a compressed message as its frame: ``Get_count(MPI.FLOAT)``
 would be ``MPI_UNDEFINED`` and a matched message's ``Recv`` would write the
 frame's bytes into the buffer. A message of even length is never a frame,
 so its probe is MPI's own and its status already true. A message of odd
-length is taken out of MPI's queue and held (:mod:`mpicomp.mailbox`), so
+length (long enough to be a frame) is taken out of MPI's queue and held (:mod:`mpicomp.mailbox`), so
 that the status can say what the frame holds (its count, in its own
 datatype) and a later receive of the same source and tag decodes it; a
 matched probe of one returns a :class:`HeldMessage`, whose ``Recv`` and
@@ -24,6 +24,7 @@ from typing import Any
 
 from mpi4py import MPI
 
+from .. import p2p
 from ..mailbox import Held, take_message
 from ..pipeline import Pipeline
 from ..requests import Request
@@ -130,7 +131,8 @@ class HeldMessage(MPI.Message):
 
 
 def _odd(st: MPI.Status) -> bool:
-    return st.Get_count(MPI.BYTE) % 2 == 1
+    """Whether the probed message may be a frame (an odd length, long enough)."""
+    return p2p.is_frame_length(st.Get_count(MPI.BYTE))
 
 
 def _held_if_odd(pipeline: Pipeline, st: MPI.Status) -> Held | None:
