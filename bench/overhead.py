@@ -17,7 +17,15 @@ benchmark times tight loops instead:
 
 ``mpicomp.COMM_WORLD`` first makes one call of every size (not timed), as a
 program's first calls would: that settles its default (on one node: plain
-for every size). The target: at most 5% over plain at every size.
+for every size). The target: at most 5% over plain at every size (or 0.5 us,
+whichever is larger: ``--slack``).
+
+Sizes are bytes (``--sizes``) or elements (``--counts 0,1,3,5,8,64``: odd and
+empty buffers too), of every dtype mpi4py maps (``--dtypes``: float16/32/64,
+signed and unsigned integers, bool, complex; ``all``); the reductions of
+bool buffers use ``MPI.LOR`` (MPI defines no SUM for them), in place ``MAX``
+as for the others but ``LOR``. The ``[buf,BYTE]`` spec form sends any
+buffer as raw bytes.
 """
 from __future__ import annotations
 
@@ -45,8 +53,13 @@ __all__ = ["add_arguments", "main", "run"]
 
 DEFAULT_SIZES = "4,64,1K,8K,64K,1M"
 QUICK = {"sizes": "4,64K", "rounds": 2, "seconds": 0.02}
-#: the most a call may cost over plain MPI's (the issue's target)
+#: the most a call may cost over plain MPI's (the issue's target) ...
 TARGET = 1.05
+#: ... or this many microseconds over it, whichever is larger
+SLACK_US = 0.5
+#: the dtypes ``--dtypes all`` times: every NumPy dtype mpi4py maps to an MPI datatype
+DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
+          "uint16", "uint32", "uint64", "bool", "complex64", "complex128")
 
 
 def _pair(comm: Any) -> int | None:
@@ -96,29 +109,42 @@ def _sendrecv_replace(comm: Any, x: np.ndarray, y: np.ndarray) -> None:
 
 
 def _iallreduce(comm: Any, x: np.ndarray, y: np.ndarray) -> None:
-    comm.Iallreduce(x, y).Wait()
+    comm.Iallreduce(x, y, _sum(x)).Wait()
+
+
+def _array(spec: Any) -> np.ndarray:
+    return spec[0] if isinstance(spec, list) else spec
+
+
+def _sum(x: Any) -> Any:
+    """The op a reduction of ``x`` uses: SUM, LOR for bool (MPI has no SUM for it)."""
+    return MPI.LOR if _array(x).dtype == np.bool_ else MPI.SUM
+
+
+def _max(x: Any) -> Any:
+    return MPI.LOR if _array(x).dtype == np.bool_ else MPI.MAX
 
 
 #: what one call of each method is (x: this rank's data, y: a receive buffer as long, or
 #: ``size`` times as long for the methods of GATHERS, where Scatter and the Reduce_scatters
 #: send it)
 CALLS: dict[str, Callable[[Any, np.ndarray, np.ndarray], None]] = {
-    "Allreduce": lambda c, x, y: c.Allreduce(x, y),
+    "Allreduce": lambda c, x, y: c.Allreduce(x, y, _sum(x)),
     "Iallreduce": _iallreduce,
     "Bcast": lambda c, x, y: c.Bcast(x, root=0),
     "Allgather": lambda c, x, y: c.Allgather(x, y),
     "Alltoall": lambda c, x, y: c.Alltoall(x, y),
-    "Reduce": lambda c, x, y: c.Reduce(x, y, root=0),
+    "Reduce": lambda c, x, y: c.Reduce(x, y, _sum(x), root=0),
     "Gather": lambda c, x, y: c.Gather(x, y, root=0),
     "Scatter": lambda c, x, y: c.Scatter(y, x, root=0),
     "Allgatherv": lambda c, x, y: c.Allgatherv(x, _vspec(y, c.Get_size())),
-    "Reduce_scatter": lambda c, x, y: c.Reduce_scatter(y, x),
-    "Reduce_scatter_block": lambda c, x, y: c.Reduce_scatter_block(y, x),
+    "Reduce_scatter": lambda c, x, y: c.Reduce_scatter(y, x, None, _sum(x)),
+    "Reduce_scatter_block": lambda c, x, y: c.Reduce_scatter_block(y, x, _sum(x)),
     "Ibcast": lambda c, x, y: c.Ibcast(x, root=0).Wait(),
     "Iallgather": lambda c, x, y: c.Iallgather(x, y).Wait(),
     "Ialltoall": lambda c, x, y: c.Ialltoall(x, y).Wait(),
     # in place: the receive buffer is the data (MAX keeps its values as they are)
-    "Allreduce/IN_PLACE": lambda c, x, y: c.Allreduce(MPI.IN_PLACE, y, MPI.MAX),
+    "Allreduce/IN_PLACE": lambda c, x, y: c.Allreduce(MPI.IN_PLACE, y, _max(y)),
     "Allgather/IN_PLACE": lambda c, x, y: c.Allgather(MPI.IN_PLACE, y),
     "Send/Recv": _round_trip("Send", "Recv"),
     "Isend/Irecv": _round_trip("Isend", "Irecv"),
@@ -139,9 +165,7 @@ SPECS: dict[str, Callable[[np.ndarray, int], Any]] = {
 
 
 def _datatype(a: np.ndarray) -> Any:
-    from mpi4py import MPI
-
-    return MPI.FLOAT if a.dtype == np.float32 else MPI.DOUBLE
+    return MPI._typedict[a.dtype.char]  # (the predefined datatype, as mpi4py maps it)
 
 
 def _vspec(y: Any, p: int) -> Any:
@@ -190,11 +214,38 @@ def _choose(option: str, value: str, choices: dict[str, Any], sep: str) -> list[
     return names
 
 
+def _values(data: str, n: int, dtype: np.dtype, seed: int) -> np.ndarray:
+    """``n`` values of ``dtype``: the data set for float32/float64, else small values that
+    every dtype holds (their sums too)."""
+    if dtype.name in ("float32", "float64"):
+        return bench_data.generate(data, n, dtype, seed=seed)
+    small = (np.arange(n) + seed) % 3
+    return (small % 2 == 1) if dtype == np.bool_ else small.astype(dtype)
+
+
+def _counts(text: str) -> list[int]:
+    """``"0,1,3,1K"`` -> element counts (K/M: binary multiples); 0 allowed."""
+    out = []
+    for item in (t.strip().upper() for t in text.split(",")):
+        if not item:
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20}.get(item[-1], 1)
+        digits = item[:-1] if scale > 1 else item
+        if not digits.isdigit():
+            raise ValueError(f"--counts: bad count {item!r}: use e.g. 0, 3, 64 or 1K")
+        out.append(int(digits) * scale)
+    if not out:
+        raise ValueError("--counts: no counts given")
+    return out
+
+
 def run(sizes: str, rounds: int, seconds: float, data: str, seed: int, threads: int | None,
         argv: list[str] | None, methods: str = DEFAULT_METHODS,
-        codec: str | None = None, specs: str = "bare") -> list[dict[str, Any]]:
-    """Time both loops at each size of each method; rank 0 prints the table; returns its
-    rows (rank 0). ``codec``: the mpicomp side names it (calls below its threshold go
+        codec: str | None = None, specs: str = "bare", dtypes: str = "float32",
+        counts: str | None = None, slack_us: float = SLACK_US) -> list[dict[str, Any]]:
+    """Time both loops at each size of each dtype of each method; rank 0 prints the table
+    and the worst case; returns its rows (rank 0). ``counts`` (elements) replaces
+    ``sizes`` (bytes). ``codec``: the mpicomp side names it (calls below its threshold go
     plain), else it is ``mpicomp.COMM_WORLD`` with no settings."""
     from mpi4py import MPI
 
@@ -204,17 +255,18 @@ def run(sizes: str, rounds: int, seconds: float, data: str, seed: int, threads: 
     drop_in = mpicomp.COMM_WORLD if codec is None else mpicomp.Comm(world, codec=codec)
     side = "no settings" if codec is None else f"codec={codec!r}"
     threads, local = setup_threads(world, threads)
-    chosen = parse_sizes(sizes)
     names = _choose("--methods", methods, CALLS, ",")
     forms = _choose("--specs", specs, SPECS, ";")
+    kinds = [np.dtype(d) for d in _choose("--dtypes", dtypes, dict.fromkeys(DTYPES), ",")]
     r, p = world.Get_rank(), world.Get_size()
     rows = []
-    for name, form in ((n, f) for n in names for f in forms):
+    for name, form, dt in ((n, f, d) for n in names for f in forms for d in kinds):
         call, scale, wrap = CALLS[name], p if name in GATHERS else 1, SPECS[form]
         # Alltoall splits its buffer among the ranks: whole multiples of p values
         block = p if name in SPLITS else 1
-        arrays = [bench_data.generate(data, -(-max(n // 4, 1) // block) * block, np.float32,
-                                      seed=seed + r) for n in chosen]
+        elements = (_counts(counts) if counts is not None
+                    else [max(b // dt.itemsize, 1) for b in parse_sizes(sizes)])
+        arrays = [_values(data, -(-n // block) * block, dt, seed + r) for n in elements]
         # a spec's count, as mpi4py reads it: per rank for the buffer a method splits among
         # the ranks (Scatter's send, the gathers' receive, both of Alltoall), else the whole
         y_parts = p if name in PER_RANK_Y or name in SPLITS else 1
@@ -229,35 +281,47 @@ def run(sizes: str, rounds: int, seconds: float, data: str, seed: int, threads: 
                 plain.append(_loop(world, call, x, y, calls))
                 ours.append(_loop(drop_in, call, x, y, calls))
             t_plain, t_ours = statistics.median(plain), statistics.median(ours)
-            rows.append({"method": name, "spec": form, "size": size_label(a.nbytes),
-                         "calls": calls,
+            rows.append({"method": name, "spec": form, "dtype": dt.name, "count": a.size,
+                         "size": size_label(a.nbytes), "calls": calls,
                          "plain_us": t_plain * 1e6, "mpicomp_us": t_ours * 1e6,
-                         "ratio": t_ours / t_plain})
+                         "ratio": t_ours / t_plain, "over_us": (t_ours - t_plain) * 1e6})
             if r == 0:
-                progress(f"overhead: {name} {form} {size_label(a.nbytes)} done")
+                progress(f"overhead: {name} {form} {dt.name} {size_label(a.nbytes)} done")
     stats = drop_in.stats()
     paths = {m: s["fallbacks"] for m, s in stats.items() if s.get("fallbacks")}
     if r == 0:
         header = machine_lines() + mpi_lines(world, threads, local) + [
-            f"{', '.join(names)} of float32 data '{data}' (rank r: seed {seed} + r), "
+            f"{', '.join(names)} of {', '.join(d.name for d in kinds)} data (float32/64: "
+            f"'{data}', rank r: seed {seed} + r), "
             f"MPI.COMM_WORLD (plain) vs mpicomp ({side}), tight loops of "
             f"'calls' calls alternated over {rounds} rounds; us per call: rank 0's, median "
             "over the rounds; a point-to-point call is one round trip between ranks 0-1, 2-3 ...",
             f"how mpicomp's calls went: {paths}",
             f"command: {mpi_command(world, argv)}",
         ]
-        columns = [Column("method", "method"), Column("spec", "spec"), Column("size", "size"),
-                   Column("calls", "calls"),
+        columns = [Column("method", "method"), Column("spec", "spec"), Column("dtype", "dtype"),
+                   Column("count", "count"), Column("size", "size"), Column("calls", "calls"),
                    Column("plain_us", "plain us", "{:.3f}"),
                    Column("mpicomp_us", "mpicomp us", "{:.3f}"),
-                   Column("ratio", "mpicomp/plain", "{:.3f}")]
+                   Column("ratio", "mpicomp/plain", "{:.3f}"),
+                   Column("over_us", "over us", "{:+.3f}")]
         print(format_table(columns, rows, header))
-        worst = max(rows, key=lambda r: r["ratio"])
-        verdict = "met" if worst["ratio"] <= TARGET else "NOT met"
-        print(f"# target: at most {TARGET:.2f}x plain at every size; worst "
-              f"{worst['ratio']:.3f} ({worst['method']} {worst['spec']} {worst['size']}): "
-              f"{verdict}")
+        print(verdict_line(rows, slack_us))
     return rows
+
+
+def verdict_line(rows: list[dict[str, Any]], slack_us: float = SLACK_US) -> str:
+    """The worst row against the target: at most TARGET x plain or ``slack_us`` over it,
+    whichever is larger (the worst: the row furthest past its own allowance)."""
+    def excess(row: dict[str, Any]) -> float:
+        return row["mpicomp_us"] - max(row["plain_us"] * TARGET, row["plain_us"] + slack_us)
+
+    worst = max(rows, key=excess)
+    verdict = "met" if excess(worst) <= 0 else "NOT met"
+    return (f"# target: at most {TARGET:.2f}x plain or {slack_us:g} us over it at every size; "
+            f"worst {worst['ratio']:.3f}x, {worst['over_us']:+.3f} us ({worst['method']} "
+            f"{worst['spec']} {worst['dtype']} {worst['count']} values, {worst['size']}): "
+            f"{verdict}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -273,6 +337,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--specs", default="bare",
                         help=f"semicolon-separated buffer spec forms, or all: {'; '.join(SPECS)} "
                              "(bare)")
+    parser.add_argument("--counts", default=None,
+                        help="elements per call instead of --sizes, K/M suffixes; 0 allowed "
+                             "(e.g. 0,1,3,5,8,64,1K)")
+    parser.add_argument("--dtypes", default="float32",
+                        help=f"comma-separated, or all: {', '.join(DTYPES)} (float32)")
+    parser.add_argument("--slack", type=float, default=SLACK_US,
+                        help=f"microseconds over plain that always meet the target ({SLACK_US})")
     parser.add_argument("--codec", default=None,
                         help="the mpicomp side names this codec (calls below its threshold "
                              "go plain; default: mpicomp.COMM_WORLD with no settings)")
@@ -286,5 +357,5 @@ def main(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         rounds=args.rounds or quick.get("rounds", 7),
         seconds=args.seconds or quick.get("seconds", 0.1), data=args.data, seed=args.seed,
         threads=args.threads, argv=argv, methods=args.methods, codec=args.codec,
-        specs=args.specs)
+        specs=args.specs, dtypes=args.dtypes, counts=args.counts, slack_us=args.slack)
     return 0

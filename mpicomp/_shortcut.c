@@ -227,7 +227,9 @@ typedef struct {
     PyObject_HEAD
     PyObject *plain;       /* mpi4py's unbound method, e.g. MPI.Intracomm.Allreduce */
     PyObject *slow;        /* the Python function it stands in for (self first) */
-    PyObject *frame;       /* receiving kinds: frame(comm, buf, status) for an odd length */
+    PyObject *frame;       /* receiving kinds: frame(comm, buf, status) for an odd length
+                              of at least min_frame bytes (p2p.MIN_FRAME_NBYTES) */
+    long long min_frame;   /* receiving kinds: no frame is shorter (shorter: plain data) */
     PyObject *status_type; /* receiving kinds: MPI.Status */
     PyObject *byte;        /* receiving kinds: MPI.BYTE */
     PyObject *defaults;    /* receiving kinds: (source, tag) when the call leaves them out */
@@ -832,7 +834,8 @@ receive(Method *self, State *state, const Span *into, Py_ssize_t first, PyObject
     if (rc == 0 && through_mpi4py(self, into, first, args, nargs, kwnames, at, status,
                                   &received) < 0)
         goto fail;
-    if (received % 2 == 1) {  /* a frame: decoded (and counted) by the Python side */
+    if (received % 2 == 1 && received >= self->min_frame) {
+        /* a frame: decoded (and counted) by the Python side */
         *result = PyObject_CallFunctionObjArgs(self->frame, args[0], args[first], status, NULL);
     } else {
         if (count(&state->counts[self->recv_index], (Py_ssize_t)into->nbytes, NULL) < 0)
@@ -1509,17 +1512,19 @@ method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"plain", "slow", "array", "slot", "index", "params", "keywords",
                             "kind", "mpi", "frame", "status_type", "byte", "defaults",
-                            "recv_index", "sized", "other", "vspec", "per_rank", NULL};
+                            "recv_index", "sized", "other", "vspec", "per_rank", "min_frame",
+                            NULL};
     PyObject *plain, *slow, *array, *slot, *params, *keywords, *mpi_name = Py_None;
     PyObject *frame = Py_None, *status_type = Py_None, *byte = Py_None, *defaults = Py_None;
     const char *kind_name = "collective";
     int index, recv_index = -1, sized = 1, other = 0, vspec = 0, per_rank = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!iO!O!|$sOOOOOiiiip:PlainMethod", names,
+    long long min_frame = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!iO!O!|$sOOOOOiiiipL:PlainMethod", names,
                                      &plain, &slow, &PyType_Type, &array, &PyMemberDescr_Type,
                                      &slot, &index, &PyTuple_Type, &params, &PyTuple_Type,
                                      &keywords, &kind_name, &mpi_name, &frame, &status_type,
                                      &byte, &defaults, &recv_index, &sized, &other, &vspec,
-                                     &per_rank))
+                                     &per_rank, &min_frame))
         return NULL;
     static const char *KINDS[] = {"collective", "send", "receive", "sendrecv"};
     int kind = -1;
@@ -1668,6 +1673,7 @@ method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->counted = index > recv_index ? index : recv_index;
     self->per_rank = per_rank;
     self->frame = Py_NewRef(frame);
+    self->min_frame = min_frame;
     self->status_type = Py_NewRef(status_type);
     self->byte = Py_NewRef(byte);
     self->defaults = Py_NewRef(defaults);

@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 from mpi4py import MPI
-from mpi4py.util import dtlib
 
 from . import p2p
 from .codecs import Codec
@@ -53,7 +52,7 @@ class Held:
         if self.codec is None:
             status.Set_elements(MPI.BYTE, self.data.size)
         else:
-            status.Set_elements(dtlib.from_numpy_dtype(self.dtype), self.count)
+            status.Set_elements(MPI._typedict[self.dtype.char], self.count)
 
 
 class Mailbox:

@@ -21,8 +21,8 @@ a state, runs the Python method, which decides as before. A subclass that
 overrides one of these methods keeps its override.
 ``Recv`` cannot know whether its sender compressed: it receives the message
 as bytes straight into the buffer and hands a message of odd length (a
-compressed frame, :mod:`mpicomp.p2p`) to ``Comm._received_frame``, which
-decodes it in place.
+compressed frame, :mod:`mpicomp.p2p`; no shorter than ``p2p.MIN_FRAME_NBYTES``) to
+``Comm._received_frame``, which decodes it in place.
 Where mpi4py runs on MPICH (MPI handles are C ints), :func:`bind_mpi` lets the
 receiving methods call ``MPI_Recv``/``MPI_Sendrecv`` and ``MPI_Get_count`` of the
 library mpi4py loaded themselves, on a positional call with contiguous arrays,
@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from . import p2p
 from .backend import mpi_library
 from .fast_methods import FAST_METHODS, METHODS, PlainLimits, keywords, params
 
@@ -81,7 +82,8 @@ def install(cls: type) -> None:
     if not COMPILED:
         return
     receive = {"frame": cls._received_frame, "status_type": MPI.Status, "byte": MPI.BYTE,
-               "defaults": (MPI.ANY_SOURCE, MPI.ANY_TAG), "recv_index": METHODS.index("Recv")}
+               "defaults": (MPI.ANY_SOURCE, MPI.ANY_TAG), "recv_index": METHODS.index("Recv"),
+               "min_frame": p2p.MIN_FRAME_NBYTES}
     for index, m in enumerate(FAST_METHODS):
         names = params(m.name)
 

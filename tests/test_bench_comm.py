@@ -63,8 +63,9 @@ def test_allreduce_benchmark_quick():
 def test_overhead_benchmark_quick():
     lines = _run_bench("overhead")
     rows = _rows(lines, "method ")
-    assert [" ".join(r[:4]) for r in rows] == ["Allreduce bare 4 B", "Allreduce bare 64 KiB"], lines
-    assert all(float(r[-1]) > 0 for r in rows), rows
+    assert [" ".join(r[:3] + r[4:6]) for r in rows] == ["Allreduce bare float32 4 B",
+                                                        "Allreduce bare float32 64 KiB"], lines
+    assert all(float(r[-3]) > 0 for r in rows), rows
     assert any(line.startswith("# target: at most 1.05x plain") for line in lines), lines
     assert any("codec auto: one node" in line for line in lines), lines
 
@@ -75,7 +76,7 @@ def test_overhead_benchmark_of_every_method_quick():
     lines = _run_bench("overhead", "--methods", "all")
     rows = _rows(lines, "method ")
     assert [r[0] for r in rows] == [m for m in CALLS for _ in range(2)], lines
-    assert all(float(r[-1]) > 0 for r in rows), rows
+    assert all(float(r[-3]) > 0 for r in rows), rows
     # the point-to-point calls of the default went plain, counted as such
     assert any("'Recv': {'sender sent plain data'" in line for line in lines), lines
 
@@ -85,9 +86,9 @@ def test_overhead_benchmark_under_a_named_codec_quick():
     its threshold (from Python, reading the v-spec's counts)."""
     lines = _run_bench("overhead", "--methods", "Allgatherv", "--codec", "bitplane")
     rows = _rows(lines, "method ")
-    assert [" ".join(r[:4]) for r in rows] == ["Allgatherv bare 4 B",
-                                               "Allgatherv bare 64 KiB"], lines
-    assert all(float(r[-1]) > 0 for r in rows), rows
+    assert [" ".join(r[:2] + r[4:6]) for r in rows] == ["Allgatherv bare 4 B",
+                                                        "Allgatherv bare 64 KiB"], lines
+    assert all(float(r[-3]) > 0 for r in rows), rows
     assert any("mpicomp (codec='bitplane')" in line for line in lines), lines
     assert any("'Allgatherv': {'below threshold" in line for line in lines), lines
 
@@ -101,7 +102,22 @@ def test_overhead_benchmark_of_every_spec_form_quick():
     rows = _rows(lines, "method ")
     assert [(r[0], r[1]) for r in rows] == [(m, f) for m in ("Allreduce", "Allgatherv", "Sendrecv")
                                             for f in SPECS], lines
-    assert all(float(r[-1]) > 0 for r in rows), rows
+    assert all(float(r[-3]) > 0 for r in rows), rows
+
+
+def test_overhead_benchmark_dtypes_and_counts_quick():
+    """``--dtypes`` and ``--counts``: every dtype mpi4py maps, empty and odd buffers; the
+    verdict names the worst case."""
+    from bench.overhead import DTYPES
+
+    lines = _run_bench("overhead", "--methods", "Allreduce,Send/Recv", "--dtypes", "all",
+                       "--counts", "0,3")
+    rows = _rows(lines, "method ")
+    assert [(r[0], r[2], r[3]) for r in rows] == [(m, d, c) for m in ("Allreduce", "Send/Recv")
+                                                  for d in DTYPES for c in ("0", "3")], lines
+    assert all(float(r[-3]) > 0 for r in rows), rows
+    verdict = [line for line in lines if line.startswith("# target:")]
+    assert verdict and " values, " in verdict[0], lines
 
 
 def test_overlap_benchmark_quick():

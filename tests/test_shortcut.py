@@ -1192,3 +1192,67 @@ def test_a_one_rank_communicator_takes_the_fast_path_at_every_size():
     assert st["Bcast"]["fallbacks"] == {"single rank": 3}
     if shortcut.COMPILED:
         assert mc._shortcut.limit == float("inf")
+
+
+#: every dtype mpi4py maps, as the overhead benchmark's --dtypes all times them
+EVERY_DTYPE = ("float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8",
+               "uint16", "uint32", "uint64", "bool", "complex64", "complex128")
+
+
+def _small(dtype: str, n: int) -> np.ndarray:
+    return (np.arange(n) % 2 == 1) if dtype == "bool" else (np.arange(n) % 3).astype(dtype)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("dtype", EVERY_DTYPE)
+def test_odd_and_empty_messages_of_every_dtype_stay_in_the_shortcut(comm, receive_path, pair,
+                                                                    dtype):
+    """A message of 0, 1, 3 or 5 values of any dtype (an odd number of bytes too) is
+    received by the compiled shortcut and counted there, exact: too short to be a
+    compressed frame (p2p.MIN_FRAME_NBYTES), it never goes to the Python side."""
+    r = comm.Get_rank()
+    mc = pair
+    counts = (0, 1, 3, 5)
+    for tag, n in enumerate(counts):
+        x = _small(dtype, n)
+        if r == 0:
+            mc.Send(x, 1, tag)
+        else:
+            y = np.zeros_like(x) if n else np.zeros(1, x.dtype)
+            st = MPI.Status()
+            mc.Recv(y, 0, tag, st)
+            assert st.Get_count(MPI.BYTE) == x.nbytes
+            np.testing.assert_array_equal(y[:n], x)
+    sizes = {}
+    for n in counts:
+        nbytes = _small(dtype, n).nbytes if r == 0 else max(_small(dtype, n).nbytes,
+                                                           np.dtype(dtype).itemsize)
+        sizes[nbytes] = sizes.get(nbytes, 0) + 1
+    assert _take(mc, "Send" if r == 0 else "Recv") == sizes
+    assert "Recv" not in mc.stats()  # (nothing reached the Python methods)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("dtype", EVERY_DTYPE)
+def test_empty_and_odd_collectives_of_every_dtype_take_the_shortcut(comm, dtype):
+    """Allreduce (bool: LOR), Bcast and Allgather of 0, 1 and 3 values of any dtype under
+    the default on one node: counted by the compiled shortcut, exact."""
+    mc = mpicomp.Comm(comm)
+    p = comm.Get_size()
+    op = MPI.LOR if dtype == "bool" else MPI.SUM
+    mc.Allreduce(np.zeros(8, np.float32), np.zeros(8, np.float32))  # settles the default
+    _take(mc, "Allreduce")
+    for n in (0, 1, 3):
+        x = _small(dtype, n)
+        y = np.zeros_like(x)
+        mc.Allreduce(x, y, op)
+        ref = np.zeros_like(x)
+        comm.Allreduce(x, ref, op)
+        np.testing.assert_array_equal(y, ref)
+        mc.Bcast(x, root=0)
+        g = np.zeros(n * p, x.dtype)
+        mc.Allgather(x, g)
+        np.testing.assert_array_equal(g, np.tile(x, p))
+    nbytes = {_small(dtype, n).nbytes for n in (0, 1, 3)}
+    for name in ("Allreduce", "Bcast", "Allgather"):
+        assert set(_take(mc, name)) == nbytes, name

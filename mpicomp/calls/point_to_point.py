@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 from mpi4py import MPI
-from mpi4py.util import dtlib
 
 from .. import p2p, shortcut, tolerance
 from ..backend import plain as plain_mpi
@@ -398,6 +397,6 @@ def _unframe(frame: Any, b: Buf, rec: Recorder, status: MPI.Status,
         raise ValueError(f"message of {count} values does not fit the receive buffer of {b.count}")
     with rec.codec():
         memory.decode(codec, stream, b.array[:count])
-    status.Set_elements(dtlib.from_numpy_dtype(dtype), count)
+    status.Set_elements(MPI._typedict[np.dtype(dtype).char], count)
     rec.where(memory.label)
     rec.compressed("frame", codec.codec_id)
