@@ -69,8 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="NUMBA_CACHE_DIR of the jobs (default: as the environment says)")
     parser.add_argument("--algorithm", default="ring",
                         help="the allreduce's algorithm (ring; auto adds the model's "
-                             "calibration probe to the first call unless MPICOMP_CALIBRATION "
-                             "names a saved one)")
+                             "calibration probe to the first call unless the per-user cache "
+                             "or MPICOMP_CALIBRATION holds a fresh one: python -m mpicomp "
+                             "calibrate)")
     parser.add_argument("--job", default=None, help=argparse.SUPPRESS)  # inside one job
 
 

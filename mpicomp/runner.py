@@ -42,7 +42,8 @@ SETTINGS = {
 }
 
 USAGE = ("python -m mpicomp [options] (prog.py | -m module | -c command) [args ...]\n"
-         "       python -m mpicomp warmup [--help]")
+         "       python -m mpicomp warmup [--help]\n"
+         "       mpiexec -n N python -m mpicomp calibrate [--force]")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -169,6 +170,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         from .warmup import main as warmup_main
 
         warmup_main(args[1:])
+        return
+    if args and args[0] == "calibrate":
+        from .calibration import cli
+
+        cli(args[1:])
         return
     opts, target = parse(args)
     _apply(opts)

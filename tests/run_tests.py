@@ -183,6 +183,8 @@ def run_stage(stage: str, args, extra, report_dir: str, run_id: str, mpiexec: st
     env = dict(os.environ)
     env.update({"MPICOMP_TEST_REPORT": report_dir, "MPICOMP_TEST_STAGE": stage,
                 "MPICOMP_TEST_RUN_ID": run_id, "PYTHONFAULTHANDLER": "1"})
+    # the run's own calibration cache: no user's saved calibration decides a test's path
+    env.setdefault("MPICOMP_CACHE_DIR", os.path.join(report_dir, "calibration-cache"))
     ptargs = pytest_args_for(stage, args, extra)
     timeout = args.timeout
     if stage == "serial":

@@ -475,3 +475,68 @@ def test_node_aware_allgather_and_bcast_are_priced_by_their_formulas():
         for method in ("Allgather", "Bcast"):
             got = model.predict(flat, method, n, BITPLANE8, np.float32, (e, d)).algorithm
             assert got == method.lower()
+
+
+@pytest.mark.mpi
+def test_calibration_is_cached_per_user_and_measured_again_when_stale(comm, tmp_path,
+                                                                       monkeypatch):
+    """Without MPICOMP_CALIBRATION the calibration goes to the per-user cache (here
+    MPICOMP_CACHE_DIR), a later job loads it, one older than MAX_AGE_S is measured again,
+    and MPICOMP_CALIBRATION=off neither loads nor saves."""
+    import os
+    import time
+
+    folder = comm.bcast(str(tmp_path / "cache") if comm.Get_rank() == 0 else None)
+    monkeypatch.delenv(calibration.ENV, raising=False)
+    monkeypatch.setenv(calibration.CACHE_ENV, folder)
+    first = mpicomp.Comm(comm, codec="bitplane").calibrate(force=True)
+    comm.Barrier()
+    path, ages = calibration.file_for(first.layout)
+    assert ages and os.path.dirname(path) == folder
+    if comm.Get_rank() == 0:
+        assert os.path.isfile(path)
+    calibration._CACHE.clear()  # a new job
+    again = mpicomp.Comm(comm, codec="bitplane").calibrate()
+    assert again.source == f"loaded from {path}" and again.exchange == first.exchange
+    if comm.Get_rank() == 0:
+        old = time.time() - calibration.MAX_AGE_S - 60
+        os.utime(path, (old, old))
+    comm.Barrier()
+    calibration._CACHE.clear()
+    stale = mpicomp.Comm(comm, codec="bitplane").calibrate()
+    assert stale.source == "measured"
+    comm.Barrier()
+    if comm.Get_rank() == 0:
+        assert time.time() - os.path.getmtime(path) < calibration.MAX_AGE_S  # saved anew
+    monkeypatch.setenv(calibration.ENV, "off")
+    assert calibration.file_for(first.layout) == (None, False)
+    calibration._CACHE.clear()
+    assert mpicomp.Comm(comm, codec="bitplane").calibrate().source == "measured"
+
+
+@pytest.mark.slow
+def test_calibrate_command_fills_the_cache_for_a_later_job(tmp_path):
+    """``mpiexec -n 2 python -m mpicomp calibrate`` (what make venv runs): the first job
+    measures and saves, the second finds it in the cache."""
+    import os
+    import subprocess
+    import sys
+
+    import launcher  # tests/launcher.py
+
+    mpiexec = launcher.find_mpiexec()
+    if mpiexec is None:
+        pytest.skip("no mpiexec next to the interpreter or on PATH")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PMI_", "PMIX_", "HYDRA_", "OMPI_", "MPICOMP_"))}
+    env.update(launcher.launcher_env(mpiexec), MPICOMP_CACHE_DIR=str(tmp_path),
+               MPIEXEC_TIMEOUT="120", OMP_WAIT_POLICY="PASSIVE")
+    lines = []
+    for _ in range(2):
+        p = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "mpicomp", "calibrate"],
+                           env=env, capture_output=True, text=True, timeout=180)
+        assert p.returncode == 0, p
+        lines.append(p.stdout.strip().splitlines()[-1])
+    saved = list(tmp_path.glob("calibration-*.json"))
+    assert len(saved) == 1, lines
+    assert ", measured in " in lines[0] and f"loaded from {saved[0]}" in lines[1], lines
