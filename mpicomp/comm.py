@@ -482,16 +482,14 @@ class Comm(MPI.Intracomm):
 
     def Isendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,  # noqa: N802
                   source: int = MPI.ANY_SOURCE, recvtag: int = MPI.ANY_TAG) -> MPI.Request:
-        if sendbuf is None:
-            raise TypeError("Isendrecv: sendbuf must be a buffer (Isendrecv_replace sends "
-                            "and receives in one)")
         return point_to_point.isendrecv(self._ready(), sendbuf, dest, sendtag, recvbuf, source,
                                         recvtag)
 
     def Isendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0,  # noqa: N802
                           source: int = MPI.ANY_SOURCE,
                           recvtag: int = MPI.ANY_TAG) -> MPI.Request:
-        return point_to_point.isendrecv(self._ready(), None, dest, sendtag, buf, source, recvtag)
+        return point_to_point.isendrecv(self._ready(), None, dest, sendtag, buf, source, recvtag,
+                                        replace=True)
 
     # -- probes: statuses of the message, not of its compressed frame (calls/probe.py) -----
     def Probe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG,  # noqa: N802

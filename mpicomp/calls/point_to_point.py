@@ -19,6 +19,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import p2p, shortcut, tolerance
+from ..backend import placement
 from ..backend import plain as plain_mpi
 from ..backend.device import DeviceMemory, DevicePools
 from ..backend.host import HostMemory, Scratch
@@ -186,8 +187,9 @@ def sendrecv_replace(pipeline: Pipeline, buf: Any, dest: int, sendtag: int, sour
 
     A NumPy array whose send goes plain by size takes MPI's own ``Sendrecv_replace``:
     float values as bytes (a frame is never longer than the plain message), a frame
-    then decoded in place, as the ``Recv`` shortcut does; other dtypes as they are (no
-    sender compresses them).
+    then decoded in place, as the ``Recv`` shortcut does. A buffer no frame can arrive
+    in (other dtypes, ``None`` for ``MPI.PROC_NULL``, memory mpicomp must not touch) goes
+    to mpi4py's method as it is.
     """
     comm = pipeline.comm
     if comm._default is None:
@@ -203,6 +205,8 @@ def sendrecv_replace(pipeline: Pipeline, buf: Any, dest: int, sendtag: int, sour
         if p2p.is_frame_length(st.Get_count(MPI.BYTE)):
             received_frame(pipeline, buf, st)
         return None
+    if not (pipeline.mailbox or _takes_frames(buf)):
+        return MPI.Intracomm.Sendrecv_replace(comm, buf, dest, sendtag, source, recvtag, status)
     req = comm.Isend(_copy_of(buf), dest, sendtag)
     comm.Recv(buf, source, recvtag, status)
     req.Wait()
@@ -210,14 +214,20 @@ def sendrecv_replace(pipeline: Pipeline, buf: Any, dest: int, sendtag: int, sour
 
 
 def isendrecv(pipeline: Pipeline, sendbuf: Any, dest: int, sendtag: int, recvbuf: Any,
-              source: int, recvtag: int) -> MPI.Request:
-    """``comm.Isendrecv`` (``sendbuf`` None: ``Isendrecv_replace`` of ``recvbuf``): a send
-    and a receive as ``Isend`` and ``Irecv`` make them, one request for both; its status is
-    the receive's."""
-    parse(recvbuf, "recvbuf")  # refused before anything is sent, as mpi4py refuses it
-    send_req = pipeline.comm.Isend(_copy_of(recvbuf) if sendbuf is None else sendbuf, dest,
-                                   sendtag)
-    recv_req = pipeline.comm.Irecv(recvbuf, source, recvtag)
+              source: int, recvtag: int, replace: bool = False) -> MPI.Request:
+    """``comm.Isendrecv`` (``replace``: ``Isendrecv_replace`` of ``recvbuf``): a send and a
+    receive as ``Isend`` and ``Irecv`` make them, one request for both; its status is the
+    receive's. A receive buffer no frame can arrive in goes to mpi4py's method as it is."""
+    comm = pipeline.comm
+    if not (pipeline.mailbox or _takes_frames(recvbuf)):
+        if replace:
+            return MPI.Intracomm.Isendrecv_replace(comm, recvbuf, dest, sendtag, source,
+                                                   recvtag)
+        return MPI.Intracomm.Isendrecv(comm, sendbuf, dest, sendtag, recvbuf, source, recvtag)
+    send = _copy_of(recvbuf) if replace else sendbuf
+    send_req = (MPI.Intracomm.Isend(comm, send, dest, sendtag) if send is None
+                else comm.Isend(send, dest, sendtag))
+    recv_req = comm.Irecv(recvbuf, source, recvtag)
     status = MPI.Status()
 
     def both() -> None:
@@ -225,6 +235,19 @@ def isendrecv(pipeline: Pipeline, sendbuf: Any, dest: int, sendtag: int, recvbuf
         send_req.Wait()
 
     return Request.start(both, status=status)
+
+
+def _takes_frames(buf: Any) -> bool:
+    """Whether a compressed frame can arrive in receive buffer ``buf`` and be decoded there:
+    float values mpicomp may touch (or lay out through a datatype with gaps, on the host).
+    A spec mpicomp cannot read goes to mpi4py, which judges it."""
+    if buf is None:
+        return False
+    try:
+        b = parse(buf, "buf")
+    except (TypeError, ValueError):
+        return False
+    return b.compressible or (bool(b.veto) and b.place is placement.Place.HOST)
 
 
 def deliver(pipeline: Pipeline, name: str, held: Held, buf: Any,
