@@ -593,7 +593,8 @@ raise_mpi(int ierr)
     }
 }
 
-/* a C-contiguous buffer of a one-letter format that has a datatype (writable if asked):
+/* a C-contiguous buffer of a one-letter (or complex) format that has a datatype (writable
+ * if asked):
  * 1 with *view, *type and *count set (the caller releases the view), 0 when not */
 static int
 typed_view(PyObject *obj, int writable, Py_buffer *view, int *type, int *count)
@@ -604,7 +605,12 @@ typed_view(PyObject *obj, int writable, Py_buffer *view, int *type, int *count)
         return 0;
     }
     const char *f = view->format;
-    if (f == NULL || f[0] == 0 || f[1] != 0 || (*type = mpi.types[(unsigned char)f[0]]) == 0
+    /* a complex format is two letters (NumPy's "Zf", "Zd", "Zg"): mpi4py's type character
+     * of it is the capital (F, D, G) */
+    unsigned char letter = f == NULL ? 0
+                           : f[0] == 'Z' && f[1] != 0 && f[2] == 0 ? (unsigned char)(f[1] - 32)
+                           : f[0] != 0 && f[1] == 0 ? (unsigned char)f[0] : 0;
+    if (letter == 0 || (*type = mpi.types[letter]) == 0
             || view->itemsize <= 0 || view->len / view->itemsize > INT_MAX) {
         PyBuffer_Release(view);
         return 0;

@@ -62,6 +62,7 @@ _NDARRAY = np.ndarray
 _MPI_ALLREDUCE = MPI.Intracomm.Allreduce
 _MPI_PROBE = MPI.Intracomm.Probe
 _MPI_IPROBE = MPI.Intracomm.Iprobe
+_MPI_SENDRECV_REPLACE = MPI.Intracomm.Sendrecv_replace
 _BYTE = MPI.BYTE
 _MIN_FRAME = p2p.MIN_FRAME_NBYTES
 
@@ -477,8 +478,22 @@ class Comm(MPI.Intracomm):
     def Sendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0,  # noqa: N802
                          source: int = MPI.ANY_SOURCE, recvtag: int = MPI.ANY_TAG,
                          status: MPI.Status | None = None) -> None:
-        point_to_point.sendrecv_replace(self._ready(), buf, dest, sendtag, source, recvtag,
-                                        status)
+        limits = self._limits
+        if type(buf) is _NDARRAY and buf.nbytes < limits.p2p and buf.flags.c_contiguous:
+            # (inline: its send plain by size, MPI's own Sendrecv_replace; a float buffer
+            # receives bytes, a frame then decoded in place; no p2p limit while a probe
+            # holds messages, so none is held here)
+            self._stats.fast_plain("Sendrecv_replace", buf.nbytes, limits.p2p_reason)
+            if buf.dtype.char not in "fd":
+                return _MPI_SENDRECV_REPLACE(self, buf, dest, sendtag, source, recvtag, status)
+            st = status if status is not None else self._pipeline.probe_status
+            _MPI_SENDRECV_REPLACE(self, [buf, _BYTE], dest, sendtag, source, recvtag, st)
+            n = st.Get_count(_BYTE)
+            if n & 1 and n >= _MIN_FRAME:
+                self._received_frame(buf, st)
+            return None
+        return point_to_point.sendrecv_replace(self._ready(), buf, dest, sendtag, source,
+                                               recvtag, status)
 
     def Isendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,  # noqa: N802
                   source: int = MPI.ANY_SOURCE, recvtag: int = MPI.ANY_TAG) -> MPI.Request:

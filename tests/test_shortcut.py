@@ -694,7 +694,7 @@ def test_the_shortcut_takes_host_buffers_only(comm):
 @pytest.mark.mpi(min_size=2)
 def test_receives_keep_mpi4pys_types_errors_and_status(comm, receive_path, pair):
     """Both receive paths: every dtype arrives exact (Sendrecv's send datatype from the
-    buffer's format; a format without a one-letter datatype goes through mpi4py), a
+    buffer's format, complex ones "Zf" and "Zd" too), a
     message too long for the buffer raises MPI.Exception (ERR_TRUNCATE) and leaves the
     pair in step, a strided receive buffer raises as mpi4py does, and a status reports
     source, tag and count."""
@@ -710,8 +710,8 @@ def test_receives_keep_mpi4pys_types_errors_and_status(comm, receive_path, pair)
         mc.Sendrecv(x, peer, 5, y, peer, 5, st)
         np.testing.assert_array_equal(y, (np.arange(37) % 3 + peer).astype(dtype))
         assert (st.Get_source(), st.Get_tag(), st.Get_count(MPI.BYTE)) == (peer, 5, x.nbytes)
-    # bound, every Sendrecv but complex64's (no one-letter format) called MPI itself
-    assert shortcut._shortcut.direct_calls() - before == (7 if receive_path == "direct" else 0)
+    # bound, every Sendrecv called MPI itself (complex64's format "Zf" too)
+    assert shortcut._shortcut.direct_calls() - before == (8 if receive_path == "direct" else 0)
     x = np.arange(64, dtype=np.float64)
     if r == 0:
         mc.Send(x, 1, 6)
@@ -917,7 +917,7 @@ def test_blocking_collectives_give_what_mpi4py_gives(comm, receive_path):
     mc, before = _default_with_shortcut(comm)
     cases = [(np.float32, MPI.SUM), (np.float64, MPI.MAX), (np.int32, MPI.PROD),
              (np.int64, MPI.BAND), (np.uint8, MPI.BOR), (np.bool_, MPI.LOR),
-             (np.float16, MPI.MIN), (np.complex64, MPI.SUM)]  # complex: no one-letter format
+             (np.float16, MPI.MIN), (np.complex64, MPI.SUM)]  # complex: format "Zf"
     for dtype, op in cases:
         x = (np.arange(23) % 5 + r + 1).astype(dtype)
         got, want = np.empty_like(x), np.empty_like(x)
@@ -950,8 +950,8 @@ def test_blocking_collectives_give_what_mpi4py_gives(comm, receive_path):
     assert (st["Allreduce"]["calls"], st["Reduce"]["calls"], st["Bcast"]["calls"],
             st["Gather"]["calls"], st["Scatter"]["calls"], st["Allgather"]["calls"],
             st["Alltoall"]["calls"]) == (2 * n, p * n, p * n, p * n, p * n, n, n)
-    # bound, every call but complex64's (no one-letter format) called MPI itself
-    direct = (n - 1) * (4 + 4 * p) if receive_path == "direct" else 0
+    # bound, every call called MPI itself (complex64's format "Zf": MPI.C_FLOAT_COMPLEX)
+    direct = n * (4 + 4 * p) if receive_path == "direct" else 0
     assert shortcut._shortcut.direct_calls() - before == direct
     # a user-defined op: mpi4py's own (the op's Python function runs)
     def add(a, b, datatype):
@@ -1013,7 +1013,7 @@ def test_nonblocking_calls_give_what_mpi4py_gives(comm, receive_path):
     bound = receive_path == "direct"
     assert shortcut._shortcut.nonblocking_bound() == bound
     before = shortcut._shortcut.direct_calls()
-    dtypes = [np.float32, np.float64, np.int32, np.uint8, np.complex64]  # complex: no letter
+    dtypes = [np.float32, np.float64, np.int32, np.uint8, np.complex64]  # complex: "Zf"
     for dtype in dtypes:
         x = (np.arange(11) % 7 + 3 * r + 1).astype(dtype)
         y, z = np.zeros_like(x), np.zeros_like(x)
@@ -1047,8 +1047,8 @@ def test_nonblocking_calls_give_what_mpi4py_gives(comm, receive_path):
     assert (st["Isend"]["calls"], st["Irecv"]["calls"], st["Send"]["calls"],
             st["Iallreduce"]["calls"], st["Ibcast"]["calls"], st["Iallgather"]["calls"],
             st["Ialltoall"]["calls"]) == (2 * n, 2 * n, n, n, p * n, n, n)
-    # complex64 (no one-letter format) goes through mpi4py, but for its Recv (as bytes)
-    direct = (n - 1) * (9 + p) + 1 if bound else 0
+    # every dtype calls MPI itself (complex64's format "Zf": MPI.C_FLOAT_COMPLEX)
+    direct = n * (9 + p) if bound else 0
     assert shortcut._shortcut.direct_calls() - before == direct
     # a pending request holds its buffers, and lets go of them when it completes
     buf = np.zeros(1000)
@@ -1121,7 +1121,7 @@ def test_reduce_scatter_gives_what_mpi4py_gives(comm, receive_path):
     p, r = comm.Get_size(), comm.Get_rank()
     mc, before = _default_with_shortcut(comm)
     cases = [(np.float32, MPI.SUM), (np.float64, MPI.MAX), (np.int32, MPI.PROD),
-             (np.uint8, MPI.BOR), (np.complex64, MPI.SUM)]  # complex: no one-letter format
+             (np.uint8, MPI.BOR), (np.complex64, MPI.SUM)]  # complex: format "Zf"
     uneven = [q % 3 + 1 for q in range(p)]  # a rank-dependent receive count
     for dtype, op in cases:
         x = (np.arange(5 * p) % 4 + r + 1).astype(dtype)
@@ -1144,7 +1144,7 @@ def test_reduce_scatter_gives_what_mpi4py_gives(comm, receive_path):
     n = len(cases)
     st = mc.stats()
     assert (st["Reduce_scatter_block"]["calls"], st["Reduce_scatter"]["calls"]) == (n, 5 * n)
-    direct = (n - 1) * 6 if receive_path == "direct" else 0
+    direct = n * 6 if receive_path == "direct" else 0
     assert shortcut._shortcut.direct_calls() - before == direct
     # counts in an array: mpi4py's own call, the same result
     x = np.arange(4.0 * p) + r
@@ -1256,3 +1256,28 @@ def test_empty_and_odd_collectives_of_every_dtype_take_the_shortcut(comm, dtype)
     nbytes = {_small(dtype, n).nbytes for n in (0, 1, 3)}
     for name in ("Allreduce", "Bcast", "Allgather"):
         assert set(_take(mc, name)) == nbytes, name
+
+
+@pytest.mark.skipif(not MPICH, reason=NOT_BOUND)
+@pytest.mark.mpi(min_size=2)
+def test_complex_buffers_call_mpi_themselves(comm):
+    """complex64/complex128 arrays (buffer formats "Zf", "Zd") take the direct calls as the
+    one-letter formats do: MPI's C_FLOAT_COMPLEX / C_DOUBLE_COMPLEX."""
+    r = comm.Get_rank()
+    mc = mpicomp.Comm(comm)
+    mc.Allreduce(np.zeros(8, np.float32), np.zeros(8, np.float32))  # settles the default
+    for dtype in (np.complex64, np.complex128):
+        x = (np.arange(5) + 1j * r).astype(dtype)
+        y = np.zeros_like(x)
+        before = shortcut._shortcut.direct_calls()
+        mc.Allreduce(x, y)
+        ref = np.zeros_like(x)
+        comm.Allreduce(x, ref)
+        np.testing.assert_array_equal(y, ref)
+        if r < 2:
+            if r == 0:
+                mc.Send(x, 1, 3)
+            else:
+                mc.Recv(y, 0, 3)
+                np.testing.assert_array_equal(y, (np.arange(5) + 0j).astype(dtype))
+        assert shortcut._shortcut.direct_calls() - before == (2 if r < 2 else 1), dtype
