@@ -75,3 +75,40 @@ def test_pytorchs_thread_count_survives_the_first_codec_call():
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"torch_threads": 1}
+
+
+PLAIN_CALLS = r"""
+import json, sys
+import numpy as np
+from mpi4py import MPI
+import mpicomp
+
+def fresh():  # a communicator's first call of each method (its limits not settled yet)
+    return mpicomp.Comm(MPI.COMM_WORLD)  # one rank: collectives plain; p2p under auto plain
+
+x3, y3 = np.arange(3, dtype=np.int8), np.zeros(3, np.int8)
+f, g = np.ones(1024, np.float32), np.zeros(1024, np.float32)
+req = MPI.COMM_WORLD.Isend(x3, 0, 1)
+fresh().Recv(y3, 0, 1)
+req.Wait()
+req = fresh().Isend(f, 0, 2)
+fresh().Probe(0, 2)
+fresh().Irecv(g, 0, 2).Wait()
+req.Wait()
+fresh().Sendrecv(f, 0, 3, g, 0, 3)
+fresh().Sendrecv_replace(g, 0, 4, 0, 4)
+fresh().Allreduce(f, g)
+fresh().Bcast(f)
+fresh().Allreduce(np.zeros(0, np.int32), np.zeros(0, np.int32))
+assert fresh().Iprobe() is False and y3.tolist() == [0, 1, 2]
+print(json.dumps({"numba": "numba" in sys.modules}))
+"""
+
+
+def test_calls_that_go_plain_load_no_numba():
+    """A first call that goes plain (every method, any dtype) costs what plain MPI's does:
+    nothing on the way asks Numba anything (its import alone takes 0.2 s or more)."""
+    proc = subprocess.run([sys.executable, "-c", PLAIN_CALLS], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"numba": False}

@@ -61,7 +61,7 @@ _HOST_TYPES = (np.ndarray, bytes, bytearray, memoryview)
 
 def of(obj: Any) -> Placement:
     """Where ``obj``'s memory lives (see the module docstring)."""
-    if isinstance(obj, _HOST_TYPES):
+    if obj is None or isinstance(obj, _HOST_TYPES):
         return HOST
     cai = cuda_runtime.interface(obj)
     if cai is None and not cuda_runtime.cuda_interface(obj):

@@ -50,8 +50,9 @@ def with_object(spec: Any, obj: Any) -> Any:
 def on_device(spec: Any, places: Places | None = None) -> bool:
     """True when a buffer spec's memory is a CUDA buffer mpicomp may touch
     (``places``: what parsing the call's buffers found, else asked here)."""
-    if spec is MPI.IN_PLACE or isinstance(spec, (int, float, str, MPI.Op, MPI.Status)):
-        return False
+    if spec is None or spec is MPI.IN_PLACE or isinstance(spec, (int, float, str, MPI.Op,
+                                                                 MPI.Status)):
+        return False  # (not a buffer: asks nothing of CUDA, so Numba stays unloaded)
     obj = spec_object(spec)
     if places is not None and id(obj) in places:
         return places[id(obj)] is placement.Place.DEVICE
