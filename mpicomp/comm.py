@@ -517,6 +517,7 @@ class Comm(MPI.Intracomm):
             n = st.Get_count(_BYTE)
             if not n & 1 or n < _MIN_FRAME:  # (p2p.is_frame_length, inline)
                 return True
+            return probe.probed(p, st, status)  # the message MPI found: taken, held
         return probe.probe(p, source, tag, status)
 
     def Iprobe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG,  # noqa: N802
@@ -529,6 +530,7 @@ class Comm(MPI.Intracomm):
             n = st.Get_count(_BYTE)
             if not n & 1 or n < _MIN_FRAME:
                 return True
+            return probe.probed(p, st, status)
         return probe.iprobe(p, source, tag, status)
 
     def Mprobe(self, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG,  # noqa: N802

@@ -23,7 +23,7 @@ from ..backend import placement
 from ..backend import plain as plain_mpi
 from ..backend.device import DeviceMemory, DevicePools
 from ..backend.host import HostMemory, Scratch
-from ..buffers import COMPRESSIBLE_DTYPES, Buf, parse
+from ..buffers import Buf, parse
 from ..decision import P2P_AUTO, local_agreement
 from ..kernels import cuda_runtime as cuda
 from ..mailbox import Held, copy_into_spec, take_message
@@ -182,29 +182,13 @@ def sendrecv_received(pipeline: Pipeline, sendbuf: Any, dest: int, sendtag: int,
 
 def sendrecv_replace(pipeline: Pipeline, buf: Any, dest: int, sendtag: int, source: int,
                      recvtag: int, status: MPI.Status | None) -> None:
-    """``comm.Sendrecv_replace``: the buffer's values sent (from a copy: compressed as a
-    ``Send`` is) while the message received into it is decoded when it is a frame.
-
-    A NumPy array whose send goes plain by size takes MPI's own ``Sendrecv_replace``:
-    float values as bytes (a frame is never longer than the plain message), a frame
-    then decoded in place, as the ``Recv`` shortcut does. A buffer no frame can arrive
-    in (other dtypes, ``None`` for ``MPI.PROC_NULL``, memory mpicomp must not touch) goes
-    to mpi4py's method as it is.
+    """``comm.Sendrecv_replace`` off the fast path (``Comm.Sendrecv_replace`` takes a NumPy
+    array whose send goes plain by size itself): the buffer's values sent from a copy
+    (compressed as a ``Send`` is) while the message received into it is decoded when it
+    is a frame. A buffer no frame can arrive in (other dtypes, ``None`` for
+    ``MPI.PROC_NULL``, memory mpicomp must not touch) goes to mpi4py's method as it is.
     """
     comm = pipeline.comm
-    if comm._default is None:
-        comm.resolved_policy()  # (the default's limits, once)
-    if (type(buf) is np.ndarray and not pipeline.mailbox and buf.flags.c_contiguous
-            and comm._fast_send("Sendrecv_replace", buf, {})):
-        if buf.dtype not in COMPRESSIBLE_DTYPES:
-            return MPI.Intracomm.Sendrecv_replace(comm, buf, dest, sendtag, source, recvtag,
-                                                  status)
-        st = status if status is not None else pipeline.probe_status
-        MPI.Intracomm.Sendrecv_replace(comm, [buf, MPI.BYTE], dest, sendtag, source, recvtag,
-                                       st)
-        if p2p.is_frame_length(st.Get_count(MPI.BYTE)):
-            received_frame(pipeline, buf, st)
-        return None
     if not (pipeline.mailbox or _takes_frames(buf)):
         return MPI.Intracomm.Sendrecv_replace(comm, buf, dest, sendtag, source, recvtag, status)
     req = comm.Isend(_copy_of(buf), dest, sendtag)
@@ -285,7 +269,7 @@ def deliver(pipeline: Pipeline, name: str, held: Held, buf: Any,
     values = np.empty(held.count, held.dtype)
     stream = p2p.parse(held.data)[3]
     with rec.codec():
-        HostMemory(Scratch()).decode(held.codec, stream, values)
+        _memory(pipeline, False).decode(held.codec, stream, values)
     with rec.mpi():
         copy_into_spec(values.view(np.uint8), buf)
     rec.where("host")

@@ -30,7 +30,8 @@ from ..pipeline import Pipeline
 from ..requests import Request
 from . import point_to_point
 
-__all__ = ["LOWERCASE", "HeldMessage", "improbe", "iprobe", "lowercase", "mprobe", "probe"]
+__all__ = ["LOWERCASE", "HeldMessage", "improbe", "iprobe", "lowercase", "mprobe", "probe",
+           "probed"]
 
 #: mpi4py's lowercase methods that must see held messages
 LOWERCASE = ("recv", "irecv", "probe", "iprobe", "mprobe", "improbe", "sendrecv")
@@ -42,9 +43,7 @@ def probe(pipeline: Pipeline, source: int, tag: int, status: MPI.Status | None) 
     if held is None:
         st = status if status is not None else MPI.Status()
         MPI.Intracomm.Probe(pipeline.comm, source, tag, st)
-        held = _held_if_odd(pipeline, st)
-        if held is None:
-            return True
+        return probed(pipeline, st, status)
     held.fill(status)
     return True
 
@@ -56,10 +55,18 @@ def iprobe(pipeline: Pipeline, source: int, tag: int, status: MPI.Status | None)
         st = status if status is not None else MPI.Status()
         if not MPI.Intracomm.Iprobe(pipeline.comm, source, tag, st):
             return False
-        held = _held_if_odd(pipeline, st)
-        if held is None:
-            return True
+        return probed(pipeline, st, status)
     held.fill(status)
+    return True
+
+
+def probed(pipeline: Pipeline, st: MPI.Status, status: MPI.Status | None) -> bool:
+    """After MPI's probe found a message (``st``): one that may be a frame is taken out of
+    MPI's queue and held, and ``status`` describes what it holds (else ``st``, MPI's own
+    description, stands). True, the probe's answer."""
+    held = _held_if_odd(pipeline, st)
+    if held is not None:
+        held.fill(status)
     return True
 
 
