@@ -38,6 +38,7 @@ __all__ = [
     "encode_block",
     "quantize_value",
     "read_exponent",
+    "value_of_code",
     "write_exponent",
 ]
 
@@ -180,12 +181,18 @@ def decode_block(stream, pos, bs, nplanes, quantum, dst, start, code, acc):
                 i = 8 * g + t
                 code[i] = (code[i] << np.uint64(8)) | ((a >> np.uint64(8 * t)) & _BYTE)
     m = np.uint64(nplanes - 1)
-    qmask = (_U1 << m) - _U1
     d = dst[start:start + bs]
     for i in range(bs):
-        c = code[i]
-        x = np.float64(c & qmask) * quantum
-        d[i] = -x if (c >> m) != _U0 else x  # -0.0 when the sign is set and q == 0
+        d[i] = value_of_code(code[i], m, quantum)
+
+
+@njit(inline="always")
+def value_of_code(c, m, quantum):
+    """The value of the code ``c = sign << m | q`` (``m`` a uint64): ``±q * quantum`` in float64.
+
+    -0.0 when the sign is set and ``q == 0``."""
+    x = np.float64(c & ((_U1 << m) - _U1)) * quantum
+    return -x if (c >> m) != _U0 else x
 
 
 @njit(inline="always")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 
 import pytest
@@ -199,6 +200,10 @@ class RankReporter:
 
 
 def pytest_configure(config):
+    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
+        # the warp-cooperative kernels meet at a barrier of the simulator's Python threads per
+        # warp operation: handing the GIL on sooner than every 5 ms makes each one 10x cheaper
+        sys.setswitchinterval(1e-4)
     # tests that start their own mpiexec: what Open MPI's needs here (root, more ranks
     # than cores; tests/launcher.py); a rank of a job (its launcher's variables set) has
     # no need, nor does a session under tests/run_tests.py, which has set them already

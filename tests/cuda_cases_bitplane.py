@@ -32,6 +32,12 @@ def _cases() -> list[dict]:
                     "seed": n + bs,
                     "kind": "special" if n >= 1000 else "gradient",
                 })
+    # thread blocks of 4 warps, as on a GPU (the simulator launches one): several blocks, the
+    # last one's warps partly idle
+    for rate, bs, dtype, n in [(8.25, 32, "float32", 9000), (9, 8, "float64", 5000),
+                               (12.25, 64, "float32", 9000)]:
+        out.append({"codec": {"id": "bitplane", "rate": rate, "block_size": bs}, "dtype": dtype,
+                    "n": n, "seed": n, "kind": "gradient", "warps": 4})
     return out
 
 

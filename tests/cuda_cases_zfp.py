@@ -29,6 +29,11 @@ def _cases() -> list[dict]:
                 kind = "special" if n >= 1000 else "gradient"
                 out.append({"codec": {"id": "zfp", "rate": rate, "dims": dims},
                             "dtype": dtype, "n": n, "seed": n + dims, "kind": kind})
+    # thread blocks of 4 warps, as on a GPU (the simulator launches one); maxbits 29: chunks
+    # of 64 blocks
+    for rate, dtype in [(8, "float32"), (7.25, "float64")]:
+        out.append({"codec": {"id": "zfp", "rate": rate, "dims": 1}, "dtype": dtype,
+                    "n": 9000, "seed": 9, "kind": "gradient", "warps": 4})
     return out
 
 

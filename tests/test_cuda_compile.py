@@ -100,3 +100,33 @@ def test_errbound_quantizes_without_fused_multiply_adds(module, name, signature)
     default, which can move a value across a rounding boundary, so a stream one device
     encodes would decode with another history on the other."""
     assert "fma.rn.f64" not in _ptx(module, name, signature)
+
+
+#: (module, kernel, signature, instructions its PTX must hold): the warp-cooperative kernels
+#: (kernels/warp.py) compile to the warp intrinsics and shared-memory staging they are built on
+WARP_COOPERATIVE = [
+    ("bitplane_cuda", "encode", "void(uint32[:], int64, int64, uint8[:], int32[:])",
+     ("vote.sync.ballot.b32", "shfl.sync.bfly.b32", "bar.warp.sync", "st.shared.u32")),
+    ("bitplane_cuda", "encode", "void(uint64[:], int64, int64, uint8[:], int32[:])",
+     ("vote.sync.ballot.b32", "shfl.sync.bfly.b32", "bar.warp.sync", "ld.global.u64")),
+    ("bitplane_cuda", "decode", "void(uint8[:], int64, int64, float32[:])",
+     ("bar.warp.sync", "ld.shared.u8", "st.global.f32")),
+    ("bitplane_cuda", "decode", "void(uint8[:], int64, int64, float64[:])",
+     ("bar.warp.sync", "ld.shared.u8", "st.global.f64")),
+    ("zfp_cuda", "encode_1d", "void(uint32[:], uint64[:], int64, int32[:])",
+     ("bar.warp.sync", "st.shared.u64", "ld.shared.u64")),
+    ("zfp_cuda", "decode_1d", "void(uint64[:], float64[:], int64)",
+     ("bar.warp.sync", "st.shared.f64", "ld.shared.f64")),
+]
+
+
+@pytest.mark.parametrize(("module", "name", "signature", "wanted"), WARP_COOPERATIVE,
+                         ids=[f"{m}.{n}:{s}" for m, n, s, _ in WARP_COOPERATIVE])
+def test_warp_cooperative_kernels_use_warp_intrinsics(module, name, signature, wanted):
+    """Ballots, butterfly shuffles and warp barriers on a GPU (the simulator's stand-ins are
+    shared memory and syncthreads), and no thread-local arrays: a per-thread scratch block
+    lives in local memory, which is global memory's bandwidth again."""
+    ptx = _ptx(module, name, signature)
+    missing = [op for op in wanted if op not in ptx]
+    assert not missing, f"{module}.{name}: no {missing} in its PTX"
+    assert ".local" not in ptx, f"{module}.{name} keeps a thread-local array"

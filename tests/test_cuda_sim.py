@@ -80,7 +80,8 @@ def simulated(tmp_path_factory):
 
 def case_id(c: dict) -> str:
     codec = c["codec"]
-    return f"{codec['id']}-{codec.get('dtype', codec.get('rate'))}-{c['dtype']}-{c['n']}"
+    warps = f"-{c['warps']}warps" if "warps" in c else ""
+    return f"{codec['id']}-{codec.get('dtype', codec.get('rate'))}-{c['dtype']}-{c['n']}{warps}"
 
 
 @pytest.mark.parametrize("i", range(len(CASES)), ids=[case_id(c) for c in CASES])

@@ -150,7 +150,7 @@ class BitplaneCodec(Codec):
         p = self._planes(x.dtype)
         bits = x.view(np.uint32 if np.dtype(x.dtype).itemsize == 4 else np.uint64)
         bad = cuda.zeros_like_flag(stream)
-        blocks, threads = cuda.grid(-(-x.size // self.block_size))
+        blocks, threads = bitplane_cuda.launch_shape(x.size, self.block_size)
         bitplane_cuda.encode[blocks, threads, stream](bits, self.block_size, p, out, bad)
         if checked:
             return
@@ -167,7 +167,7 @@ class BitplaneCodec(Codec):
         from ..kernels import bitplane_cuda
 
         p = self._planes(out.dtype)
-        blocks, threads = cuda.grid(-(-out.size // self.block_size))
+        blocks, threads = bitplane_cuda.launch_shape(out.size, self.block_size)
         bitplane_cuda.decode[blocks, threads, stream](buf, self.block_size, p, out)
 
     def _nonfinite(self, x: np.ndarray, nbad_blocks: int) -> Exception:

@@ -129,7 +129,7 @@ class ZfpCodec(Codec):
         words = out.view(np.uint64)
         flag = cuda.zeros_like_flag(stream)
         if self._register_path():
-            blocks, threads = cuda.grid(words.size)  # one thread per stream word
+            blocks, threads = zfp_cuda.launch_shape_1d(x.size, words.size, self.maxbits)
             zfp_cuda.encode_1d[blocks, threads, stream](bits, words, self.maxbits, flag)
         else:
             # chunks of blocks that start and end on a 64-bit word boundary
@@ -148,8 +148,9 @@ class ZfpCodec(Codec):
         from ..kernels import zfp_cuda
 
         words = buf.view(np.uint64)
-        blocks, threads = cuda.grid(-(-out.size // self.block_size))  # one thread per block
         if self._register_path():
+            blocks, threads = zfp_cuda.launch_shape_1d(out.size, words.size, self.maxbits)
             zfp_cuda.decode_1d[blocks, threads, stream](words, out, self.maxbits)
         else:
+            blocks, threads = cuda.grid(-(-out.size // self.block_size))  # one thread per block
             zfp_cuda.decode_blocks[blocks, threads, stream](words, out, self.dims, self.maxbits)
