@@ -33,6 +33,9 @@
 #   make gpu-wheels  download into .whl the wheels the lent GPU machine lacks (it has no
 #                  internet; its python3 is 3.12 with CuPy, Numba, PyTorch and pytest); carry
 #                  .whl there and run  make test-gpu WHEELS=.whl  (docs/performance/gpu.md)
+#   make gpu-session  there, with .whl carried: venv, codecs (float32, float64), GPU codec tests,
+#                  Allreduce at 64 and 256 MiB, device tests, each step time-capped (under 8
+#                  minutes in all); logs, tables and steps.json in OUT (gpu-session/)
 #   make clean     remove caches and build outputs; make distclean also removes .venv
 # Pass options to the test runner with ARGS, e.g.  make test ARGS="--stages serial,2 -k codec"
 # WHEELS=DIR (a machine without internet): make venv installs DIR's wheels with no index and
@@ -51,7 +54,7 @@ ARGS   ?=
 VENV_ARGS ?=
 WHEELS ?=
 
-.PHONY: all venv venv-ompi warmup test test-quick test-device test-ompi bench bench-codecs bench-comm bench-net bench-transformer test-gpu bench-gpu gpu-wheels clean distclean
+.PHONY: all venv venv-ompi warmup test test-quick test-device test-ompi bench bench-codecs bench-comm bench-net bench-transformer test-gpu bench-gpu gpu-wheels gpu-session clean distclean
 
 all: test
 
@@ -179,6 +182,9 @@ bench-gpu: venv
 	$(VPY) -m mpicomp.bench codecs --buffer cupy --size-mib 512 --cases zfp:8,zfp:16,zfp:8:3,bitplane:4.25,bitplane:8.25,bitplane:16.25,cast:bfloat16,errbound:2.5e-4,errbound:1e-3:rel $(ARGS)
 	$(VENV)/bin/mpiexec -n 4 $(VPY) -m mpicomp.bench allreduce-gpu --size-mib 256
 	$(VENV)/bin/mpiexec -n 4 $(VPY) -m mpicomp.bench train --buffer cupy --plot train-gpu.png
+
+gpu-session:
+	bash bench/gpu_session.sh $(OUT)
 
 clean:
 	rm -rf build dist .pytest_cache *.egg-info

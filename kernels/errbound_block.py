@@ -32,23 +32,29 @@ code ``i`` in plane ``j`` (the most significant plane first, lanes past a
 short block 0), so every block is a whole number of bytes and a block's
 codes are read with vector operations, as bitplane's planes are: one
 comparison and one mask move per plane to write, byte accumulators to read
-(``errbound_vector.py``, the CPU drivers'). The functions here are the
-scalar reference of the same bytes, the CUDA kernels' per-thread code:
-:func:`block_code` returns each block's code and bit count (a multiple of
-8), :func:`block_codes` fills a block's code slots with the codes its planes
-hold, :func:`pack_group` writes a group, :func:`unpack_group` reads one and
-reports a group whose blocks run past its bytes (hostile bytes) instead of
-reading beyond them, :func:`block_values` and :func:`mask_values` make a
-block's values from its decoded codes, and :func:`reconstruct_block` makes a
-block's decoded values from the encoder's input and the block's code.
+(``errbound_vector.py``, the CPU drivers'). The functions here are the scalar
+reference of the same bytes: :func:`block_code` returns each block's code and
+bit count (a multiple of 8), :func:`block_codes` fills a block's code slots
+with the codes its planes hold, :func:`pack_group` writes a group,
+:func:`unpack_group` reads one and reports a group whose blocks run past its
+bytes (hostile bytes) instead of reading beyond them, :func:`block_values` and
+:func:`mask_values` make a block's values from its decoded codes, and
+:func:`reconstruct_block` makes a block's decoded values from the encoder's
+input and the block's code.
+
+The warp-cooperative CUDA kernels (``errbound_cuda.py``: a lane a value)
+share the per-value and per-block decisions: :func:`quantize_checked_value`
+(a value's integer and check), :func:`choose_code` (a block's code from the
+widths of its values and residuals), and the small helpers (zigzag codes,
+bit lengths, code bytes' fields, the dequantization).
 
 These functions allocate nothing and use only scalars and element access,
 so the same source compiles for the CPU drivers (``errbound_cpu.py``) and as
-device functions for the CUDA kernels (``errbound_cuda.py``). Their caller
-hands them a scratch row of ``SCRATCH`` int64 (a block's history, quantized
-values and codes: a CPU driver's row per parallel iteration, a CUDA thread's
-local array). Every integer is an explicit 64-bit scalar (in Numba ``uint64``
-mixed with ``int64`` silently becomes ``float64``). The wire format is in
+device functions for the CUDA kernels. Their caller hands the block
+functions a scratch row of ``SCRATCH`` int64 (a block's history, quantized
+values and codes: a CPU driver's row per parallel iteration). Every integer
+is an explicit 64-bit scalar (in Numba ``uint64`` mixed with ``int64``
+silently becomes ``float64``). The wire format is in
 ``docs/format.md`` (section errbound).
 
 Speed (the CPU compiler's view): a block is first quantized and checked in
@@ -227,13 +233,10 @@ def _quantize_checked(x, start, n, inv_step, step, bound, q):
     off = np.int64(0)
     base = np.uint64(start)  # (an unsigned index: no negative-index wraparound to vectorize)
     for i in range(n):
-        v = np.float64(x[base + np.uint64(i)])
-        s = add_rn(mul_rn(v, inv_step), 0.5)
-        inside = abs(s) <= _Q_MAX  # (False for NaN; tested before the floor, which the
-        tf = floor_rn(s if inside else 0.0)  # simulator's int conversion would refuse)
-        error = abs(v - _reconstructed(tf, step, is_single(x)))
-        off += np.int64(not error <= bound)
-        q[_slot(i)] = np.int64(np.int32(tf))
+        qi, fails = quantize_checked_value(np.float64(x[base + np.uint64(i)]), inv_step, step,
+                                           bound, is_single(x))
+        off += np.int64(fails)
+        q[_slot(i)] = qi
     if off == np.int64(0):
         return np.int64(0)
     for i in range(n):
@@ -241,6 +244,19 @@ def _quantize_checked(x, start, n, inv_step, step, bound, q):
         if v - v != 0.0:  # (NaN for NaN and Inf)
             return np.int64(NONFINITE)
     return np.int64(RAW)
+
+
+@njit(inline="always")
+def quantize_checked_value(v, inv_step, step, bound, single):
+    """``(q, fails)`` of one value: its integer (0 where out of range), and whether the
+    decoder's ``q * step`` misses it by more than ``bound`` (a value out of range, NaN and
+    Inf included, is checked against 0: its error is past any bound, NaN's is NaN, which
+    ``not <=`` counts)."""
+    s = add_rn(mul_rn(v, inv_step), 0.5)
+    inside = abs(s) <= _Q_MAX  # (False for NaN; tested before the floor, which the
+    tf = floor_rn(s if inside else 0.0)  # simulator's int conversion would refuse)
+    error = abs(v - _reconstructed(tf, step, single))
+    return np.int64(np.int32(tf)), not error <= bound
 
 
 @njit(inline="always")
@@ -315,6 +331,34 @@ def block_code_after(x, start, end, inv_step, step, bound, single, q):
         widest = imax(widest, z)
         nonzero += np.int64(z != np.int64(0))
         widest1 = imax(widest1, _zz(_residual(q, j, np.int64(1), np.int64(0), np.int64(0))))
+    widest2 = np.int64(0)
+    widest3 = np.int64(0)
+    if needs_higher_orders(widest, widest1):
+        for i in range(n):
+            j = _slot(i)
+            widest2 = imax(widest2, _zz(_residual(q, j, np.int64(2), np.int64(-1),
+                                                  np.int64(0))))
+            widest3 = imax(widest3, _zz(_residual(q, j, np.int64(3), np.int64(-3),
+                                                  np.int64(1))))
+    return choose_code(n, raw_bits, widest, nonzero, widest1, widest2, widest3)
+
+
+@njit(inline="always")
+def needs_higher_orders(widest, widest1):
+    """Whether a block's residuals of orders 2 and 3 are priced: only where those of order 1
+    are narrower than the values (never on noise-like blocks such as gradients': each order
+    there widens the residuals)."""
+    w = _bit_length(widest)
+    return w > np.int64(0) and _bit_length(widest1) < w
+
+
+@njit(inline="always")
+def choose_code(n, raw_bits, widest, nonzero, widest1, widest2, widest3):
+    """``(code byte, payload bits)`` of a block of ``n`` values (not raw by their check)
+    from the largest zigzag code of its values (``widest``), its non-zeros, and the largest
+    of its residuals of orders 1-3 (``widest2`` and ``widest3`` read only where
+    :func:`needs_higher_orders`): the cheapest coding, RAW where even that costs more than
+    ``raw_bits``."""
     w = _bit_length(widest)
     code = w
     best = np.int64(4) * w
@@ -327,15 +371,7 @@ def block_code_after(x, start, end, inv_step, step, bound, single, q):
     if w > np.int64(0):
         order = np.int64(1)
         wd = _bit_length(widest1)
-        if wd < w:  # orders 2 and 3 only where the differences beat the values (never on
-            widest2 = np.int64(0)  # noise-like blocks such as gradients': each order there
-            widest3 = np.int64(0)  # widens the residuals)
-            for i in range(n):
-                j = _slot(i)
-                widest2 = imax(widest2, _zz(_residual(q, j, np.int64(2), np.int64(-1),
-                                                      np.int64(0))))
-                widest3 = imax(widest3, _zz(_residual(q, j, np.int64(3), np.int64(-3),
-                                                      np.int64(1))))
+        if needs_higher_orders(widest, widest1):
             w2 = _bit_length(widest2)
             w3 = _bit_length(widest3)
             if w2 < wd:

@@ -33,6 +33,8 @@ CASES: dict[str, tuple[dict, str, int]] = {
     "zfp-8-1d-float32": ({"id": "zfp", "rate": 8, "dims": 1}, "float32", 4096),
     "zfp-7.25-1d-float64": ({"id": "zfp", "rate": 7.25, "dims": 1}, "float64", 4096),
     "errbound-1e-3-float32": ({"id": "errbound", "tolerance": 1e-3}, "float32", 4096),
+    "errbound-1e-5-rel-float64": ({"id": "errbound", "tolerance": 1e-5, "relative": True},
+                                  "float64", 4096),
 }
 
 

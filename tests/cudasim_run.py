@@ -39,10 +39,30 @@ def case_data(case: dict) -> np.ndarray:
     return x.astype(dt)
 
 
+#: kinds of hostile input: bytes a decoder must refuse or decode within the buffer
+HOSTILE = ("random_stream", "bad_step", "too_long", "past_bytes")
+
+
 def random_stream(case: dict, codec) -> np.ndarray:
-    """Arbitrary bytes of a stream's length (kind ``random_stream``: hostile input)."""
+    """The hostile bytes of a case (its ``kind`` one of :data:`HOSTILE`): arbitrary bytes of
+    a stream's length, or an errbound stream of gradients (the host codec's) with a negative
+    step, its first group's size 4096 bytes longer (past the stream's end) or 4 shorter
+    (its blocks run past its bytes)."""
     n = codec.encoded_nbytes(case["n"], np.dtype(case["dtype"]))
-    return np.random.default_rng(case["seed"]).integers(0, 256, n, dtype=np.uint8)
+    kind = case["kind"]
+    if kind == "random_stream":
+        return np.random.default_rng(case["seed"]).integers(0, 256, n, dtype=np.uint8)
+    x = case_data({**case, "kind": "gradient"})
+    stream = codec.encode(x).copy()
+    nblocks = -(-x.size // 32)
+    at = 8 + nblocks  # the first group's size (errbound's layout: docs/format.md)
+    size = int(stream[at]) | int(stream[at + 1]) << 8
+    if kind == "bad_step":
+        stream[:8] = np.frombuffer(np.float64(-0.5).tobytes(), np.uint8)
+    else:
+        size += 4096 if kind == "too_long" else -4
+        stream[at:at + 2] = [size & 0xFF, size >> 8]
+    return stream
 
 
 def main(cases_path: str, out_path: str) -> int:
@@ -68,7 +88,7 @@ def main(cases_path: str, out_path: str) -> int:
         warp.WARPS = case.get("warps", warps)
         codec = get_codec(case["codec"])
         x = case_data(case)
-        if case.get("kind") == "random_stream":  # decode hostile bytes on the device
+        if case.get("kind") in HOSTILE:  # decode hostile bytes on the device
             try:
                 decoded = codec.decode(cuda.to_device(random_stream(case, codec)),
                                        count=x.size, dtype=x.dtype)

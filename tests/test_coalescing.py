@@ -37,15 +37,7 @@ def counted(tmp_path_factory):
     return json.loads(out.read_text())
 
 
-#: kernels not yet warp-cooperative: strict, so the test says so when one becomes coalesced
-NOT_YET = {
-    "errbound-1e-3-float32": "errbound codes one block per thread (10.3x on 2026-11-28)",
-}
-
-
-@pytest.mark.parametrize("case", [
-    pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=NOT_YET[c])) if c in NOT_YET else c
-    for c in CASES])
+@pytest.mark.parametrize("case", list(CASES))
 def test_kernel_accesses_are_coalesced(counted, case):
     result = counted[case]
     assert result["ratio"] <= LIMIT, f"{case}: {result['ratio']:.2f}x\n{result['lines']}"

@@ -117,6 +117,12 @@ WARP_COOPERATIVE = [
      ("bar.warp.sync", "st.shared.u64", "ld.shared.u64")),
     ("zfp_cuda", "decode_1d", "void(uint64[:], float64[:], int64)",
      ("bar.warp.sync", "st.shared.f64", "ld.shared.f64")),
+    # errbound: ballots, maxima, broadcasts; the look-back's atomics
+    ("errbound_cuda", "encode", cuda_cases_errbound.KERNELS[0][2],
+     ("vote.sync.ballot.b32", "shfl.sync.bfly.b32", "shfl.sync.idx.b32", "atom.global.add.u64")),
+    # and prefix sums (delta blocks)
+    ("errbound_cuda", "decode", cuda_cases_errbound.KERNELS[4][2],
+     ("shfl.sync.up.b32", "shfl.sync.idx.b32", "atom.global.add.u64", "st.global.f64")),
 ]
 
 

@@ -404,8 +404,8 @@ def test_streams_read_as_the_format_documents(dtype):
 
 
 def _scalar_drivers():
-    """One thread's pack and unpack over ``errbound_block``'s scalar group code (the CUDA
-    kernels' per-thread code), compiled for the CPU."""
+    """One thread's pack and unpack over ``errbound_block``'s scalar group code (the format's
+    reference), compiled for the CPU."""
     from numba import njit
 
     from mpicomp.kernels.errbound_block import SCRATCH, pack_group, unpack_group
@@ -431,7 +431,7 @@ def _scalar_drivers():
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 def test_the_scalar_planes_write_and_read_the_vector_drivers_bytes(dtype):
-    """errbound_block's scalar pack and unpack (the GPU's per-thread code) write the CPU
+    """errbound_block's scalar pack and unpack (the format's reference) write the CPU
     codec's stream (vector planes, bit deposit and extract) byte for byte and decode it to
     its values, on every coding, whether bytes follow the stream or not."""
     pack, unpack = _scalar_drivers()

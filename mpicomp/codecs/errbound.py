@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 
 from ..kernels import cuda_runtime as cuda
-from ..kernels.errbound_layout import (BAD_CODE, BLOCK, GROUP, HEADER_NBYTES, TOO_LONG,
-                                       valid_code)
+from ..kernels.errbound_layout import (BAD_CODE, BLOCK, GROUP, HEADER_NBYTES, PAST_BYTES,
+                                       TOO_LONG, valid_code)
 from .base import Codec
 
 __all__ = ["HEADER_NBYTES", "ErrboundCodec"]
@@ -180,66 +180,65 @@ class ErrboundCodec(Codec):
             raise ValueError(f"errbound stream: bad step {step!r}")
         return step
 
-    # -- device kernels -------------------------------------------------------------------
+    # -- device kernels: kernels/errbound_cuda.py --------------------------------------
     def encode_on_stream(self, x: Any, out: Any, stream: Any, checked: bool) -> int:
+        """One kernel (a warp a group, offsets by a look-back on the device), then one read
+        of its outcome (NaN/Inf found, the stream's length): the call's one synchronization
+        (two for a relative tolerance, whose bound needs the buffer's largest value)."""
         from ..kernels import errbound_cuda, scan_cuda
 
-        single = np.dtype(x.dtype) == np.float32
         bound = (self.tolerance if not self.relative
                  else self.tolerance * scan_cuda.max_abs(x, stream))
         step, inv_step = self._step(bound)
-        header = np.frombuffer(_HEADER.pack(step), np.uint8).copy()
-        out[:HEADER_NBYTES].copy_to_device(header, stream=stream)
         nblocks = -(-x.size // BLOCK)
         if not nblocks:
+            header = np.frombuffer(_HEADER.pack(step), np.uint8).copy()
+            out[:HEADER_NBYTES].copy_to_device(header, stream=stream)
             stream.synchronize()
             return HEADER_NBYTES
-        codes_d, sizes_d = _sections(out, x.size)
-        bits_d = cuda.as_device(cuda.empty(nblocks, np.int32), "bits", sync=False)
-        flag = cuda.zeros_like_flag(stream)
-        blocks, threads = cuda.grid(nblocks)
-        errbound_cuda.codes[blocks, threads, stream](x, inv_step, step, bound, single, codes_d,
-                                                     bits_d, flag)
-        ngroups = sizes_d.size // 2
-        blocks, threads = cuda.grid(ngroups)
-        errbound_cuda.sizes[blocks, threads, stream](bits_d, sizes_d)
-        # the group offsets need the sizes: one read (a stream synchronization)
-        sizes = sizes_d.copy_to_host(stream=stream)
-        if int(flag.copy_to_host(stream=stream)[0]):
+        ngroups = -(-nblocks // GROUP)
+        work = _work(ngroups, stream)
+        blocks, threads = errbound_cuda.launch_shape(ngroups)
+        errbound_cuda.encode[blocks, threads, stream](x, x.view(np.uint8), inv_step, step, bound,
+                                                      out, work)
+        outcome = work[:errbound_cuda.WORK_HEAD].copy_to_host(stream=stream)
+        if outcome[errbound_cuda.FLAG]:
             raise self._uncompressible("nonfinite", "the buffer holds NaN or Inf (device)")
-        offsets = _offsets(sizes, x.size)
-        offsets_d = cuda.as_device(cuda.empty(ngroups + 1, np.int64), "offsets", sync=False)
-        offsets_d.copy_to_device(offsets, stream=stream)
-        errbound_cuda.pack[blocks, threads, stream](x, x.view(np.uint8), inv_step, codes_d,
-                                                    offsets_d, out, np.dtype(x.dtype).itemsize)
-        stream.synchronize()  # (the host arrays copied above must outlive the copies)
-        return int(offsets[-1])
+        return int(outcome[errbound_cuda.LENGTH])
 
     def decode_on_stream(self, buf: Any, out: Any, stream: Any) -> None:
+        """One kernel, then one read of what it found wrong (the CPU decoder's errors, in
+        its order: a bad step, a code byte no encoder writes, groups needing more bytes than
+        the stream holds, blocks running past their group's bytes)."""
         from ..kernels import errbound_cuda
 
-        head = min(buf.size, _head_nbytes(out.size))
-        host = buf[:head].copy_to_host(stream=stream)  # header, code bytes, group sizes
-        step, _, offsets = self.read_layout(host, out.size, np.dtype(out.dtype),
-                                            total=buf.size)
-        if out.size == 0:
+        count = out.size
+        head = _head_nbytes(count)
+        if buf.size < head:
+            raise ValueError(f"errbound stream of {count} values: {buf.size} bytes, fewer "
+                             f"than its header, code bytes and group sizes ({head})")
+        if count == 0:  # a header alone: its step checked on the host
+            self._read_step(buf[:head].copy_to_host(stream=stream), count, buf.size)
             return
-        codes_d, _ = _sections(buf, out.size)
-        offsets_d = cuda.as_device(cuda.empty(offsets.size, np.int64), "offsets", sync=False)
-        offsets_d.copy_to_device(offsets, stream=stream)
-        flag = cuda.zeros_like_flag(stream)
-        blocks, threads = cuda.grid(offsets.size - 1)
-        errbound_cuda.unpack[blocks, threads, stream](buf, codes_d, offsets_d, step,
-                                                      _inverse(step), out,
-                                                      out.view(np.uint8),
-                                                      np.dtype(out.dtype).itemsize, flag)
-        if int(flag.copy_to_host(stream=stream)[0]):
-            raise ValueError("errbound stream: the blocks of a group run past its bytes or "
-                             "set mask bits past their values (device)")
+        nblocks = -(-count // BLOCK)
+        ngroups = -(-nblocks // GROUP)
+        work = _work(ngroups, stream)
+        blocks, threads = errbound_cuda.launch_shape(ngroups)
+        errbound_cuda.decode[blocks, threads, stream](buf, out, out.view(np.uint8), work)
+        found = work[:errbound_cuda.WORK_HEAD].copy_to_host(stream=stream)
+        if found[errbound_cuda.BAD_STEP]:
+            step = float(np.array(found[errbound_cuda.STEP_BITS], np.int64).view(np.float64))
+            raise ValueError(f"errbound stream: bad step {step!r}")
+        if found[errbound_cuda.FLAG]:
+            raise _layout_error(BAD_CODE, 0, count, buf.size)
+        if found[errbound_cuda.LENGTH] > buf.size:
+            raise _layout_error(TOO_LONG, int(found[errbound_cuda.LENGTH]), count, buf.size)
+        if found[errbound_cuda.PAST]:
+            raise _layout_error(PAST_BYTES, int(found[errbound_cuda.PAST]), count, buf.size)
 
     def reconstruct_on_stream(self, x: Any, buf: Any, out: Any, stream: Any) -> None:
-        """:meth:`reconstruct_into` on the device: one thread per block (the step read from
-        the stream's header: one stream synchronization, as a decode's read of its head)."""
+        """:meth:`reconstruct_into` on the device: one thread a value, the step and code
+        bytes read from the stream on the device (no synchronization)."""
         from ..kernels import errbound_cuda
 
         if out.size == 0:
@@ -248,10 +247,8 @@ class ErrboundCodec(Codec):
             raise ValueError(f"errbound stream of {out.size} values: {buf.size} bytes, fewer "
                              f"than its header, code bytes and group sizes "
                              f"({_head_nbytes(out.size)})")
-        (step,) = _HEADER.unpack(bytes(buf[:HEADER_NBYTES].copy_to_host(stream=stream)))
-        codes_d, _ = _sections(buf, out.size)
-        blocks, threads = cuda.grid(codes_d.size)
-        errbound_cuda.reconstruct[blocks, threads, stream](x, codes_d, _inverse(step), step, out)
+        blocks, threads = cuda.grid(out.size)
+        errbound_cuda.reconstruct[blocks, threads, stream](x, buf, out)
 
     def used_nbytes(self, buf: np.ndarray, count: int, dtype: Any) -> int:
         """The bytes a stream of ``count`` values uses (read from its group sizes)."""
@@ -271,6 +268,17 @@ def _layout_error(status: int, value: int, count: int, total: int) -> ValueError
                           f"bytes, the stream holds {total}")
     return ValueError(f"errbound stream: the blocks of {value} group(s) run past their "
                       "bytes or set mask bits past their values")
+
+
+def _work(ngroups: int, stream: Any) -> Any:
+    """A zeroed int64 work array of the device kernels (kernels/errbound_cuda.py)."""
+    from ..kernels import errbound_cuda
+
+    n = errbound_cuda.work_size(ngroups)
+    work = cuda.as_device(cuda.empty(n, np.int64), "work", sync=False)
+    blocks, threads = cuda.grid(n)
+    errbound_cuda.zero[blocks, threads, stream](work)
+    return work
 
 
 def _inverse(step: float) -> float:
