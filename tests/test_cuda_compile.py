@@ -30,8 +30,8 @@ KERNELS = [
     ("cast_cuda", "encode_f16", "void(uint64[:], int64, int64, uint16[:], int32[:])"),
     ("cast_cuda", "decode_f16", "void(uint16[:], float32[:])"),
     ("cast_cuda", "decode_f16", "void(uint16[:], float64[:])"),
-    ("cast_cuda", "encode_bf16_from32", "void(uint32[:], uint16[:], int32[:])"),
-    ("cast_cuda", "encode_bf16_from64", "void(float64[:], uint16[:], int32[:])"),
+    ("cast_cuda", "encode_bf16", "void(uint32[:], uint16[:], int32[:])"),
+    ("cast_cuda", "encode_bf16", "void(uint64[:], uint16[:], int32[:])"),
     ("cast_cuda", "decode_bf16", "void(uint16[:], float32[:])"),
     ("cast_cuda", "decode_bf16", "void(uint16[:], float64[:])"),
     ("scan_cuda", "max_abs_bits", "void(uint32[:], uint32, uint32[:])"),
@@ -136,3 +136,20 @@ def test_warp_cooperative_kernels_use_warp_intrinsics(module, name, signature, w
     missing = [op for op in wanted if op not in ptx]
     assert not missing, f"{module}.{name}: no {missing} in its PTX"
     assert ".local" not in ptx, f"{module}.{name} keeps a thread-local array"
+
+
+@pytest.mark.parametrize(("module", "name", "signature"),
+                         [k for k in KERNELS if k[0] == "cast_cuda"],
+                         ids=[f"{m}.{n}:{s}" for m, n, s in KERNELS if m == "cast_cuda"])
+def test_cast_kernels_load_every_value_before_converting(module, name, signature):
+    """A cast thread's ITEMS values are loaded by as many loads, all in flight before the
+    first store, and kept in registers (no local memory)."""
+    import re
+
+    from mpicomp.kernels.cast_cuda import ITEMS
+
+    ptx = _ptx(module, name, signature)
+    ops = re.findall(r"^\s+(?:@%p\d+\s+)?((?:ld|st)\.global)", ptx, re.M)
+    assert ops.count("ld.global") == ITEMS, ops
+    assert ops.index("st.global") > max(i for i, op in enumerate(ops) if op == "ld.global")
+    assert ".local" not in ptx

@@ -105,14 +105,14 @@ class CastCodec(Codec):
         codes = out.view(np.uint16)
         wide = np.dtype(x.dtype).itemsize == 8
         flag = cuda.zeros_like_flag(stream)
-        blocks, threads = cuda.grid(x.size)
+        blocks, threads = cast_cuda.launch_shape(x.size)
         if self.target == "float16":
             src = x.view(np.uint64 if wide else np.uint32)
             mant_bits, ebits = (52, 11) if wide else (23, 8)
             cast_cuda.encode_f16[blocks, threads, stream](src, mant_bits, ebits, codes, flag)
         else:
-            kernel = cast_cuda.encode_bf16_from64 if wide else cast_cuda.encode_bf16_from32
-            kernel[blocks, threads, stream](x if wide else x.view(np.uint32), codes, flag)
+            cast_cuda.encode_bf16[blocks, threads, stream](x.view(np.uint64 if wide else np.uint32),
+                                                           codes, flag)
         # one 4-byte read (a stream synchronization): the only way to refuse the buffer
         if not checked and flag.copy_to_host(stream=stream)[0]:
             raise self._uncompressible(
@@ -123,7 +123,7 @@ class CastCodec(Codec):
         from ..kernels import cast_cuda
 
         kernel = cast_cuda.decode_f16 if self.target == "float16" else cast_cuda.decode_bf16
-        blocks, threads = cuda.grid(out.size)
+        blocks, threads = cast_cuda.launch_shape(out.size)
         kernel[blocks, threads, stream](buf.view(np.uint16), out)
 
     def _overflow(self, x: np.ndarray, codes: np.ndarray, count: int) -> Exception:
