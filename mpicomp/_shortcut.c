@@ -33,7 +33,10 @@
  *     mpicomp/p2p.py; plain float data always has an even length) is handed,
  *     with its status, to `frame`, which decodes it in place;
  *   - SENDRECV (Sendrecv, its receive buffer given by position): a send below
- *     `p2p_limit`, its receive as RECEIVE's.
+ *     `p2p_limit`, its receive as RECEIVE's;
+ *   - REPLACE (Sendrecv_replace): SENDRECV's with one buffer, sent and received as bytes
+ *     (a float array, or a spec) or as its array's datatype (other arrays: no frame can
+ *     arrive in them).
  * (a collective of a v-spec, Allgatherv: below `limit` by its v-spec's largest count)
  */
 #define PY_SSIZE_T_CLEAN
@@ -211,7 +214,7 @@ static PyTypeObject StateType = {
 
 /* -- PlainMethod: the method descriptor ------------------------------------------ */
 
-enum { COLLECTIVE = 0, SEND = 1, RECEIVE = 2, SENDRECV = 3 };
+enum { COLLECTIVE = 0, SEND = 1, RECEIVE = 2, SENDRECV = 3, REPLACE = 4 };
 
 /* Where mpi4py's method takes its arguments (from `params`, its parameter names; the
  * communicator at 0; -1: none) */
@@ -219,7 +222,10 @@ typedef struct {
     int op, root;    /* op, root */
     int peer, tag;   /* dest or source, and tag or sendtag (sends; Sendrecv's send) */
     int counts;      /* recvcounts (Reduce_scatter) */
-    int into;        /* the receiving kinds' receive buffer (source, tag and status follow) */
+    int into;        /* the receiving kinds' receive buffer (then `gap` other arguments,
+                        then source, tag and status) */
+    int gap;         /* arguments between the receive buffer and its source (REPLACE's dest
+                        and sendtag: 2; else 0) */
     int most;        /* how many arguments it takes at most */
 } Positions;
 
@@ -232,8 +238,10 @@ typedef struct {
     long long min_frame;   /* receiving kinds: no frame is shorter (shorter: plain data) */
     PyObject *status_type; /* receiving kinds: MPI.Status */
     PyObject *byte;        /* receiving kinds: MPI.BYTE */
-    PyObject *defaults;    /* receiving kinds: (source, tag) when the call leaves them out */
-    int kind;              /* COLLECTIVE, SEND, RECEIVE or SENDRECV */
+    PyObject *defaults;    /* receiving kinds: the arguments after the receive buffer when
+                              the call leaves them out ((source, tag); REPLACE: (dest,
+                              sendtag, source, tag)) */
+    int kind;              /* COLLECTIVE, SEND, RECEIVE, SENDRECV or REPLACE */
     int recv_index;        /* RECEIVE, SENDRECV: where the plain receives are counted */
     int sized;             /* the argument whose bytes are the call's size (1: the first
                               buffer; Scatter: 2, its receive buffer) */
@@ -503,6 +511,7 @@ largest_count(PyObject *spec, PyTypeObject *array)
 typedef int (*mpi_recv_t)(void *, int, int, int, int, int, void *);
 typedef int (*mpi_sendrecv_t)(const void *, int, int, int, int, void *, int, int, int, int,
                               int, void *);
+typedef int (*mpi_sendrecv_replace_t)(void *, int, int, int, int, int, int, int, void *);
 typedef int (*mpi_get_count_t)(const void *, int, int *);
 typedef int (*mpi_allreduce_t)(const void *, void *, int, int, int, int);
 typedef int (*mpi_bcast_t)(void *, int, int, int, int);
@@ -531,6 +540,7 @@ static unsigned long long direct_calls;  /* calls that called MPI themselves (fo
 static struct {
     mpi_recv_t recv;
     mpi_sendrecv_t sendrecv;
+    mpi_sendrecv_replace_t sendrecv_replace;
     mpi_get_count_t get_count;
     mpi_allreduce_t allreduce;
     mpi_bcast_t bcast;
@@ -670,10 +680,13 @@ direct(Method *self, const Span *into, Py_ssize_t first, PyObject *const *args,
 {
     if (mpi.recv == NULL || into->nbytes > INT_MAX)
         return 0;
+    if (self->kind == REPLACE && mpi.sendrecv_replace == NULL)
+        return 0;
     int from[2];  /* source, tag */
     for (int i = 0; i < 2; i++) {
-        Py_ssize_t at = first + 1 + i;
-        if (!int_arg(at < nargs ? args[at] : PyTuple_GET_ITEM(self->defaults, i), &from[i]))
+        Py_ssize_t at = first + 1 + self->at.gap + i;
+        if (!int_arg(at < nargs ? args[at]
+                     : PyTuple_GET_ITEM(self->defaults, self->at.gap + i), &from[i]))
             return 0;
     }
     int dest = 0, sendtag = 0, sendtype = 0, sendcount = 0;
@@ -684,6 +697,24 @@ direct(Method *self, const Span *into, Py_ssize_t first, PyObject *const *args,
             return 0;
         if (!send_view(args[1], self->array, &sent, &sendat, &sendtype, &sendcount))
             return 0;
+    }
+    /* REPLACE: a bare array of another type than float32/64 keeps its datatype */
+    int type = mpi.byte, typed = 0;
+    if (self->kind == REPLACE) {
+        if (!int_arg(args[self->at.peer], &dest)
+                || !int_arg(self->at.tag < nargs ? args[self->at.tag]
+                            : PyTuple_GET_ITEM(self->defaults, self->at.tag - first - 1),
+                            &sendtag))
+            return 0;
+        if (into->bare) {
+            if (!typed_view(into->array, 1, &view, &type, &typed))
+                return 0;
+            PyBuffer_Release(&view);
+            if (type == mpi.types['f'] || type == mpi.types['d']) {
+                type = mpi.byte;
+                typed = 0;
+            }
+        }
     }
     if (PyObject_GetBuffer(into->array, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
         PyErr_Clear();
@@ -705,6 +736,9 @@ direct(Method *self, const Span *into, Py_ssize_t first, PyObject *const *args,
             ierr = self->kind == SENDRECV
                    ? mpi.sendrecv(sendat, sendcount, sendtype, dest, sendtag, at, n, mpi.byte,
                                   from[0], from[1], *comm, st)
+                   : self->kind == REPLACE
+                   ? mpi.sendrecv_replace(at, typed ? typed : n, type, dest, sendtag, from[0],
+                                          from[1], *comm, st)
                    : mpi.recv(at, n, mpi.byte, from[0], from[1], *comm, st);
             if (ierr == 0)
                 ierr = mpi.get_count(st, mpi.byte, &got);
@@ -734,7 +768,7 @@ through_mpi4py(Method *self, const Span *into, Py_ssize_t first, PyObject *const
                long long *received)
 {
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
-    Py_ssize_t status_pos = first + 3;
+    Py_ssize_t status_pos = first + self->at.gap + 3;
     PyObject *spec;
     if (into->bare) {
         spec = PyTuple_Pack(2, into->array, self->byte);
@@ -793,9 +827,10 @@ receive_shape(Method *self, Py_ssize_t first, PyObject *const *args, Py_ssize_t 
               PyObject *kwnames, Span *into)
 {
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
-    Py_ssize_t status_pos = first + 3;
+    Py_ssize_t status_pos = first + self->at.gap + 3;
     Spec s;
-    if (!(nargs > first && nargs <= status_pos + 1 && nargs + nkw <= status_pos + 3)
+    if (!(nargs > first + (self->kind == REPLACE) && nargs <= status_pos + 1
+          && nargs + nkw <= status_pos + 3)
             || !read_spec(args[first], self->array, &s)
             || !spec_span(&s, 1, &into->offset, &into->nbytes))
         return 0;
@@ -814,7 +849,7 @@ receive(Method *self, State *state, const Span *into, Py_ssize_t first, PyObject
         Py_ssize_t nargs, PyObject *kwnames, PyObject **result)
 {
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
-    Py_ssize_t status_pos = first + 3;
+    Py_ssize_t status_pos = first + self->at.gap + 3;
     /* where the status is: positional, a keyword, or nowhere */
     Py_ssize_t at = nargs > status_pos ? status_pos : -1;
     for (Py_ssize_t i = 0; i < nkw && at < 0; i++) {
@@ -877,6 +912,7 @@ static const struct {
 } FUNCTIONS[] = {
     {"MPI_Recv", (void **)&mpi.recv, RECEIVE, NO_DIRECT},
     {"MPI_Sendrecv", (void **)&mpi.sendrecv, SENDRECV, NO_DIRECT},
+    {"MPI_Sendrecv_replace", (void **)&mpi.sendrecv_replace, REPLACE, NO_DIRECT},
     {"MPI_Get_count", (void **)&mpi.get_count, -1, NO_DIRECT},
     {"MPI_Comm_rank", (void **)&mpi.comm_rank, -1, NO_DIRECT},
     {"MPI_Comm_size", (void **)&mpi.comm_size, -1, NO_DIRECT},
@@ -1465,6 +1501,7 @@ shortcut_call(Method *self, State *state, PyObject *const *args, Py_ssize_t narg
         return receive_shape(self, self->at.into, args, nargs, kwnames, &into)
                ? receive(self, state, &into, self->at.into, args, nargs, kwnames, result) : 0;
     case SENDRECV:
+    case REPLACE:
         /* the call must have the shape the receive takes (its buffer positional) before
          * anything is counted */
         if (!receive_shape(self, self->at.into, args, nargs, kwnames, &into))
@@ -1532,16 +1569,17 @@ method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                                      &byte, &defaults, &recv_index, &sized, &other, &vspec,
                                      &per_rank, &min_frame))
         return NULL;
-    static const char *KINDS[] = {"collective", "send", "receive", "sendrecv"};
+    static const char *KINDS[] = {"collective", "send", "receive", "sendrecv", "replace"};
     int kind = -1;
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 5; k++)
         if (strcmp(kind_name, KINDS[k]) == 0)
             kind = k;
     if (kind < 0) {
-        PyErr_Format(PyExc_ValueError, "PlainMethod: kind 'collective', 'send', 'receive' "
-                     "or 'sendrecv', got '%s'", kind_name);
+        PyErr_Format(PyExc_ValueError, "PlainMethod: kind 'collective', 'send', 'receive', "
+                     "'sendrecv' or 'replace', got '%s'", kind_name);
         return NULL;
     }
+    int receiving = kind == RECEIVE || kind == SENDRECV || kind == REPLACE;
     /* the MPI function its calls go to: its code, and whether this kind may name it */
     int direct = NO_DIRECT;
     if (mpi_name != Py_None) {
@@ -1561,7 +1599,7 @@ method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     /* where mpi4py's method takes each argument (the communicator first) */
     Py_ssize_t nparams = PyTuple_GET_SIZE(params);
-    Positions at = {-1, -1, -1, -1, -1, -1, (int)nparams + 1};
+    Positions at = {-1, -1, -1, -1, -1, -1, 0, (int)nparams + 1};
     int source_at = -1, status_at = -1;
     for (Py_ssize_t i = 0; i < nparams; i++) {
         PyObject *name = PyTuple_GET_ITEM(params, i);
@@ -1594,13 +1632,15 @@ method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
                      "sized, other and vspec are among them, got %zd", nparams);
         return NULL;
     }
-    if ((kind == RECEIVE || kind == SENDRECV)
-            && (at.into < 1 || source_at != at.into + 1 || status_at != at.into + 3)) {
+    at.gap = kind == REPLACE ? 2 : 0;
+    if (receiving && (at.into < 1 || source_at != at.into + 1 + at.gap
+                      || status_at != source_at + 2
+                      || (kind == REPLACE && (at.peer != at.into + 1 || at.tag != at.into + 2)))) {
         PyErr_SetString(PyExc_ValueError, "PlainMethod: a receive's params have its buffer, "
-                        "then source, tag and status");
+                        "then (Sendrecv_replace: dest and sendtag) source, tag and status");
         return NULL;
     }
-    if ((kind == SEND || kind == SENDRECV) && (at.peer < 0 || at.tag < 0)) {
+    if ((kind == SEND || kind == SENDRECV || kind == REPLACE) && (at.peer < 0 || at.tag < 0)) {
         PyErr_SetString(PyExc_ValueError, "PlainMethod: a send's params have dest (or "
                         "source) and tag");
         return NULL;
@@ -1628,11 +1668,12 @@ method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     if (recv_index < 0)
         recv_index = index;
-    if ((kind == RECEIVE || kind == SENDRECV)
+    if (receiving
             && (!PyCallable_Check(frame) || !PyCallable_Check(status_type) || byte == Py_None
-                || !PyTuple_Check(defaults) || PyTuple_GET_SIZE(defaults) != 2)) {
+                || !PyTuple_Check(defaults) || PyTuple_GET_SIZE(defaults) != 2 + at.gap)) {
         PyErr_SetString(PyExc_TypeError, "PlainMethod: a receive needs frame, status_type, "
-                        "byte and defaults (source, tag)");
+                        "byte and defaults (source, tag; Sendrecv_replace: dest, sendtag, "
+                        "source, tag)");
         return NULL;
     }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keywords); i++) {

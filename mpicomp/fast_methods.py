@@ -29,8 +29,9 @@ __all__ = ["COLLECTIVES", "FAST_METHODS", "METHODS", "NO_LIMITS", "PER_RANK", "R
 
 #: the kinds of method (the compiled shortcut's too): a collective, below the state's
 #: ``limit``; a send (Send, Isend, Irecv), below ``p2p_limit``; a receive, received as
-#: bytes and decoded when the message is a frame; a Sendrecv, a send and a receive
-KINDS = ("collective", "send", "receive", "sendrecv")
+#: bytes and decoded when the message is a frame; a Sendrecv, a send and a receive; a
+#: Sendrecv_replace, its one buffer sent and received (as bytes where a frame can arrive)
+KINDS = ("collective", "send", "receive", "sendrecv", "replace")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +92,8 @@ FAST_METHODS: tuple[FastMethod, ...] = (
     # its send below p2p_limit, its receive (positional, as the receive takes it) counted
     # as a Recv
     FastMethod("Sendrecv", "sendrecv", "MPI_Sendrecv", other=None, keywords=("status",)),
+    FastMethod("Sendrecv_replace", "replace", "MPI_Sendrecv_replace", sized="buf", other=None,
+               keywords=("status",)),
 )
 
 #: the methods' names, in the table's order
@@ -100,7 +103,7 @@ COLLECTIVES = tuple(m.name for m in FAST_METHODS if m.kind == "collective")
 #: point to point: plain below the state's ``p2p_limit``
 SENDS = tuple(m.name for m in FAST_METHODS if m.kind == "send")
 #: received as bytes straight into the buffer once the state has a ``p2p_limit``
-RECEIVES = tuple(m.name for m in FAST_METHODS if m.kind in ("receive", "sendrecv"))
+RECEIVES = tuple(m.name for m in FAST_METHODS if m.kind in ("receive", "sendrecv", "replace"))
 #: collectives whose in-place size is one rank's part of the receive buffer
 PER_RANK = frozenset(m.name for m in FAST_METHODS if m.per_rank)
 #: the receives: their plain calls send nothing

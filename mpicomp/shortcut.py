@@ -90,11 +90,16 @@ def install(cls: type) -> None:
         def at(param: str | None, names: tuple[str, ...] = names) -> int:
             return names.index(param) + 1 if param else 0
 
+        receiving = {}
+        if m.kind in ("receive", "sendrecv"):
+            receiving = receive
+        elif m.kind == "replace":  # (dest, sendtag) before its source and tag
+            receiving = {**receive, "defaults": (None, 0, *receive["defaults"])}
         setattr(cls, m.name, PlainMethod(
             getattr(MPI.Intracomm, m.name), cls.__dict__[m.name], np.ndarray,
             cls.__dict__["_shortcut"], index, names, keywords(m), kind=m.kind, mpi=m.mpi,
             sized=at(m.sized), other=at(m.other), vspec=at(m.vspec), per_rank=m.per_rank,
-            **(receive if m.kind in ("receive", "sendrecv") else {})))
+            **receiving))
     bind_mpi()
 
 
