@@ -9,7 +9,9 @@
                                   codec="bitplane", rate=4.25, error_feedback="loco")
     loss.backward(); opt.step()     # gradients averaged across the ranks, then the step
 
-(Horovod users know this shape.) Tensor parallelism (Megatron-LM's column-
+(Horovod users know this shape.) ``init_process_group("gloo")`` starts PyTorch's
+own process group from MPI (:mod:`mpicomp.torch.distributed`: no torchrun
+variables under ``mpiexec``). Tensor parallelism (Megatron-LM's column-
 and row-parallel linear layers and the collectives under them) is in
 :mod:`mpicomp.torch.tensor_parallel`, pipeline parallelism
 (:class:`PipelineStage`) in :mod:`mpicomp.torch.pipeline`, sharded data
@@ -31,11 +33,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .distributed import init_process_group
+
 __all__ = ["ColumnParallelLinear", "DistributedOptimizer", "PipelineStage", "RowParallelLinear",
            "ShardedOptimizer",
            "allreduce_sequence_parallel_grads", "broadcast_parameters", "copy_to_group",
-           "gather_from_group", "gather_from_sequence", "reduce_from_group",
-           "reduce_scatter_to_sequence", "scatter_to_group"]
+           "gather_from_group", "gather_from_sequence", "init_process_group",
+           "reduce_from_group", "reduce_scatter_to_sequence", "scatter_to_group"]
 
 #: what ``mpicomp.torch.tensor_parallel`` and ``.pipeline`` give (imported on first use:
 #: they import torch)
