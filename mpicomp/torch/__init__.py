@@ -34,9 +34,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .distributed import init_process_group
+from .hooks import HookState, compressed_allreduce_hook
 
-__all__ = ["ColumnParallelLinear", "DistributedOptimizer", "PipelineStage", "RowParallelLinear",
-           "ShardedOptimizer",
+__all__ = ["ColumnParallelLinear", "DistributedOptimizer", "HookState", "PipelineStage",
+           "RowParallelLinear", "ShardedOptimizer", "compressed_allreduce_hook",
            "allreduce_sequence_parallel_grads", "broadcast_parameters", "copy_to_group",
            "gather_from_group", "gather_from_sequence", "init_process_group",
            "reduce_from_group", "reduce_scatter_to_sequence", "scatter_to_group"]

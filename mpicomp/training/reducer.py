@@ -38,7 +38,7 @@ from . import buckets as bucketing
 from .feedback import ErrorFeedback
 from .rules import Rule, check_rules, settings_for
 
-__all__ = ["GradientReducer"]
+__all__ = ["GradientReducer", "roundtrip"]
 
 #: a bucket's settings that say where and with what it is packed, not how it is sent
 NOT_CALL_SETTINGS = ("place", "bucket")
@@ -128,19 +128,22 @@ class GradientReducer:
         return bufs
 
     def _roundtrip(self, call: dict[str, Any], x: Any, req: Any, on: Any) -> Any:
-        """C(x): what this rank's contribution carried: the codec's round trip of ``x`` when
-        the call was compressed, ``x`` itself when it went to plain MPI (the communicator
-        decides that with every rank: NaN/Inf anywhere, below the threshold, ...)."""
-        pol = self.comm.resolved_policy(**call)
-        if pol.auto:
-            raise ValueError("error feedback needs a named codec (the codec is 'auto'); pass "
-                             "codec= to the reducer or its rules")
-        if not getattr(req, "compressed", False):
-            return x
-        return on.roundtrip(pol.codec, x)
+        return roundtrip(self.comm, call, x, req, on)
 
     def describe(self) -> list[dict[str, Any]]:
         """The current buckets: names, values, settings (after a first :meth:`reduce`)."""
         return [{"names": b.names, "values": b.size, "dtype": b.dtype.name,
                  "settings": json.loads(b.key[0])} for b in (self._plan or [])]
 
+
+def roundtrip(comm: Any, call: dict[str, Any], x: Any, req: Any, on: Any) -> Any:
+    """C(x): what this rank's contribution to the finished ``req`` carried: the codec's round
+    trip of ``x`` when the call was compressed, ``x`` itself when it went to plain MPI (the
+    communicator decides that with every rank: NaN/Inf anywhere, below the threshold, ...)."""
+    pol = comm.resolved_policy(**call)
+    if pol.auto:
+        raise ValueError("error feedback needs a named codec (the codec is 'auto'); pass "
+                         "codec= to the reducer or its rules")
+    if not getattr(req, "compressed", False):
+        return x
+    return on.roundtrip(pol.codec, x)

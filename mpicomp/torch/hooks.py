@@ -1,0 +1,101 @@
+"""A DDP communication hook: DistributedDataParallel's gradient buckets, compressed.
+
+::
+
+    import mpicomp.torch as mt
+    mt.init_process_group("gloo")
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    state = mt.HookState(codec="bitplane", rate=4.25, error_feedback="loco")
+    ddp.register_comm_hook(state, mt.compressed_allreduce_hook)
+
+PyTorch's convention (``PowerSGDState`` and ``powerSGD_hook``): DDP hands
+each gradient bucket, as backward produces it, to the hook, which returns a
+``torch.futures.Future`` of the bucket's averaged values; DDP waits for the
+futures only at the end of backward, so the transfers overlap the rest of
+backward. Here each bucket is one nonblocking compressed ``Iallreduce`` of
+mpicomp's communicator (plus, with error feedback, the bucket's kept
+residual added first and its new one kept after, per bucket as
+:class:`~mpicomp.training.GradientReducer` keeps them); a helper thread
+waits for it, divides by the number of ranks, as DDP averages, writes the
+bucket and completes the future. ``codec="none"`` is PyTorch's own
+``default_hooks.allreduce_hook`` (the bucket divided by the world size, then
+``torch.distributed.all_reduce``). CPU tensors are reduced through NumPy views of the bucket, CUDA
+tensors on their device (mpicomp's device path).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from ..training.feedback import ErrorFeedback
+from ..training.reducer import roundtrip
+
+__all__ = ["HookState", "compressed_allreduce_hook"]
+
+
+class HookState:
+    """What :func:`compressed_allreduce_hook` keeps: the communicator (``comm``: an MPI
+    communicator of DDP's ranks in the same order, ``MPI.COMM_WORLD`` by default), the
+    per-call settings (``codec``, ``rate``, ``algorithm``, ``threshold``), the error
+    feedback (``"none"``, ``"classic"`` or ``"loco"``, with ``beta`` and ``reset_every``)
+    and each bucket's buffers and residual. Bad settings raise here, on every rank."""
+
+    def __init__(self, comm: Any = None, codec: Any = None, rate: float | None = None,
+                 algorithm: str | None = None, threshold: int | None = None,
+                 error_feedback: str = "none", beta: float = 0.8,
+                 reset_every: int = 1024) -> None:
+        from . import _world
+
+        self.comm = _world(comm)
+        self.call = {k: v for k, v in (("codec", codec), ("rate", rate),
+                                       ("algorithm", algorithm), ("threshold", threshold))
+                     if v is not None}
+        self.comm.resolved_policy(**self.call)
+        self.ddp_own = codec == "none"
+        self.feedback = ErrorFeedback(error_feedback, beta, reset_every)
+        self._buffers: dict[int, tuple[Any, Any]] = {}
+
+
+def compressed_allreduce_hook(state, bucket):  # noqa: ANN001, ANN201
+    """DDP's hook: the future of ``bucket``'s gradients averaged over the ranks (see the
+    module's doc). (Not annotated: ``register_comm_hook`` refuses a hook whose annotations
+    are not ``dist.GradBucket`` and ``torch.futures.Future[torch.Tensor]``, and those would
+    import torch here.)"""
+    import torch
+
+    from .. import backend
+    from . import _buffer
+
+    flat = bucket.buffer()
+    if state.ddp_own:  # PyTorch's own allreduce hook
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        return default_hooks.allreduce_hook(None, bucket)
+    on = backend.arrays_for("bucket", flat)
+    g = on.view("bucket", _buffer(flat))
+    key = bucket.index()
+    bufs = state._buffers.get(key)
+    if bufs is None or bufs[0].size != g.size:
+        bufs = state._buffers[key] = (on.empty(g.size, g.dtype), on.empty(g.size, g.dtype))
+    x, y = bufs
+    on.copy(x, g)
+    x = state.feedback.compensate(key, x, on)
+    req = state.comm.Iallreduce(x, y, **state.call)
+    done = torch.futures.Future()
+    last = bucket.is_last()
+
+    def finish() -> None:
+        try:
+            req.Wait()
+            if state.feedback.active:
+                state.feedback.update(key, x, roundtrip(state.comm, state.call, x, req, on), on)
+            on.divide(y, state.comm.Get_size())
+            on.copy(g, y)
+            if last:
+                state.feedback.end_step()
+            done.set_result(flat)
+        except BaseException as exc:  # (DDP raises it from its wait)
+            done.set_exception(exc)
+
+    threading.Thread(target=finish, name="mpicomp-ddp-hook", daemon=True).start()
+    return done
