@@ -35,6 +35,22 @@ GPU_ENV = "MPICOMP_TEST_GPU"
 
 
 # -- fixtures ---------------------------------------------------------------
+@pytest.fixture
+def process_group(comm, monkeypatch):
+    """PyTorch's default process group (gloo) on the job's ranks, started from MPI by
+    ``mpicomp.torch.init_process_group`` (skipped without torch)."""
+    import datetime
+
+    dist = pytest.importorskip("torch.distributed")
+    import mpicomp.torch as mt
+
+    for name in ("MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    mt.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    yield
+    dist.destroy_process_group()
+
+
 @pytest.fixture(scope="session")
 def comm():
     """``MPI.COMM_WORLD`` (a singleton world of size 1 outside mpiexec)."""

@@ -1,23 +1,12 @@
 """mpicomp.torch.compressed_allreduce_hook: DDP's gradient buckets through mpicomp."""
 from __future__ import annotations
 
-import datetime
-
 import pytest
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
 import mpicomp.torch as mt  # noqa: E402
-
-
-@pytest.fixture
-def process_group(comm, monkeypatch):
-    for name in ("MASTER_ADDR", "MASTER_PORT"):
-        monkeypatch.delenv(name, raising=False)
-    mt.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
-    yield
-    dist.destroy_process_group()
 
 
 def _grads(comm, hook_state=None, steps=1, bucket_cap_mb=0.05, hook=None):

@@ -36,11 +36,12 @@ from typing import Any
 from .distributed import init_process_group
 from .hooks import HookState, compressed_allreduce_hook
 
-__all__ = ["ColumnParallelLinear", "DistributedOptimizer", "HookState", "PipelineStage",
-           "RowParallelLinear", "ShardedOptimizer", "compressed_allreduce_hook",
-           "allreduce_sequence_parallel_grads", "broadcast_parameters", "copy_to_group",
-           "gather_from_group", "gather_from_sequence", "init_process_group",
-           "reduce_from_group", "reduce_scatter_to_sequence", "scatter_to_group"]
+__all__ = ["ColumnParallelLinear", "CompressedReduceScatter", "DistributedOptimizer", "HookState",
+           "PipelineStage", "RowParallelLinear", "ShardedOptimizer",
+           "allreduce_sequence_parallel_grads", "broadcast_parameters",
+           "compressed_allreduce_hook", "copy_to_group", "gather_from_group",
+           "gather_from_sequence", "init_process_group", "reduce_from_group",
+           "reduce_scatter_to_sequence", "scatter_to_group"]
 
 #: what ``mpicomp.torch.tensor_parallel`` and ``.pipeline`` give (imported on first use:
 #: they import torch)
@@ -50,6 +51,7 @@ _TENSOR_PARALLEL = ("ColumnParallelLinear", "RowParallelLinear",
                     "scatter_to_group")
 _PIPELINE = ("PipelineStage",)
 _SHARDED = ("ShardedOptimizer",)
+_FSDP = ("CompressedReduceScatter",)
 
 
 def __getattr__(name: str) -> Any:
@@ -68,6 +70,11 @@ def __getattr__(name: str) -> Any:
         from . import sharded
 
         return getattr(sharded, name)
+    if name in _FSDP:
+        _torch()
+        from . import fsdp
+
+        return getattr(fsdp, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

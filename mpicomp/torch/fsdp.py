@@ -1,0 +1,68 @@
+"""FSDP2's gradient reduce-scatter through mpicomp: ``fully_shard`` models, compressed.
+
+::
+
+    from torch.distributed.fsdp import fully_shard
+    import mpicomp.torch as mt
+    mt.init_process_group("gloo")
+    fully_shard(model)
+    model.set_custom_reduce_scatter(mt.CompressedReduceScatter(codec="bitplane", rate=8.25))
+
+FSDP2 (PyTorch's ``fully_shard``) reduce-scatters each parameter group's
+flat gradient in backward through a ``ReduceScatter`` communication object
+(``allocate`` its buffers, then ``__call__(output_tensor, input_tensor,
+group, op)``), which ``set_custom_reduce_scatter`` replaces. This one is a
+``Reduce_scatter_block`` of mpicomp's communicator with the per-call
+settings given (``op`` SUM, or AVG: the sum divided by the group's size).
+The process group must hold the communicator's ranks in its order (checked
+each call). CPU tensors go through NumPy views, CUDA tensors through
+mpicomp's device path. FSDP2 runs on PyTorch's CPU build with the gloo
+backend (torch 2.13.0+cpu here); error feedback on the reduce-scatter is
+not in this object (the sharded optimizer's is, :mod:`.sharded`).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
+
+from . import _buffer, _world
+
+__all__ = ["CompressedReduceScatter"]
+
+
+class CompressedReduceScatter(ReduceScatter):
+    """See the module's doc. ``comm``: an MPI communicator of the process group's ranks
+    (``MPI.COMM_WORLD`` by default); ``codec``, ``rate``, ``algorithm``, ``threshold``: the
+    calls' settings (checked here, on every rank)."""
+
+    def __init__(self, comm: Any = None, codec: Any = None, rate: float | None = None,
+                 algorithm: str | None = None, threshold: int | None = None) -> None:
+        self.comm = _world(comm)
+        self.call = {k: v for k, v in (("codec", codec), ("rate", rate),
+                                       ("algorithm", algorithm), ("threshold", threshold))
+                     if v is not None}
+        self.comm.resolved_policy(**self.call)
+
+    def allocate(self, size: Any, *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor,
+                 group: dist.ProcessGroup, op: Any, async_op: bool = False) -> None:
+        n = self.comm.Get_size()
+        if dist.get_world_size(group) != n or dist.get_rank(group) != self.comm.Get_rank():
+            raise ValueError(
+                f"CompressedReduceScatter: the process group (rank {dist.get_rank(group)} of "
+                f"{dist.get_world_size(group)}) is not the communicator's ranks in its order "
+                f"(rank {self.comm.Get_rank()} of {n})")
+        if op not in (dist.ReduceOp.SUM, dist.ReduceOp.AVG):
+            raise ValueError(f"CompressedReduceScatter: op must be SUM or AVG, got {op}")
+        from mpi4py import MPI
+
+        self.comm.Reduce_scatter_block(_buffer(input_tensor), _buffer(output_tensor),
+                                       op=MPI.SUM, **self.call)
+        if op == dist.ReduceOp.AVG:
+            output_tensor.div_(n)
+        return None
