@@ -15,8 +15,9 @@ futures only at the end of backward, so the transfers overlap the rest of
 backward. Here each bucket is one nonblocking compressed ``Iallreduce`` of
 mpicomp's communicator (plus, with error feedback, the bucket's kept
 residual added first and its new one kept after, per bucket as
-:class:`~mpicomp.training.GradientReducer` keeps them); a helper thread
-waits for it, divides by the number of ranks, as DDP averages, writes the
+:class:`~mpicomp.training.GradientReducer` keeps them); the state's one
+helper thread waits for the buckets in the order they started, divides each
+by the number of ranks, as DDP averages, writes the
 bucket and completes the future. ``codec="none"`` is PyTorch's own
 ``default_hooks.allreduce_hook`` (the bucket divided by the world size, then
 ``torch.distributed.all_reduce``). CPU tensors are reduced through NumPy views of the bucket, CUDA
@@ -24,7 +25,7 @@ tensors on their device (mpicomp's device path).
 """
 from __future__ import annotations
 
-import threading
+import concurrent.futures
 from typing import Any
 
 from ..training.feedback import ErrorFeedback
@@ -54,6 +55,15 @@ class HookState:
         self.ddp_own = codec == "none"
         self.feedback = ErrorFeedback(error_feedback, beta, reset_every)
         self._buffers: dict[int, tuple[Any, Any]] = {}
+        self._finisher: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def finish(self, work: Any) -> None:
+        """Run ``work`` on the state's helper thread, after the work handed to it before (a
+        step's buckets finish in the order they started, its last one last)."""
+        if self._finisher is None:
+            self._finisher = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="mpicomp-ddp-hook")
+        self._finisher.submit(work)
 
 
 def compressed_allreduce_hook(state, bucket):  # noqa: ANN001, ANN201
@@ -97,5 +107,5 @@ def compressed_allreduce_hook(state, bucket):  # noqa: ANN001, ANN201
         except BaseException as exc:  # (DDP raises it from its wait)
             done.set_exception(exc)
 
-    threading.Thread(target=finish, name="mpicomp-ddp-hook", daemon=True).start()
+    state.finish(finish)
     return done
