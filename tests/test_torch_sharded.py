@@ -131,3 +131,51 @@ def test_bad_sharded_optimizer_settings_raise_on_every_rank(comm):
     with pytest.raises(TypeError, match="unexpected keyword argument 'momentum'"):
         mt.ShardedOptimizer(model.named_parameters(), torch.optim.Adam, comm=dp,
                             momentum=0.9)
+
+
+def _steps(model, opt, comm, first: int, last: int) -> bytes:
+    """Steps ``first`` to ``last - 1`` (each its own data); the parameters' bytes after."""
+    for step in range(first, last):
+        x, t = _data(comm.Get_rank(), step)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), t).backward()
+        opt.step()
+    return _blob(model)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("feedback", ["none", "loco"])
+def test_a_run_saved_and_resumed_gives_the_bits_of_an_uninterrupted_one(comm, feedback):
+    """state_dict() mid-way (each rank its own), a new model and optimizer (other initial
+    weights) loading it: the parameters after the remaining steps are bitwise those of the
+    uninterrupted run, compressed gradients and error feedback (residuals, LoCo's reset
+    count: reset_every 2) included."""
+    import copy
+
+    settings = {"codec": "bitplane", "rate": 4.25, "threshold": 0, "error_feedback": feedback,
+                "reset_every": 2, "bucket_mib": 1e-4, "lr": 1e-2}
+    model = _model(0)
+    opt = mt.ShardedOptimizer(model.named_parameters(), torch.optim.Adam, comm=comm, **settings)
+    whole = _steps(model, opt, comm, 0, 6)
+
+    model = _model(0)
+    opt = mt.ShardedOptimizer(model.named_parameters(), torch.optim.Adam, comm=comm, **settings)
+    _steps(model, opt, comm, 0, 3)
+    saved = copy.deepcopy(opt.state_dict())
+    if feedback != "none":
+        assert saved["feedback"]["residuals"]  # (something to carry over)
+    model = _model(1)
+    opt = mt.ShardedOptimizer(model.named_parameters(), torch.optim.Adam, comm=comm, **settings)
+    opt.load_state_dict(saved)
+    assert _steps(model, opt, comm, 3, 6) == whole
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_state_of_another_layout_is_refused_on_every_rank(comm):
+    model = _model(0)
+    opt = mt.ShardedOptimizer(model.named_parameters(), torch.optim.Adam, comm=comm, lr=1e-2)
+    state = opt.state_dict()
+    if comm.Get_rank() == 0:  # one rank's state is wrong: every rank raises
+        state["layout"] = {**state["layout"], "numel": state["layout"]["numel"] + 1}
+    with pytest.raises(ValueError, match="does not match"):
+        opt.load_state_dict(state)

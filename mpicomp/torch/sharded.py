@@ -149,6 +149,43 @@ class ShardedOptimizer:
                 else:
                     q.grad.zero_()
 
+    # -- checkpoints ---------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's state (each rank saves its own, as ``ZeroRedundancyOptimizer``'s
+        shards): its shard's optimizer state and master values, the parameters as every rank
+        holds them, the error feedback's residuals and the step count, and the layout
+        (ranks, buckets) a resume must match. Loaded by :meth:`load_state_dict`, a resumed
+        run continues with the same bits as an uninterrupted one."""
+        return {"optimizer": self.optimizer.state_dict(),
+                "master": self.master.detach().clone(),
+                "params": torch.from_numpy(self._params.copy()),
+                "feedback": self.feedback.state_dict(),
+                "steps": self.steps,
+                "layout": {"rank": self.comm.Get_rank(), "size": self.comm.Get_size(),
+                           "buckets": list(self.buckets), "numel": self.numel}}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore this rank's :meth:`state_dict` (collective: every rank loads its own; a
+        state of another layout is refused on every rank)."""
+        layout = {"rank": self.comm.Get_rank(), "size": self.comm.Get_size(),
+                  "buckets": list(self.buckets), "numel": self.numel}
+        given = state.get("layout") if isinstance(state, Mapping) else None
+        mismatch = None if given == layout else (
+            f"rank {layout['rank']} of {layout['size']}: a state of layout {given!r}, this "
+            f"optimizer's is rank {layout['rank']} of {layout['size']}, {self.numel} values "
+            f"in {len(self.buckets)} buckets")
+        every = self.comm.allgather(mismatch)
+        if any(every):
+            raise ValueError("ShardedOptimizer.load_state_dict: the state does not match the "
+                             f"optimizer ({next(m for m in every if m)})")
+        with torch.no_grad():
+            self.master.copy_(state["master"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self._params[:] = np.asarray(state["params"], dtype=np.float32)
+        self._write_params()
+        self.feedback.load_state_dict(state["feedback"])
+        self.steps = int(state["steps"])
+
     # -- what it holds -------------------------------------------------------------------
     def state_bytes(self) -> int:
         """Bytes of this rank's optimizer state (its shard's), master values included."""

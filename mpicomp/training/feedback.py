@@ -110,6 +110,35 @@ class ErrorFeedback:
     def end_step(self) -> None:
         self.steps += 1
 
+    def state_dict(self) -> dict[str, Any]:
+        """The residuals (host copies, as kept: values or a cast codec's stream) and the step
+        count, for a checkpoint; :meth:`load_state_dict` restores them."""
+        residuals = {}
+        for key, kept in self._state.items():
+            data = kept.data.copy_to_host() if hasattr(kept.data, "copy_to_host") \
+                else np.array(kept.data, copy=True)
+            residuals[key] = {"data": data, "count": kept.count, "dtype": kept.dtype.name}
+        return {"mode": self.mode, "residual_dtype": self.residual_dtype, "steps": self.steps,
+                "residuals": residuals}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (host residuals); the mode and residual dtype must be
+        this feedback's."""
+        if (state.get("mode"), state.get("residual_dtype")) != (self.mode, self.residual_dtype):
+            raise ValueError(f"error feedback state of mode {state.get('mode')!r} (residuals "
+                             f"{state.get('residual_dtype')}) loaded into mode {self.mode!r} "
+                             f"(residuals {self.residual_dtype})")
+        codec = None
+        if self.residual_dtype in _LIMIT:
+            from ..codecs import get_codec
+
+            codec = get_codec("cast", dtype=self.residual_dtype)
+        self._state = {key: _Kept(np.array(r["data"], copy=True), int(r["count"]),
+                                  np.dtype(r["dtype"]), codec)
+                       for key, r in state["residuals"].items()}
+        self._loaded.clear()
+        self.steps = int(state["steps"])
+
     def _load(self, key: Any, ops: Any) -> Any:
         """Bucket ``key``'s residual as values in the gradients' dtype (None if none)."""
         kept = self._state.get(key)
