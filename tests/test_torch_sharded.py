@@ -25,6 +25,23 @@ def _data(rank: int, step: int):
     return torch.randn(16, 5, generator=g), torch.randn(16, 3, generator=g)
 
 
+def _reference_step(ref, ref_opt, p: int, step: int, clip=None):
+    """One Adam step of the unsharded ``ref`` on every rank's gradient of ``step``, averaged
+    (clipped first with ``clip`` = (max_norm, norm_type): returns the norm)."""
+    ref_opt.zero_grad()
+    grads = []
+    for q in range(p):
+        ref.zero_grad()
+        xq, tq = _data(q, step)
+        torch.nn.functional.mse_loss(ref(xq), tq).backward()
+        grads.append([w.grad.clone() for w in ref.parameters()])
+    for i, w in enumerate(ref.parameters()):
+        w.grad = sum(g[i] for g in grads) / p
+    norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), *clip) if clip else None
+    ref_opt.step()
+    return norm
+
+
 def _blob(model) -> bytes:
     return b"".join(p.detach().numpy().tobytes() for p in model.parameters())
 
@@ -63,17 +80,7 @@ def test_codec_none_follows_the_unsharded_trajectory_on_identical_replicas(comm,
         torch.nn.functional.mse_loss(model(x), t).backward()
         opt.step()
         assert len(set(comm.allgather(_blob(model)))) == 1  # identical replicas
-        # the reference: every rank's gradient of the whole model, averaged
-        ref_opt.zero_grad()
-        grads = []
-        for q in range(p):
-            ref.zero_grad()
-            xq, tq = _data(q, step)
-            torch.nn.functional.mse_loss(ref(xq), tq).backward()
-            grads.append([w.grad.clone() for w in ref.parameters()])
-        for i, w in enumerate(ref.parameters()):
-            w.grad = sum(g[i] for g in grads) / p
-        ref_opt.step()
+        _reference_step(ref, ref_opt, p, step)  # every rank's gradient, averaged
         for a, b in zip(model.parameters(), ref.parameters(), strict=True):
             torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
     # the unsharded optimizer's memory, counted alike: its parameters and its state
@@ -179,3 +186,28 @@ def test_a_state_of_another_layout_is_refused_on_every_rank(comm):
         state["layout"] = {**state["layout"], "numel": state["layout"]["numel"] + 1}
     with pytest.raises(ValueError, match="does not match"):
         opt.load_state_dict(state)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("norm_type", [2.0, float("inf")])
+def test_clip_grad_norm_is_the_whole_models_across_shards(comm, norm_type):
+    """Codec none: clip_grad_norm_ returns the norm of the whole model's averaged gradient
+    and clips it as torch.nn.utils.clip_grad_norm_ does unsharded (to float32 rounding), and
+    the steps follow the unsharded Adam with clipping."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    model = _model(0)
+    opt = mt.ShardedOptimizer(model.named_parameters(), torch.optim.Adam,
+                              comm=mpicomp.Comm(comm, codec="none"), lr=0.01, bucket_mib=1e-4)
+    ref = _model(0)
+    ref_opt = torch.optim.Adam(ref.parameters(), lr=0.01)
+    for step in range(3):
+        x, t = _data(r, step)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), t).backward()
+        norm = opt.clip_grad_norm_(0.05, norm_type)
+        opt.step()
+        want = _reference_step(ref, ref_opt, p, step, clip=(0.05, norm_type))
+        assert float(want) > 0.05  # (clipping happened)
+        torch.testing.assert_close(norm.float(), want.float(), rtol=1e-5, atol=1e-7)
+        for a, b in zip(model.parameters(), ref.parameters(), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

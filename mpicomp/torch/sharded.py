@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from mpi4py import MPI
 
 from ..backend.host import HOST
 from ..training.feedback import ErrorFeedback
@@ -108,6 +109,7 @@ class ShardedOptimizer:
         self._shard_grad = np.empty(self.master.numel(), np.float32)
         self.optimizer = optimizer_class([self.master], **given)
         self.steps = 0
+        self._reduced = False  # this step's gradient already reduce-scattered (clipping)
 
     # -- one step ------------------------------------------------------------------------
     def step(self, closure: Any = None) -> Any:
@@ -117,6 +119,47 @@ class ShardedOptimizer:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if not self._reduced:
+            self._reduce_gradients()
+        self._reduced = False
+        self.optimizer.step()
+        p = self.comm.Get_size()
+        mine = self.master.detach().numpy()
+        for start, _, at, part in self.buckets:  # straight into every rank's parameters
+            self.comm.Allgather(mine[at:at + part], self._params[start:start + p * part],
+                                **self.param_settings)
+        self._write_params()
+        self.steps += 1
+        return loss
+
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+        """Scale this step's gradient so that its norm over every rank's shard (the whole
+        model's averaged gradient) is at most ``max_norm``, as ``torch.nn.utils.
+        clip_grad_norm_`` does on an unsharded model; returns that norm (collective: every
+        rank, after ``backward()`` and before ``step()``, which then uses the clipped
+        gradient). The gradients are reduce-scattered here instead of in ``step()``."""
+        if not float(max_norm) > 0 or not float(norm_type) > 0:
+            raise ValueError(f"clip_grad_norm_: max_norm and norm_type must be > 0, got "
+                             f"{max_norm!r} and {norm_type!r}")
+        if not self._reduced:
+            self._reduce_gradients()
+            self._reduced = True
+        shard = self.master.grad
+        kind = float(norm_type)
+        if kind == float("inf"):
+            local = float(shard.abs().max()) if shard.numel() else 0.0
+            total = self.comm.allreduce(local, op=MPI.MAX)
+        else:
+            local = float(shard.double().abs().pow(kind).sum())
+            total = self.comm.allreduce(local) ** (1.0 / kind)
+        scale = float(max_norm) / (total + 1e-6)
+        if scale < 1.0:
+            shard.mul_(scale)
+        return torch.tensor(total)
+
+    def _reduce_gradients(self) -> None:
+        """Reduce-scatter the flat gradient into this rank's averaged shard (``master.grad``),
+        with error feedback."""
         p = self.comm.Get_size()
         self._fill(self._grad, [q.grad for _, q in self.named])
         grad = self._shard_grad
@@ -132,14 +175,6 @@ class ShardedOptimizer:
         self.feedback.end_step()
         grad /= p
         self.master.grad = torch.from_numpy(grad)
-        self.optimizer.step()
-        mine = self.master.detach().numpy()
-        for start, _, at, part in self.buckets:  # straight into every rank's parameters
-            self.comm.Allgather(mine[at:at + part], self._params[start:start + p * part],
-                                **self.param_settings)
-        self._write_params()
-        self.steps += 1
-        return loss
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for _, q in self.named:
