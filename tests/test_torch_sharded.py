@@ -211,3 +211,27 @@ def test_clip_grad_norm_is_the_whole_models_across_shards(comm, norm_type):
         torch.testing.assert_close(norm.float(), want.float(), rtol=1e-5, atol=1e-7)
         for a, b in zip(model.parameters(), ref.parameters(), strict=True):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_bfloat16_parameters_with_float32_master_shards(comm):
+    """A bfloat16 model: the shards' master values and Adam's state stay float32, each
+    step writes them rounded into the bfloat16 parameters, the same bits on every rank, and
+    they follow the float32 master values (to bfloat16's rounding)."""
+    model = _model(0).to(torch.bfloat16)
+    opt = mt.ShardedOptimizer(model.named_parameters(), torch.optim.Adam, comm=comm, lr=1e-2,
+                              codec="bitplane", rate=8.25, threshold=0)
+    assert opt.master.dtype == torch.float32
+    for step in range(3):
+        x, t = _data(comm.Get_rank(), step)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x.to(torch.bfloat16)),
+                                     t.to(torch.bfloat16)).backward()
+        opt.step()
+        bits = b"".join(p.detach().view(torch.int16).numpy().tobytes() for p in model.parameters())
+        assert len(set(comm.allgather(bits))) == 1
+    assert all(p.dtype == torch.bfloat16 for p in model.parameters())
+    where_flat, where_master = opt.owned()
+    flat = torch.cat([p.detach().float().reshape(-1) for p in model.parameters()])
+    mine = opt.master.detach()[torch.from_numpy(where_master)]
+    torch.testing.assert_close(flat[torch.from_numpy(where_flat)], mine, rtol=2 ** -8, atol=0)
