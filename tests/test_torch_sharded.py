@@ -140,6 +140,13 @@ def test_bad_sharded_optimizer_settings_raise_on_every_rank(comm):
                             momentum=0.9)
 
 
+def _fresh(seed: int, comm, settings):
+    """A new model (initial weights of ``seed``) and its sharded Adam."""
+    model = _model(seed)
+    return model, mt.ShardedOptimizer(model.named_parameters(), torch.optim.Adam, comm=comm,
+                                      **settings)
+
+
 def _steps(model, opt, comm, first: int, last: int) -> bytes:
     """Steps ``first`` to ``last - 1`` (each its own data); the parameters' bytes after."""
     for step in range(first, last):
@@ -161,18 +168,13 @@ def test_a_run_saved_and_resumed_gives_the_bits_of_an_uninterrupted_one(comm, fe
 
     settings = {"codec": "bitplane", "rate": 4.25, "threshold": 0, "error_feedback": feedback,
                 "reset_every": 2, "bucket_mib": 1e-4, "lr": 1e-2}
-    model = _model(0)
-    opt = mt.ShardedOptimizer(model.named_parameters(), torch.optim.Adam, comm=comm, **settings)
-    whole = _steps(model, opt, comm, 0, 6)
-
-    model = _model(0)
-    opt = mt.ShardedOptimizer(model.named_parameters(), torch.optim.Adam, comm=comm, **settings)
+    whole = _steps(*_fresh(0, comm, settings), comm, 0, 6)
+    model, opt = _fresh(0, comm, settings)
     _steps(model, opt, comm, 0, 3)
     saved = copy.deepcopy(opt.state_dict())
     if feedback != "none":
         assert saved["feedback"]["residuals"]  # (something to carry over)
-    model = _model(1)
-    opt = mt.ShardedOptimizer(model.named_parameters(), torch.optim.Adam, comm=comm, **settings)
+    model, opt = _fresh(1, comm, settings)
     opt.load_state_dict(saved)
     assert _steps(model, opt, comm, 3, 6) == whole
 
@@ -235,3 +237,22 @@ def test_bfloat16_parameters_with_float32_master_shards(comm):
     flat = torch.cat([p.detach().float().reshape(-1) for p in model.parameters()])
     mine = opt.master.detach()[torch.from_numpy(where_master)]
     torch.testing.assert_close(flat[torch.from_numpy(where_flat)], mine, rtol=2 ** -8, atol=0)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_consolidated_state_resumes_every_rank(comm):
+    """consolidate_state_dict(to=0): every rank's shard on rank 0 (None elsewhere); that
+    one state, broadcast as a checkpoint file would be read, resumes every rank bitwise."""
+    settings = {"codec": "bitplane", "rate": 4.25, "threshold": 0, "error_feedback": "loco",
+                "bucket_mib": 1e-4, "lr": 1e-2}
+    whole = _steps(*_fresh(0, comm, settings), comm, 0, 4)
+    model, opt = _fresh(0, comm, settings)
+    _steps(model, opt, comm, 0, 2)
+    full = opt.consolidate_state_dict(to=0)
+    assert (full is None) == (comm.Get_rank() != 0)
+    if full is not None:
+        assert [s["layout"]["rank"] for s in full["shards"]] == list(range(comm.Get_size()))
+    full = comm.bcast(full, root=0)
+    model, opt = _fresh(1, comm, settings)
+    opt.load_state_dict(full)
+    assert _steps(model, opt, comm, 2, 4) == whole

@@ -199,9 +199,21 @@ class ShardedOptimizer:
                 "layout": {"rank": self.comm.Get_rank(), "size": self.comm.Get_size(),
                            "buckets": list(self.buckets), "numel": self.numel}}
 
+    def consolidate_state_dict(self, to: int = 0) -> dict[str, Any] | None:
+        """Every rank's :meth:`state_dict`, gathered on rank ``to`` (collective; as
+        ``ZeroRedundancyOptimizer.consolidate_state_dict``): ``{"shards": [rank 0's, ...]}``
+        there, one file for the whole optimizer; None on the other ranks. Every rank may
+        load it back with :meth:`load_state_dict` (each takes its own shard)."""
+        shards = self.comm.gather(self.state_dict(), root=to)
+        return {"shards": shards} if self.comm.Get_rank() == to else None
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore this rank's :meth:`state_dict` (collective: every rank loads its own; a
-        state of another layout is refused on every rank)."""
+        """Restore this rank's :meth:`state_dict`, or its shard of a
+        :meth:`consolidate_state_dict` (collective: every rank loads its own; a state of
+        another layout is refused on every rank)."""
+        if isinstance(state, Mapping) and "shards" in state:
+            shards = state["shards"]
+            state = shards[self.comm.Get_rank()] if len(shards) > self.comm.Get_rank() else {}
         layout = {"rank": self.comm.Get_rank(), "size": self.comm.Get_size(),
                   "buckets": list(self.buckets), "numel": self.numel}
         given = state.get("layout") if isinstance(state, Mapping) else None
