@@ -256,3 +256,17 @@ def test_a_consolidated_state_resumes_every_rank(comm):
     model, opt = _fresh(1, comm, settings)
     opt.load_state_dict(full)
     assert _steps(model, opt, comm, 2, 4) == whole
+
+
+@pytest.mark.mpi(min_size=2)
+def test_parameters_without_names_shard_alike(comm):
+    """model.parameters() as ZeroRedundancyOptimizer takes them: the same steps as
+    named_parameters(); param-group dicts raise a TypeError naming the constraint."""
+    settings = {"bucket_mib": 1e-4, "lr": 1e-2}
+    named = _steps(*_fresh(0, comm, settings), comm, 0, 2)
+    model = _model(0)
+    opt = mt.ShardedOptimizer(model.parameters(), torch.optim.Adam, comm=comm, **settings)
+    assert _steps(model, opt, comm, 0, 2) == named
+    with pytest.raises(TypeError, match="param groups"):
+        mt.ShardedOptimizer([{"params": list(model.parameters()), "lr": 1e-3}],
+                            torch.optim.Adam, comm=comm)

@@ -60,7 +60,7 @@ class ShardedOptimizer:
                  param_settings: Mapping[str, Any] | None = None, bucket_mib: float = 25.0,
                  **optimizer_defaults_and_settings: Any) -> None:
         self.comm = _world(comm)
-        self.named = list(named_parameters)
+        self.named = _named(named_parameters)
         names = [n for n, _ in self.named]
         if len(set(names)) != len(names):
             raise ValueError("named_parameters has duplicate names")
@@ -291,3 +291,18 @@ class ShardedOptimizer:
                 n = q.numel()
                 q.copy_(torch.from_numpy(self._params[at:at + n]).view_as(q))
                 at += n
+
+
+def _named(params: Iterable[Any]) -> list[tuple[str, Any]]:
+    """``(name, parameter)`` pairs of ``named_parameters()`` as given, or of
+    ``parameters()`` named by their place (``"0"``, ``"1"``, ...)."""
+    items = list(params)
+    if any(isinstance(item, Mapping) for item in items):
+        raise TypeError("ShardedOptimizer takes named_parameters() or parameters(); param "
+                        "groups (dicts) are not supported yet: one set of optimizer settings "
+                        "applies to every parameter")
+    if all(isinstance(item, tuple) and len(item) == 2 for item in items):
+        return [(str(n), q) for n, q in items]
+    if any(isinstance(item, tuple) for item in items):
+        raise TypeError("ShardedOptimizer: mixed (name, parameter) pairs and parameters")
+    return [(str(i), q) for i, q in enumerate(items)]
