@@ -101,6 +101,8 @@ def compressed_allreduce_hook(state, bucket):  # noqa: ANN001, ANN201
                 state.feedback.update(key, x, roundtrip(state.comm, state.call, x, req, on), on)
             on.divide(y, state.comm.Get_size())
             on.copy(g, y)
+            if on.on_device:  # (DDP reads the bucket once the future is done)
+                on.stream.synchronize()
             if last:
                 state.feedback.end_step()
             done.set_result(flat)
