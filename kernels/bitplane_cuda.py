@@ -140,7 +140,7 @@ def encode(src, bs, nplanes, stream, bad):
             e = imax(e, np.int64((v1 >> np.uint64(mant_bits)) & msk))
         e = warp.max_over(e, group, scratch)
         c0 = quantize_value(v0, e, m, mant_bits, ebits)
-        c1 = quantize_value(v1, e, m, mant_bits, ebits)
+        c1 = quantize_value(v1, e, m, mant_bits, ebits) if halves == 2 else np.uint64(0)
         for j in range(nplanes):
             sh = np.uint64(nplanes - 1 - j)
             b0 = warp.ballot(((c0 >> sh) & np.uint64(1)) != np.uint64(0), scratch)

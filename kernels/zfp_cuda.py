@@ -121,7 +121,7 @@ def decode_1d(words, out, maxbits):
     vals = cuda.shared.array(_VALS_SHAPE, out.dtype)[warp.warp_id()]
     lane = warp.lane_id()
     n = out.size
-    c, k, nw, b0, nblocks = _chunk(maxbits, n)
+    _, k, _, b0, nblocks = _chunk(maxbits, n)
     for j in range(lane, k, 32):
         if b0 + j < nblocks:
             v0, v1, v2, v3 = decode_block_1d(block_bits(words, b0 + j, maxbits), maxbits, out)

@@ -18,7 +18,10 @@ The process group must hold the communicator's ranks in its order (checked
 each call). CPU tensors go through NumPy views, CUDA tensors through
 mpicomp's device path. FSDP2 runs on PyTorch's CPU build with the gloo
 backend (torch 2.13.0+cpu here); error feedback on the reduce-scatter is
-not in this object (the sharded optimizer's is, :mod:`.sharded`).
+not in this object (the sharded optimizer's is, :mod:`.sharded`). PyTorch
+keeps FSDP2's ``ReduceScatter`` interface in a private module
+(``torch.distributed.fsdp._fully_shard._fsdp_api``), imported from there;
+the tests hold that to the installed version.
 """
 from __future__ import annotations
 
