@@ -374,6 +374,14 @@ class Comm(MPI.Intracomm):
         p = self._ready()
         return p.collective(reduce_scatter.call_block(p, sendbuf, recvbuf, op, settings))
 
+    def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any,  # noqa: N802
+                              op: MPI.Op = MPI.SUM, **settings: Any) -> MPI.Request:
+        if not settings and _fast_size(self, "Ireduce_scatter_block", sendbuf, recvbuf):
+            return MPI.Intracomm.Ireduce_scatter_block(self, sendbuf, recvbuf, op)
+        p = self._ready()
+        return p.collective(reduce_scatter.call_block(p, sendbuf, recvbuf, op, settings,
+                                                      nonblocking=True))
+
     def Reduce_scatter(self, sendbuf: Any, recvbuf: Any,  # noqa: N802
                        recvcounts: Sequence[int] | None = None, op: MPI.Op = MPI.SUM,
                        **settings: Any) -> None:

@@ -10,7 +10,8 @@ each algorithm, and :func:`codec_for` divides the tolerance among them:
 * data movement (Allgather(v), Alltoall, Bcast, Gather, Scatter, point to
   point): one encode per value;
 * the ring (Allreduce, Reduce): ``p - 1`` hops of partial sums and the final
-  chunk, ``p`` encodes; Reduce_scatter: ``p - 1``;
+  chunk, ``p`` encodes; Reduce_scatter: ``p - 1`` (the ring's hops, or the direct
+  algorithm's other ranks' inputs, each encoded once);
 * the allgather allreduce: each of the ``p`` inputs once;
 * recursive doubling: the errors of every encode below a partial sum reach it,
   ``2 (q - 1)`` in the ``log2 q`` rounds (``q`` the largest power of two up to

@@ -372,3 +372,73 @@ def test_node_aware_allgather_and_bcast_give_every_rank_the_same_round_trip(
         assert b.tobytes() == trip(data(root, N, salt=12)), f"root {root}"
         if p > 1:
             assert mc.stats()["Bcast"]["algorithms"] == {"bcast" + label: 1}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("spec", ["bitplane:4.25", "zfp:8", "errbound:1e-3"])
+def test_direct_reduce_scatter_adds_each_ranks_round_trip_to_the_own_block(comm, spec):
+    """``algorithm="allgather"``: rank r's result is, in rank order, the sum of every other
+    rank's round trip of block r and its own block exact (each input quantized once), the
+    same bits blocking, nonblocking, in place and with counts."""
+    from mpicomp.backend.host import HOST
+    from mpicomp.tolerance import codec_for
+
+    p, r = comm.Get_size(), comm.Get_rank()
+    name, value = spec.split(":")
+    settings = {"codec": name, "algorithm": "allgather",
+                ("tolerance" if name == "errbound" else "rate"): float(value)}
+    mc = mpicomp.Comm(comm, threshold=0)
+    pol = mc.resolved_policy(**settings)
+    # a tolerance is divided among the p - 1 encodes that reach a value of the result
+    codec = (codec_for(pol, 0.0, p - 1)[0] if pol.tolerance is not None
+             else get_codec(pol.codec))
+
+    def expected(x, counts):
+        """This rank's block of the direct reduce-scatter of every rank's ``x``."""
+        every = comm.allgather(x)
+        start, n = sum(counts[:r]), counts[r]
+        acc = None
+        for i, xi in enumerate(every):
+            term = xi[start:start + n].copy()
+            if i != r:
+                term = HOST.roundtrip(codec, term)
+            acc = term if acc is None else acc + term
+        return acc
+
+    xb = data(r, p * N, np.float32, salt=6)
+    want = expected(xb, [N] * p)
+    y = np.empty(N, np.float32)
+    mc.Reduce_scatter_block(xb, y, **settings)
+    np.testing.assert_array_equal(y, want)
+    y = np.empty(N, np.float32)
+    mc.Ireduce_scatter_block(xb, y, **settings).Wait()
+    np.testing.assert_array_equal(y, want)
+    y = xb.copy()
+    mc.Reduce_scatter_block(MPI.IN_PLACE, y, **settings)
+    np.testing.assert_array_equal(y[:N], want)
+    counts = [N - 5 * i for i in range(p)]
+    x = data(r, sum(counts), np.float32, salt=5)
+    y = np.empty(counts[r], np.float32)
+    mc.Reduce_scatter(x, y, counts, **settings)
+    np.testing.assert_array_equal(y, expected(x, counts))
+    if p > 1:
+        stats = mc.stats()
+        assert stats["Reduce_scatter_block"]["algorithms"] == {"direct": 2}
+        assert stats["Ireduce_scatter_block"]["algorithms"] == {"direct": 1}
+        assert stats["Reduce_scatter"]["algorithms"] == {"direct": 1}
+
+
+@pytest.mark.mpi
+def test_nonblocking_reduce_scatter_is_the_blocking_ring(comm):
+    r = comm.Get_rank()
+    p = comm.Get_size()
+    mc = mpicomp.Comm(comm, codec="bitplane", rate=8.25, threshold=0)
+    xb = data(r, p * N, np.float32, salt=7)
+    y, y2 = np.empty(N, np.float32), np.empty(N, np.float32)
+    mc.Reduce_scatter_block(xb, y)
+    req = mc.Ireduce_scatter_block(xb, y2)
+    assert isinstance(req, MPI.Request)
+    req.Wait()
+    np.testing.assert_array_equal(y, y2)
+    if p > 1:
+        assert mc.stats()["Ireduce_scatter_block"]["compressed"] == 1

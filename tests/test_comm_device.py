@@ -280,6 +280,11 @@ def test_reduce_and_reduce_scatter(comm, where):
     assert np.abs(read(ds, kind) - part).max() <= bound
     for name in ("Reduce", "Reduce_scatter_block"):
         assert mc.stats()[name]["memory"] == {label: 1}, name
+    # the direct reduce-scatter: the same bits as on the host
+    mc.Reduce_scatter_block(dx, ds, algorithm="allgather")
+    host = np.zeros(n // p, np.float32)
+    mc.Reduce_scatter_block(x, host, algorithm="allgather")
+    np.testing.assert_array_equal(read(ds, kind), host)
 
 
 def within_codec(config, got: np.ndarray, want: np.ndarray) -> None:

@@ -1,5 +1,8 @@
-"""Reduce_scatter_block and Reduce_scatter: the ring reduce-scatter with recompression
-(:func:`mpicomp.collectives.reduce_scatter`); SUM only."""
+"""Reduce_scatter_block, Ireduce_scatter_block and Reduce_scatter: the ring reduce-scatter
+with recompression (:func:`mpicomp.collectives.reduce_scatter`), or, with
+``algorithm="allgather"`` (the allreduce algorithm that quantizes every input once), the
+direct one (:func:`mpicomp.collectives.reduce_scatter_direct`: each block encoded once and
+sent straight to its owner); SUM only."""
 from __future__ import annotations
 
 import dataclasses
@@ -23,8 +26,8 @@ __all__ = ["call", "call_block"]
 
 
 def call_block(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, op: MPI.Op,
-               settings: dict[str, Any]) -> Call:
-    """``comm.Reduce_scatter_block``."""
+               settings: dict[str, Any], nonblocking: bool = False) -> Call:
+    """``comm.Reduce_scatter_block`` (or, ``nonblocking``, ``comm.Ireduce_scatter_block``)."""
     pol = pipeline.decision.policy(settings)
     p = pipeline.comm.Get_size()
     rbuf = parse(recvbuf, "recvbuf")
@@ -34,8 +37,12 @@ def call_block(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, op: MPI.Op,
     else:
         sbuf = parse(sendbuf, "sendbuf")
         rcount = rbuf.count
-    return _described(pipeline, "Reduce_scatter_block", [rcount] * p, op, sbuf, rbuf, pol,
-         MPI.Intracomm.Reduce_scatter_block, (sendbuf, recvbuf, op))
+    described = _described(pipeline, "Reduce_scatter_block", [rcount] * p, op, sbuf, rbuf, pol,
+                           MPI.Intracomm.Reduce_scatter_block, (sendbuf, recvbuf, op))
+    if not nonblocking:
+        return described
+    return dataclasses.replace(described, name="Ireduce_scatter_block",
+                               nonblocking=MPI.Intracomm.Ireduce_scatter_block)
 
 
 def call(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, recvcounts: Sequence[int] | None,
@@ -70,6 +77,9 @@ def _described(pipeline: Pipeline, name: str, counts: list[int], op: MPI.Op, sbu
         x = sbuf.data(0, total)
 
         def body(ctx: Ctx, engine: Engine) -> str:
+            if described.pol.algorithm == "allgather":
+                collectives.reduce_scatter_direct(ctx, x, rbuf.data(), counts)
+                return "direct"
             collectives.reduce_scatter(ctx, x, rbuf.data(), counts)
             return "ring"
 
