@@ -14,6 +14,7 @@ from . import (
     allreduce,
     allreduce_gpu,
     codecs,
+    ef_check,
     errbound_ab,
     first_call,
     headline,
@@ -51,6 +52,9 @@ SUBCOMMANDS = {
     "transformer": (transformer, "transformer study: GPT training in data-, tensor- and "
                                  "pipeline-parallel layouts of 4 ranks, plain, naive and hybrid "
                                  "compression (run under mpiexec -n 4)"),
+    "ef-check": (ef_check, "error feedback on a held-out check: replicated and sharded "
+                           "reduction of compressed gradients against plain (run under "
+                           "mpiexec -n 4)"),
     "soak": (soak, "thousands of mixed compressed operations checked against plain MPI, "
                    "memory and threads watched (run under mpiexec)"),
     "first-call": (first_call, "how long a new job's first compressed Allreduce takes, per "

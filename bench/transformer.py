@@ -7,7 +7,7 @@ layout of 4 ranks and with every policy, one run after another in one job:
 
 layouts (``parallel_groups``: tensor-parallel ranks are neighbours)
     ``dp4`` (data parallel, replicated: ``DistributedOptimizer``),
-    ``dp4-sharded`` (``ShardedOptimizer``: gradients reduce-scattered,
+    ``dp4-sharded`` (``ShardedOptimizer``: gradients reduce-scattered during backward,
     parameters allgathered), ``dp2xtp2``, ``dp2xpp2`` and ``tp2xpp2``
     (Megatron-LM tensor parallelism, ``PipelineStage`` with 1F1B over
     ``--micro-batches``);
@@ -197,7 +197,9 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
                                   betas=(0.9, args.beta2),
                                   error_feedback=s["feedback"], param_settings=s["params"],
                                   **grad)
-        clock.wrap(g.dp, "Reduce_scatter_block", "comm")
+        # (gradients reduce-scatter during backward: their starts and waits are the comm)
+        clock.wrap(g.dp, "Ireduce_scatter_block", "comm")
+        clock.wrap(opt.grads, "complete_oldest", "comm")
         clock.wrap(g.dp, "Allgather", "comm")
     elif dp > 1:
         rules = list(s["rules"])

@@ -15,7 +15,7 @@ variables under ``mpiexec``). Tensor parallelism (Megatron-LM's column-
 and row-parallel linear layers and the collectives under them) is in
 :mod:`mpicomp.torch.tensor_parallel`, pipeline parallelism
 (:class:`PipelineStage`) in :mod:`mpicomp.torch.pipeline`, sharded data
-parallelism (:class:`ShardedOptimizer`, ZeRO stages 1-2) in
+parallelism (:class:`ShardedOptimizer`, ZeRO stage 2) in
 :mod:`mpicomp.torch.sharded`; their names are also here.
 
 ``DistributedOptimizer`` reduces the

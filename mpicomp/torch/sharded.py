@@ -1,35 +1,46 @@
-"""Sharded data parallelism (ZeRO stages 1 and 2): each rank keeps the optimizer state of
-``1/p`` of the parameters.
+"""Sharded data parallelism (ZeRO stage 2): each rank keeps the gradients and optimizer
+state of ``1/p`` of the parameters.
 
 ::
 
-    opt = mt.ShardedOptimizer(model.named_parameters(), torch.optim.Adam, comm=g.dp,
-                              lr=1e-3, codec="bitplane", rate=4.25, error_feedback="loco")
-    loss.backward(); opt.step()
+    opt = mt.ShardedOptimizer(model.parameters(), torch.optim.AdamW, comm=g.dp, lr=1e-3,
+                              codec="bitplane", rate=4.25, error_feedback="loco")
+    loss.backward(); opt.clip_grad_norm_(1.0); opt.step()
 
-(the shape of PyTorch's ``ZeroRedundancyOptimizer``). The parameters, in the
-order given, are one flat float32 vector cut into buckets of at most
-``bucket_mib`` MiB, a multiple of the communicator's size ``p`` values each
-but the last, which is padded with zeros to one (so any tensor sizes shard
-evenly); rank ``r`` owns the ``r``-th part of every bucket. ``step()`` after ``backward()``:
+(the shape of PyTorch's ``ZeroRedundancyOptimizer``: ``parameters()``,
+``named_parameters()`` or param-group dicts with their own ``lr``,
+``weight_decay``, ...). The parameters become views of one flat vector
+(:mod:`.flat_layout`: each group's parameters in reverse order, cut into
+buckets of at most ``bucket_mib`` MiB, rank ``r`` owning the ``r``-th part of
+every bucket). Then:
 
-1. reduce-scatters each bucket of the flat gradient (``Reduce_scatter_block``
-   with the gradient settings: ``codec``, ``rate``, ``threshold``,
-   ``algorithm``), this rank receiving the sum of its part, averaged over
-   the ranks; with
-   ``error_feedback`` (``"classic"`` or ``"loco"``, :mod:`mpicomp.training.feedback`)
-   what compression lost of what this rank sent is added to its next step's
-   gradient;
-2. steps ``optimizer_class`` on this rank's part alone (float32 master
-   values: its state is ``1/p`` of the unsharded optimizer's);
-3. allgathers each bucket's updated parts into every rank's parameters: plain by
-   default, or compressed with ``param_settings`` (e.g. ``{"codec":
-   "bitplane", "rate": 8.25}``, ZeRO++'s quantized weights), the owner
-   keeping its exact master values. Every rank decodes every part, its own
-   included, so the parameters are the same bits on every replica.
+1. during backward, each bucket's gradients are reduce-scattered as soon as
+   they are all there (:mod:`.shard_gradients`: nonblocking
+   ``Ireduce_scatter_block`` with the gradient settings ``codec``, ``rate``,
+   ``threshold``, ``algorithm``; by default the direct algorithm, every
+   gradient quantized once) and freed, this rank keeping the average of its
+   shard only; with ``error_feedback`` (``"classic"`` or ``"loco"``) what
+   compression lost of what this rank sent is added to its next gradient;
+2. ``step()`` steps ``optimizer_class`` on this rank's shard alone, in float32
+   master values: the parameters themselves for float32 parameters gathered
+   plain, a float32 copy of the shard for bfloat16/float16 parameters or
+   compressed parameter gathers;
+3. and allgathers each bucket's updated parts into every rank's parameters:
+   plain by default, or compressed with ``param_settings`` (e.g. ``{"codec":
+   "bitplane", "rate": 8.25}``, ZeRO++'s quantized weights; float32 parameters),
+   the owner keeping its exact master values. Every rank decodes every part,
+   its own included, so the parameters are the same bits on every replica.
 
-At construction rank 0's parameters are copied to every rank (exactly), so
-every replica starts alike.
+Per rank, for ``P`` float32 parameter values on ``p`` ranks: the parameters
+(``4P`` bytes), the gradient shard (``4P/p``) and a few buckets in flight,
+and Adam's state (``8P/p``): ``(1 + 3/p)/4`` of replicated Adam's ``16P``
+plus the buckets (:meth:`ShardedOptimizer.memory`). At construction rank 0's
+parameters are copied to every rank (exactly), so every replica starts alike.
+The parameters' ``.grad`` are ``None`` after backward: clip with
+:meth:`ShardedOptimizer.clip_grad_norm_`, which also spans tensor- and
+pipeline-parallel groups. CUDA parameters are staged: the flat vector, the
+shard and the optimizer state stay in host memory, each gradient is copied
+to its host bucket and each step copies the parameters back to the device.
 """
 from __future__ import annotations
 
@@ -40,9 +51,10 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from ..backend.host import HOST
 from ..training.feedback import ErrorFeedback
 from . import _world
+from .flat_layout import FlatLayout, param_groups
+from .shard_gradients import GradientShards
 
 __all__ = ["GRADIENT_SETTINGS", "ShardedOptimizer"]
 
@@ -50,133 +62,174 @@ __all__ = ["GRADIENT_SETTINGS", "ShardedOptimizer"]
 #: other keyword is the optimizer's
 GRADIENT_SETTINGS = ("codec", "rate", "threshold", "algorithm")
 
+#: parameter dtypes a sharded optimizer takes (float32 master values for every one)
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
 
 class ShardedOptimizer:
-    """``optimizer_class`` on this rank's shard of ``named_parameters`` (see the module)."""
+    """``optimizer_class`` on this rank's shard of ``params`` (see the module).
 
-    def __init__(self, named_parameters: Iterable[tuple[str, Any]],
-                 optimizer_class: Any = torch.optim.Adam, comm: Any = None,
-                 error_feedback: str = "none", beta: float = 0.8, reset_every: int = 1024,
+    ``tensor_parallel`` / ``pipeline_parallel``: the communicators of the other model
+    parallel dimensions, for :meth:`clip_grad_norm_` (a parameter not marked
+    ``tensor_model_parallel``, as Megatron marks split weights, is a copy on every rank
+    of the tensor-parallel group and counts once)."""
+
+    def __init__(self, params: Iterable[Any], optimizer_class: Any = torch.optim.Adam,
+                 comm: Any = None, error_feedback: str = "none", beta: float = 0.8,
+                 reset_every: int = 1024, residual_dtype: Any = None,
                  param_settings: Mapping[str, Any] | None = None, bucket_mib: float = 25.0,
+                 tensor_parallel: Any = None, pipeline_parallel: Any = None,
                  **optimizer_defaults_and_settings: Any) -> None:
         self.comm = _world(comm)
-        self.named = _named(named_parameters)
-        names = [n for n, _ in self.named]
-        if len(set(names)) != len(names):
-            raise ValueError("named_parameters has duplicate names")
-        for name, p in self.named:
-            if not p.is_floating_point():
-                raise TypeError(f"parameter {name!r} is {p.dtype}: a sharded optimizer takes "
-                                "floating-point parameters")
+        groups, options = param_groups(params)
+        self.named = [item for group in groups for item in group]
+        self._check_parameters()
         given = dict(optimizer_defaults_and_settings)
         self.gradient_settings = {k: given.pop(k) for k in GRADIENT_SETTINGS if k in given}
+        self.gradient_settings.setdefault("algorithm", "allgather")
         self.param_settings = dict(param_settings or {"codec": "none"})
         # bad settings: an error now, on every rank (no rank waits in a collective)
         self.comm.resolved_policy(**self.gradient_settings)
-        self.comm.resolved_policy(**self.param_settings)
-        self.feedback = ErrorFeedback(error_feedback, beta, reset_every)
-        if self.feedback.active and self.comm.resolved_policy(**self.gradient_settings).auto:
+        compress_params = self.comm.resolved_policy(**self.param_settings).enabled
+        feedback = ErrorFeedback(error_feedback, beta, reset_every, residual_dtype)
+        if feedback.active and self.comm.resolved_policy(**self.gradient_settings).auto:
             raise ValueError("error feedback needs a named codec (the codec is 'auto'); "
                              "pass codec= with error_feedback=")
-        layout = [(n, tuple(p.shape), str(p.dtype)) for n, p in self.named]
-        if len(set(map(repr, self.comm.allgather(layout)))) != 1:
-            raise ValueError("ShardedOptimizer: the ranks hold different parameter names, "
-                             "shapes or dtypes")
         if not float(bucket_mib) > 0:
             raise ValueError(f"bucket_mib must be > 0, got {bucket_mib!r}")
+        self.dtype = self.named[0][1].dtype
+        if compress_params and self.dtype != torch.float32:
+            raise ValueError(f"param_settings compress float32 parameters; these are "
+                             f"{self.dtype}: gather them as they are (param_settings=None)")
+        shape = [[(n, tuple(q.shape), str(q.dtype)) for n, q in group] for group in groups]
+        if len(set(map(repr, self.comm.allgather(shape)))) != 1:
+            raise ValueError("ShardedOptimizer: the ranks hold different parameter names, "
+                             "shapes, dtypes or groups")
+        self.tensor_parallel = None if tensor_parallel is None else _world(tensor_parallel)
+        self.pipeline_parallel = (None if pipeline_parallel is None
+                                  else _world(pipeline_parallel))
         size = self.comm.Get_size()
-        self.numel = sum(p.numel() for _, p in self.named)
-        # a bucket's values: a multiple of p, so that only the last bucket is padded and the
-        # buckets lie one after another in one padded flat vector
         per_bucket = max(size, int(float(bucket_mib) * (1 << 20)) // 4 // size * size)
-        #: the buckets: (start, values) in the flat vector, (start, values) of this rank's
-        #: part in the master vector
-        self.buckets: list[tuple[int, int, int, int]] = []
-        at = master_at = 0
-        while at < self.numel or not self.buckets:
-            n = min(per_bucket, self.numel - at)
-            part = -(-n // size)
-            self.buckets.append((at, n, master_at, part))
-            at, master_at = at + n, master_at + part
-        start, _, _, part = self.buckets[-1]
-        flat = np.zeros(start + size * part, np.float32)  # (zeros after the last value)
-        self._fill(flat, [p for _, p in self.named])
-        self.comm.Bcast(flat, root=0, codec="none")  # every replica starts alike
-        self._params = flat  # the parameters as every rank holds them
-        self._write_params()
-        self._grad = np.zeros_like(flat)  # the flat gradient this rank sends
-        self.master = torch.nn.Parameter(torch.from_numpy(self._gather_mine(flat)))
-        self._shard_grad = np.empty(self.master.numel(), np.float32)
-        self.optimizer = optimizer_class([self.master], **given)
+        self.layout = FlatLayout(groups, size, self.comm.Get_rank(), per_bucket)
+        self.buckets = self.layout.buckets
+        self.numel = sum(q.numel() for _, q in self.named)
+        #: the parameters as every rank holds them; each parameter is a view of it
+        self.flat = torch.zeros(self.layout.numel, dtype=self.dtype)
+        with torch.no_grad():
+            for _, _, q, at in self.layout.placed:
+                self.flat[at:at + q.numel()].copy_(q.detach().reshape(-1))
+        self.comm.Bcast(self._wire(self.flat), root=0, codec="none")  # replicas alike
+        #: parameters off the host (CUDA) keep their own memory: each step copies the flat
+        #: vector into them, their gradients are copied to the host buckets
+        self.staged = self.named[0][1].device.type != "cpu"
+        if self.staged:
+            self._write_staged()
+        else:
+            for _, _, q, at in self.layout.placed:
+                q.data = self.flat[at:at + q.numel()].view_as(q)
+        #: the master values are the parameters themselves (float32, gathered plain)
+        self.aliased = self.dtype == torch.float32 and not compress_params
+        if self.aliased:
+            self._master_flat = None
+            parts = [self.flat[self.layout.mine(b)] for b in self.buckets]
+        else:
+            self._master_flat = torch.zeros(self.layout.shard_numel, dtype=torch.float32)
+            for b in self.buckets:
+                self._master_flat[b.master_at:b.master_at + b.part].copy_(
+                    self.flat[self.layout.mine(b)])
+            parts = [self._master_flat[b.master_at:b.master_at + b.part] for b in self.buckets]
+        self.grads = GradientShards(self.layout, self.comm, self.gradient_settings, feedback)
+        self.feedback = feedback
+        self.masters = [torch.nn.Parameter(t) for t in parts]
+        for m, b in zip(self.masters, self.buckets, strict=True):
+            m.grad = self.grads.shard[b.master_at:b.master_at + b.part]
+        self.optimizer = optimizer_class(
+            [{"params": [m for m, b in zip(self.masters, self.buckets, strict=True)
+                         if b.group == g], **options[g]}
+             for g in range(len(groups)) if any(b.group == g for b in self.buckets)],
+            **given)
+        self._counted = self._norm_ranges()
         self.steps = 0
-        self._reduced = False  # this step's gradient already reduce-scattered (clipping)
+
+    def _check_parameters(self) -> None:
+        names = [n for n, _ in self.named]
+        if len(set(names)) != len(names):
+            raise ValueError("ShardedOptimizer: duplicate parameter names")
+        if len({id(q) for _, q in self.named}) != len(self.named):
+            raise ValueError("ShardedOptimizer: a parameter is given twice")
+        for name, q in self.named:
+            if q.dtype not in DTYPES:
+                raise TypeError(f"parameter {name!r} is {q.dtype}: a sharded optimizer takes "
+                                "float32, bfloat16 or float16 parameters")
+        dtypes = sorted({str(q.dtype) for _, q in self.named})
+        if len(dtypes) > 1:
+            raise TypeError(f"ShardedOptimizer: parameters of one dtype, got {dtypes}")
+        devices = sorted({str(q.device) for _, q in self.named})
+        if len(devices) > 1:
+            raise TypeError(f"ShardedOptimizer: parameters on one device, got {devices}")
 
     # -- one step ------------------------------------------------------------------------
     def step(self, closure: Any = None) -> Any:
-        """Reduce-scatter the gradients, step this rank's shard, allgather the parameters
-        (collective: every rank of the communicator)."""
+        """Step this rank's shard with the gradients reduced so far, then allgather the
+        parameters (collective: every rank of the communicator)."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        if not self._reduced:
-            self._reduce_gradients()
-        self._reduced = False
+        self.grads.reduce_unreduced()
         self.optimizer.step()
-        p = self.comm.Get_size()
-        mine = self.master.detach().numpy()
-        for start, _, at, part in self.buckets:  # straight into every rank's parameters
-            self.comm.Allgather(mine[at:at + part], self._params[start:start + p * part],
-                                **self.param_settings)
-        self._write_params()
+        self.grads.take()
+        for b, m in zip(self.buckets, self.masters, strict=True):
+            whole = self._wire(self.flat[self.layout.whole(b)])
+            if self.aliased:
+                self.comm.Allgather(MPI.IN_PLACE, whole, **self.param_settings)
+            elif self.dtype == torch.float32:  # compressed: the owner decodes its part too
+                self.comm.Allgather(m.detach().numpy(), whole, **self.param_settings)
+            else:
+                with torch.no_grad():
+                    self.flat[self.layout.mine(b)].copy_(m)
+                self.comm.Allgather(MPI.IN_PLACE, whole, **self.param_settings)
+        if self.staged:
+            self._write_staged()
         self.steps += 1
         return loss
 
+    def _write_staged(self) -> None:
+        with torch.no_grad():
+            for _, _, q, at in self.layout.placed:
+                q.copy_(self.flat[at:at + q.numel()].view_as(q))
+
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
-        """Scale this step's gradient so that its norm over every rank's shard (the whole
-        model's averaged gradient) is at most ``max_norm``, as ``torch.nn.utils.
-        clip_grad_norm_`` does on an unsharded model; returns that norm (collective: every
-        rank, after ``backward()`` and before ``step()``, which then uses the clipped
-        gradient). The gradients are reduce-scattered here instead of in ``step()``."""
+        """Scale this step's gradient so that its norm over the whole model (every rank's
+        shard, and the tensor- and pipeline-parallel ranks' parameters) is at most
+        ``max_norm``, as ``torch.nn.utils.clip_grad_norm_`` does on an unsharded model;
+        returns that norm (collective: every rank of every group, after backward and before
+        ``step()``, which then uses the clipped gradient)."""
         if not float(max_norm) > 0 or not float(norm_type) > 0:
             raise ValueError(f"clip_grad_norm_: max_norm and norm_type must be > 0, got "
                              f"{max_norm!r} and {norm_type!r}")
-        if not self._reduced:
-            self._reduce_gradients()
-            self._reduced = True
-        shard = self.master.grad
+        self.grads.reduce_unreduced()
+        shard = self.grads.shard
         kind = float(norm_type)
+        pieces = [shard[a:b] for a, b in self._counted]
+        groups = [c for c in (self.comm, self.tensor_parallel, self.pipeline_parallel)
+                  if c is not None]
         if kind == float("inf"):
-            local = float(shard.abs().max()) if shard.numel() else 0.0
-            total = self.comm.allreduce(local, op=MPI.MAX)
+            total = max((float(t.abs().max()) for t in pieces if t.numel()), default=0.0)
+            for c in groups:
+                total = c.allreduce(total, op=MPI.MAX)
         else:
-            local = float(shard.double().abs().pow(kind).sum())
-            total = self.comm.allreduce(local) ** (1.0 / kind)
+            total = sum(float(t.double().abs().pow(kind).sum()) for t in pieces)
+            for c in groups:
+                total = c.allreduce(total)
+            total **= 1.0 / kind
         scale = float(max_norm) / (total + 1e-6)
         if scale < 1.0:
             shard.mul_(scale)
         return torch.tensor(total)
 
-    def _reduce_gradients(self) -> None:
-        """Reduce-scatter the flat gradient into this rank's averaged shard (``master.grad``),
-        with error feedback."""
-        p = self.comm.Get_size()
-        self._fill(self._grad, [q.grad for _, q in self.named])
-        grad = self._shard_grad
-        for k, (start, _, at, part) in enumerate(self.buckets):
-            send = self.feedback.compensate(k, self._grad[start:start + p * part], HOST)
-            before = self._compressed() if self.feedback.active else 0
-            self.comm.Reduce_scatter_block(send, grad[at:at + part], **self.gradient_settings)
-            if self.feedback.active:
-                pol = self.comm.resolved_policy(**self.gradient_settings)
-                carried = (HOST.roundtrip(pol.codec, send)
-                           if self._compressed() > before else send)
-                self.feedback.update(k, send, carried, HOST)
-        self.feedback.end_step()
-        grad /= p
-        self.master.grad = torch.from_numpy(grad)
-
     def zero_grad(self, set_to_none: bool = True) -> None:
+        self.grads.zero()
         for _, q in self.named:
             if q.grad is not None:
                 if set_to_none:
@@ -192,12 +245,11 @@ class ShardedOptimizer:
         (ranks, buckets) a resume must match. Loaded by :meth:`load_state_dict`, a resumed
         run continues with the same bits as an uninterrupted one."""
         return {"optimizer": self.optimizer.state_dict(),
-                "master": self.master.detach().clone(),
-                "params": torch.from_numpy(self._params.copy()),
+                "master": self.master_values(),
+                "params": self.flat.detach().clone(),
                 "feedback": self.feedback.state_dict(),
                 "steps": self.steps,
-                "layout": {"rank": self.comm.Get_rank(), "size": self.comm.Get_size(),
-                           "buckets": list(self.buckets), "numel": self.numel}}
+                "layout": self.layout.describe()}
 
     def consolidate_state_dict(self, to: int = 0) -> dict[str, Any] | None:
         """Every rank's :meth:`state_dict`, gathered on rank ``to`` (collective; as
@@ -214,8 +266,7 @@ class ShardedOptimizer:
         if isinstance(state, Mapping) and "shards" in state:
             shards = state["shards"]
             state = shards[self.comm.Get_rank()] if len(shards) > self.comm.Get_rank() else {}
-        layout = {"rank": self.comm.Get_rank(), "size": self.comm.Get_size(),
-                  "buckets": list(self.buckets), "numel": self.numel}
+        layout = self.layout.describe()
         given = state.get("layout") if isinstance(state, Mapping) else None
         mismatch = None if given == layout else (
             f"rank {layout['rank']} of {layout['size']}: a state of layout {given!r}, this "
@@ -226,83 +277,78 @@ class ShardedOptimizer:
             raise ValueError("ShardedOptimizer.load_state_dict: the state does not match the "
                              f"optimizer ({next(m for m in every if m)})")
         with torch.no_grad():
-            self.master.copy_(state["master"])
+            self.flat.copy_(state["params"])
+            if self._master_flat is not None:
+                self._master_flat.copy_(state["master"])
+        if self.staged:
+            self._write_staged()
         self.optimizer.load_state_dict(state["optimizer"])
-        self._params[:] = np.asarray(state["params"], dtype=np.float32)
-        self._write_params()
         self.feedback.load_state_dict(state["feedback"])
+        self.grads.zero()
         self.steps = int(state["steps"])
 
     # -- what it holds -------------------------------------------------------------------
+    def master_values(self) -> torch.Tensor:
+        """This rank's float32 master values, bucket after bucket (a copy; padded)."""
+        return torch.cat([m.detach().reshape(-1) for m in self.masters]).clone() \
+            if self.masters else torch.zeros(0)
+
     def state_bytes(self) -> int:
-        """Bytes of this rank's optimizer state (its shard's), master values included."""
-        total = self.master.numel() * self.master.element_size()
+        """Bytes of this rank's optimizer state (its shard's), with the master values when
+        they are a copy (bfloat16 parameters, compressed parameter gathers)."""
+        total = 0 if self._master_flat is None else self._master_flat.numel() * 4
         for state in self.optimizer.state.values():
             total += sum(v.numel() * v.element_size() for v in state.values()
                          if torch.is_tensor(v))
         return total
+
+    def memory(self) -> dict[str, int]:
+        """Bytes this rank holds now for the model's training state, by kind: the
+        ``parameters`` (the flat vector), the ``gradients`` (the shard and, at their most
+        so far, the buckets in flight and any ``.grad`` not yet freed), the ``optimizer``
+        (:meth:`state_bytes`) and the error ``feedback``'s residuals."""
+        grads = self.grads.shard.numel() * 4 + self.grads.peak_buffer_bytes
+        grads += sum(q.grad.numel() * q.grad.element_size() for _, q in self.named
+                     if q.grad is not None)
+        return {"parameters": self.flat.numel() * self.flat.element_size(),
+                "gradients": grads, "optimizer": self.state_bytes(),
+                "feedback": self.feedback.nbytes()}
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:
         return self.optimizer.param_groups
 
     def owned(self) -> tuple[np.ndarray, np.ndarray]:
-        """(positions in the flat parameter vector, positions in :attr:`master`) of the
-        values this rank owns (padding left out)."""
-        rank = self.comm.Get_rank()
-        flat, master = [], []
-        for start, n, at, part in self.buckets:
-            first, last = rank * part, min((rank + 1) * part, n)
-            if last > first:
-                flat.append(np.arange(start + first, start + last))
-                master.append(np.arange(at, at + last - first))
-        return (np.concatenate(flat) if flat else np.zeros(0, np.int64),
-                np.concatenate(master) if master else np.zeros(0, np.int64))
+        """(positions in the flat parameter vector, positions in :meth:`master_values`) of
+        the values this rank owns (padding left out)."""
+        return self.layout.owned()
+
+    def remove_hooks(self) -> None:
+        """Stop reducing gradients during backward (``step()`` then reduces ``.grad``)."""
+        self.grads.remove_hooks()
 
     # -- helpers -------------------------------------------------------------------------
-    def _gather_mine(self, flat: np.ndarray) -> np.ndarray:
-        """This rank's part of every bucket of ``flat``, one after another (padded)."""
-        mine = np.zeros(sum(part for *_, part in self.buckets), np.float32)
-        where_flat, where_master = self.owned()
-        mine[where_master] = flat[where_flat]
-        return mine
+    def _norm_ranges(self) -> list[tuple[int, int]]:
+        """The shard's ranges :meth:`clip_grad_norm_` counts: all of it, but for the copies
+        of unsplit parameters on tensor-parallel ranks other than the first."""
+        whole = [(0, self.layout.shard_numel)]
+        tp = self.tensor_parallel
+        if tp is None or tp.Get_rank() == 0:
+            return whole
+        r, out = self.layout.rank, []
+        for _, _, q, _ in self.layout.placed:
+            if not getattr(q, "tensor_model_parallel", False):
+                continue
+            for piece in self.layout.pieces[id(q)]:
+                b = self.buckets[piece.bucket]
+                first = b.start + r * b.part
+                lo, hi = max(piece.at, first), min(piece.at + piece.count, first + b.part)
+                if hi > lo:
+                    out.append((b.master_at + lo - first, b.master_at + hi - first))
+        return out
 
-    def _compressed(self) -> int:
-        return self.comm.stats().get("Reduce_scatter_block", {}).get("compressed", 0)
-
-    def _fill(self, flat: np.ndarray, tensors: list[Any]) -> None:
-        """``flat`` := the tensors one after another as float32 (None: zeros), then zeros."""
-        at = 0
-        for (_, q), t in zip(self.named, tensors, strict=True):
-            n = q.numel()
-            if t is None:
-                flat[at:at + n] = 0
-            else:
-                flat[at:at + n] = t.detach().reshape(-1).to(device="cpu",
-                                                            dtype=torch.float32).numpy()
-            at += n
-        flat[at:] = 0
-
-    def _write_params(self) -> None:
-        """Every parameter := its values in the flat vector every rank holds."""
-        at = 0
-        with torch.no_grad():
-            for _, q in self.named:
-                n = q.numel()
-                q.copy_(torch.from_numpy(self._params[at:at + n]).view_as(q))
-                at += n
-
-
-def _named(params: Iterable[Any]) -> list[tuple[str, Any]]:
-    """``(name, parameter)`` pairs of ``named_parameters()`` as given, or of
-    ``parameters()`` named by their place (``"0"``, ``"1"``, ...)."""
-    items = list(params)
-    if any(isinstance(item, Mapping) for item in items):
-        raise TypeError("ShardedOptimizer takes named_parameters() or parameters(); param "
-                        "groups (dicts) are not supported yet: one set of optimizer settings "
-                        "applies to every parameter")
-    if all(isinstance(item, tuple) and len(item) == 2 for item in items):
-        return [(str(n), q) for n, q in items]
-    if any(isinstance(item, tuple) for item in items):
-        raise TypeError("ShardedOptimizer: mixed (name, parameter) pairs and parameters")
-    return [(str(i), q) for i, q in enumerate(items)]
+    @staticmethod
+    def _wire(t: torch.Tensor) -> np.ndarray:
+        """A NumPy view of ``t`` for MPI (16-bit floats as their int16 bits)."""
+        return (t.numpy() if t.dtype in (torch.float32, torch.float64)
+                else t.view(torch.int16).numpy())

@@ -216,6 +216,10 @@ class _ParallelLinear(torch.nn.Module):
         self.weight = torch.nn.Parameter(weight.detach().clone())
         self.bias = (None if bias_part is None
                      else torch.nn.Parameter(bias_part.detach().clone()))
+        # what this rank holds alone (Megatron's mark): its part of a split tensor
+        self.weight.tensor_model_parallel = True
+        if self.bias is not None and self.SPLIT == "out_features":
+            self.bias.tensor_model_parallel = True
 
     @staticmethod
     def _shard(linear: torch.nn.Linear, mine: slice) -> tuple[Any, Any]:

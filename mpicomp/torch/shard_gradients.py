@@ -1,0 +1,174 @@
+"""A sharded optimizer's gradients: reduce-scattered bucket by bucket as backward produces
+them, each rank keeping only its shard (ZeRO stage 2).
+
+A hook on every parameter (``register_post_accumulate_grad_hook``) copies
+the parameter's new gradient into its buckets' send buffers and frees it
+(``param.grad = None``). A bucket whose values have all arrived is started
+as a nonblocking ``Ireduce_scatter_block`` of the gradient settings, after
+the kept residual of error feedback is added; buckets start in their
+layout's order on every rank (a bucket ready early waits for the ones
+before it), at most :data:`IN_FLIGHT` at a time (the oldest is completed
+first), so that the rank's gradient memory is its shard plus a few
+buckets. At the end of backward (an autograd callback) the buckets no
+gradient reached start with zeros, every one is completed and its part,
+divided by the ranks, is added to the shard: several backward passes
+before a step accumulate, as ``.grad`` does. A step with no backward
+since the last one (gradients set by hand) reduces the ``.grad`` tensors
+as they are.
+
+Error feedback (:mod:`mpicomp.training.feedback`) keeps, per bucket, what
+compression lost of what this rank sent. Under the direct reduce-scatter
+(``algorithm="allgather"``, the sharded optimizer's default) that is
+exactly the round trip of each part sent to another rank (this rank's own
+part arrives exact), so the residual carries all this rank's contribution
+lost; under the ring (which also requantizes partial sums) it is the round
+trip of the whole bucket.
+"""
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..backend.host import HOST
+from ..training.feedback import ErrorFeedback
+from .flat_layout import FlatLayout
+
+__all__ = ["IN_FLIGHT", "GradientShards"]
+
+#: buckets reduce-scattering at once
+IN_FLIGHT = 2
+
+
+class GradientShards:
+    """This rank's averaged gradient shard (:attr:`shard`), reduced as backward runs (see
+    the module). ``settings``: the reduce-scatter's mpicomp settings."""
+
+    def __init__(self, layout: FlatLayout, comm: Any, settings: dict[str, Any],
+                 feedback: ErrorFeedback) -> None:
+        self.layout, self.comm, self.settings, self.feedback = layout, comm, settings, feedback
+        #: the averaged gradient of this rank's shard, accumulated until :meth:`zero`
+        self.shard = torch.zeros(layout.shard_numel, dtype=torch.float32)
+        self._expected = [0] * len(layout.buckets)
+        for _, _, q, _ in layout.placed:
+            if q.requires_grad:
+                for piece in layout.pieces[id(q)]:
+                    self._expected[piece.bucket] += piece.count
+        self._missing = list(self._expected)
+        self._filling: dict[int, torch.Tensor] = {}
+        self._in_flight: collections.deque[tuple[int, Any, np.ndarray, np.ndarray]] = \
+            collections.deque()
+        self._next = 0  # the next bucket to start
+        self._callback_queued = False
+        #: gradients reduced since the last :meth:`take` (else a step reduces ``.grad``)
+        self.reduced = False
+        #: the most bytes of send and receive buffers and not yet freed ``.grad`` seen
+        self.peak_buffer_bytes = 0
+        self._handles = [q.register_post_accumulate_grad_hook(self._on_gradient)
+                         for _, _, q, _ in layout.placed if q.requires_grad]
+
+    # -- during backward -----------------------------------------------------------------
+    def _on_gradient(self, q: Any) -> None:
+        if not self._callback_queued:
+            self._callback_queued = True
+            torch.autograd.Variable._execution_engine.queue_callback(self._end_backward)
+        self._add(q, q.grad)
+        self._note_buffers(q.grad.numel() * q.grad.element_size())
+        q.grad = None
+        while self._next < len(self._missing) and self._missing[self._next] <= 0:
+            self._start(self._next)
+
+    def _add(self, q: Any, grad: Any) -> None:
+        g = grad.detach().reshape(-1)
+        for piece in self.layout.pieces[id(q)]:
+            b = self.layout.buckets[piece.bucket]
+            send = self._filling.get(piece.bucket)
+            if send is None:
+                send = self._filling[piece.bucket] = torch.zeros(
+                    self.layout.size * b.part, dtype=torch.float32)
+            at = piece.at - b.start
+            send[at:at + piece.count].copy_(g[piece.offset:piece.offset + piece.count])
+            self._missing[piece.bucket] -= piece.count
+
+    def _start(self, k: int) -> None:
+        while len(self._in_flight) >= IN_FLIGHT:
+            self.complete_oldest()
+        b = self.layout.buckets[k]
+        send = self._filling.pop(k, None)
+        if send is None:  # no gradient reached it: this rank sends zeros
+            send = torch.zeros(self.layout.size * b.part, dtype=torch.float32)
+        x = self.feedback.compensate(k, send.numpy(), HOST)
+        y = np.empty(b.part, np.float32)
+        req = self.comm.Ireduce_scatter_block(x, y, **self.settings)
+        self._in_flight.append((k, req, x, y))
+        self._missing[k] = self._expected[k]
+        self._next += 1
+        self._note_buffers(0)
+
+    def complete_oldest(self) -> None:
+        """Wait for the oldest bucket in flight; add its averaged part to the shard."""
+        k, req, x, y = self._in_flight.popleft()
+        req.Wait()
+        if self.feedback.active:
+            self.feedback.update(k, x, self._carried(x, req), HOST)
+        b = self.layout.buckets[k]
+        y /= self.layout.size
+        self.shard[b.master_at:b.master_at + b.part] += torch.from_numpy(y)
+
+    def _end_backward(self) -> None:
+        self._callback_queued = False
+        for k in range(self._next, len(self.layout.buckets)):
+            self._start(k)
+        while self._in_flight:
+            self.complete_oldest()
+        self._next = 0
+        self.feedback.end_step()
+        self.reduced = True
+
+    # -- from the optimizer ---------------------------------------------------------------
+    def reduce_unreduced(self) -> None:
+        """When nothing was reduced since the last :meth:`take`: the ``.grad`` tensors as
+        they are (collective)."""
+        if self.reduced:
+            return
+        for _, _, q, _ in self.layout.placed:
+            if q.grad is not None:
+                self._add(q, q.grad)
+        self._end_backward()
+
+    def take(self) -> None:
+        """A step used the shard: the next gradients are reduced anew."""
+        self.reduced = False
+
+    def zero(self) -> None:
+        self.shard.zero_()
+
+    def buffer_bytes(self) -> int:
+        """Bytes of the send and receive buffers held now."""
+        return (sum(t.numel() * 4 for t in self._filling.values())
+                + sum(x.nbytes + y.nbytes for _, _, x, y in self._in_flight))
+
+    def _note_buffers(self, extra: int) -> None:
+        self.peak_buffer_bytes = max(self.peak_buffer_bytes, self.buffer_bytes() + extra)
+
+    def _carried(self, x: np.ndarray, req: Any) -> np.ndarray:
+        """C(x): what this rank's ``x`` carried in the finished ``req``."""
+        if not getattr(req, "compressed", False):
+            return x
+        pol = self.comm.resolved_policy(**self.settings)
+        if pol.algorithm != "allgather":
+            return HOST.roundtrip(pol.codec, x)
+        part = x.size // self.layout.size
+        out = x.copy()
+        for j in range(self.layout.size):
+            if j != self.layout.rank:
+                out[j * part:(j + 1) * part] = HOST.roundtrip(
+                    pol.codec, np.ascontiguousarray(x[j * part:(j + 1) * part]))
+        return out
+
+    def remove_hooks(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
