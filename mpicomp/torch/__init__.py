@@ -36,7 +36,7 @@ from typing import Any
 from .distributed import init_process_group
 from .hooks import HookState, compressed_allreduce_hook
 
-__all__ = ["ColumnParallelLinear", "CompressedReduceScatter", "DistributedOptimizer", "HookState",
+__all__ = ["ColumnParallelLinear", "CompressedAllGather", "CompressedReduceScatter", "DistributedOptimizer", "HookState",
            "PipelineStage", "RowParallelLinear", "ShardedOptimizer",
            "allreduce_sequence_parallel_grads", "broadcast_parameters",
            "compressed_allreduce_hook", "copy_to_group", "gather_from_group",
@@ -51,7 +51,7 @@ _TENSOR_PARALLEL = ("ColumnParallelLinear", "RowParallelLinear",
                     "scatter_to_group")
 _PIPELINE = ("PipelineStage",)
 _SHARDED = ("ShardedOptimizer",)
-_FSDP = ("CompressedReduceScatter",)
+_FSDP = ("CompressedAllGather", "CompressedReduceScatter")
 
 
 def __getattr__(name: str) -> Any:
