@@ -22,11 +22,12 @@ all-gather gives every rank the same decoded parameters, its own shard's
 included, while FSDP2's sharded parameters (what the optimizer steps) stay
 exact; an all-gather buffer that is not float32/float64 (FSDP2 gathers
 parameters of mixed dtypes as bytes) goes plain. The process group must hold
-the communicator's ranks in its order (checked each call). CPU tensors go through NumPy views, CUDA tensors through
-mpicomp's device path. FSDP2 runs on PyTorch's CPU build with the gloo
-backend (torch 2.13.0+cpu here); error feedback on the reduce-scatter is
-not in this object (the sharded optimizer's is, :mod:`.sharded`). PyTorch
-keeps FSDP2's ``ReduceScatter`` interface in a private module
+the communicator's ranks in its order (checked each call). CPU tensors go
+through NumPy views, CUDA tensors through mpicomp's device path. FSDP2 runs
+on PyTorch's CPU build with the gloo backend (torch 2.13.0+cpu here); error
+feedback on the reduce-scatter is not in these objects (the sharded
+optimizer's is, :mod:`.shard_gradients`). PyTorch keeps FSDP2's
+``ReduceScatter`` and ``AllGather`` interfaces in a private module
 (``torch.distributed.fsdp._fully_shard._fsdp_api``), imported from there;
 the tests hold that to the installed version.
 """
