@@ -37,7 +37,8 @@ from .distributed import init_process_group
 from .hooks import HookState, compressed_allreduce_hook
 
 __all__ = ["ColumnParallelLinear", "CompressedAllGather", "CompressedReduceScatter",
-           "DistributedOptimizer", "HookState", "PipelineStage", "RowParallelLinear", "ShardedOptimizer",
+           "DistributedOptimizer", "HookState", "PipelineStage", "RowParallelLinear",
+           "ShardedOptimizer",
            "allreduce_sequence_parallel_grads", "broadcast_parameters",
            "compressed_allreduce_hook", "copy_to_group", "gather_from_group",
            "gather_from_sequence", "init_process_group", "reduce_from_group",
