@@ -114,3 +114,62 @@ def test_cuda_gradients_are_reduced_on_the_device(comm):
         opt.optimizer.step()
         blob = b"".join(q.detach().float().cpu().numpy().tobytes() for q in model.parameters())
         assert len(set(comm.allgather(blob))) == 1
+
+
+def _overlap_run(comm, steps: int, **settings):
+    """Adam steps of ``_model(0)`` with ``DistributedOptimizer``: per step the Iallreduce
+    calls started during backward, and the parameters' bytes after the step."""
+    r = comm.Get_rank()
+    model = _model(0)
+    import mpicomp
+
+    dp = mpicomp.Comm(comm)
+    opt = mt.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=1e-2),
+                                  named_parameters=model.named_parameters(), comm=dp,
+                                  bucket_mib=1 / 256, **settings)
+    started, blobs, after = [], [], 0
+    gen = torch.Generator().manual_seed(300 + r)
+    for _ in range(steps):
+        x, y = torch.rand(16, 64, generator=gen), torch.randint(0, 10, (16,), generator=gen)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        calls = dp.stats().get("Iallreduce", {}).get("calls", 0)
+        started.append(calls - after)  # the Iallreduce calls started during backward
+        opt.step()
+        after = dp.stats().get("Iallreduce", {}).get("calls", 0)
+        blobs.append(b"".join(p.detach().numpy().tobytes() for p in model.parameters()))
+    return opt, started, blobs
+
+
+@pytest.mark.mpi(min_size=2)
+def test_overlap_reduces_during_backward_with_the_same_result(comm):
+    """overlap=True, codec none: from the second step every bucket starts during backward,
+    and the parameters are bitwise those of overlap=False (the same averages); bitplane 8.25
+    with LoCo keeps the replicas identical; a second backward before the step raises."""
+    opt, started, overlapped = _overlap_run(comm, 4, overlap=True, codec="none")
+    _, _, plain = _overlap_run(comm, 4, overlap=False, codec="none")
+    assert overlapped == plain
+    buckets = len(opt.reducer.plan)
+    assert buckets >= 2
+    # buckets in backward's order: the last layer's first
+    assert opt.reducer.plan[0].names[0] == "2.bias"
+    # the first step reduces at step(); every later step's buckets all start in backward
+    assert started == [0] + [buckets] * 3
+    opt, _, blobs = _overlap_run(comm, 4, overlap=True, codec="bitplane", rate=8.25,
+                                 threshold=0, error_feedback="loco")
+    assert all(len(set(comm.allgather(b))) == 1 for b in blobs)
+    assert opt.reducer.feedback.nbytes() > 0
+    model = torch.nn.Linear(8, 8)
+    opt = mt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                  named_parameters=model.named_parameters(), comm=comm,
+                                  overlap=True)
+    x = torch.ones(2, 8)
+    for _ in range(2):  # (the first step makes the plan)
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+    opt.zero_grad()
+    model(x).sum().backward()
+    with pytest.raises(RuntimeError, match="one backward per step"):
+        model(x).sum().backward()
+    opt.step()  # (the first backward's buckets finish)

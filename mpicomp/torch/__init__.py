@@ -18,12 +18,14 @@ and row-parallel linear layers and the collectives under them) is in
 parallelism (:class:`ShardedOptimizer`, ZeRO stage 2) in
 :mod:`mpicomp.torch.sharded`; their names are also here.
 
-``DistributedOptimizer`` reduces the
-gradients with a :class:`mpicomp.training.GradientReducer` (its keyword
-settings: codec, rate, error feedback, buckets, rules) before each
-``step()``. Contiguous float32 gradients are reduced in place, CPU tensors
-on the host and CUDA tensors on their GPU (the reducer's device path: packed,
-compressed and averaged there, on the current stream); other gradients
+``DistributedOptimizer`` reduces the gradients with a
+:class:`mpicomp.training.GradientReducer` (its keyword settings: codec,
+rate, error feedback, buckets, rules) before each ``step()``, or, with
+``overlap=True``, bucket by bucket while backward runs
+(:mod:`mpicomp.torch.overlap`, as DDP does). Contiguous float32 gradients
+are reduced in place, CPU tensors on the host and CUDA tensors on their GPU
+(the reducer's device path: packed, compressed and averaged there, on the
+current stream); other gradients
 (bfloat16/float16, non-contiguous) go through a float32 copy on their own
 device, which is reduced and copied back (counted in
 :attr:`DistributedOptimizer.staged`).
@@ -133,7 +135,7 @@ class DistributedOptimizer:
     """An optimizer whose ``step()`` first averages the gradients across the ranks."""
 
     def __init__(self, optimizer: Any, named_parameters: Iterable[tuple[str, Any]],
-                 comm: Any = None, **reducer_settings: Any) -> None:
+                 comm: Any = None, overlap: bool = False, **reducer_settings: Any) -> None:
         from ..training import GradientReducer
 
         _torch()
@@ -143,14 +145,29 @@ class DistributedOptimizer:
         if len(set(names)) != len(names):
             raise ValueError("named_parameters has duplicate names")
         self.reducer = GradientReducer(_world(comm), **reducer_settings)
-        self.staged = 0  #: gradients that went through a float32 copy (all steps)
+        self._staged = 0
+        #: with ``overlap``: the buckets reduced during backward (:mod:`.overlap`)
+        self.backward = None
+        if overlap:
+            from .overlap import BackwardAllreduce
+
+            self.backward = BackwardAllreduce(self.reducer, self.named)
+
+    @property
+    def staged(self) -> int:
+        """Gradients that went through a float32 copy (all steps)."""
+        return self._staged + (self.backward.staged if self.backward is not None else 0)
 
     def step(self, closure: Any = None) -> Any:
         self.synchronize()
         return self.optimizer.step(closure) if closure is not None else self.optimizer.step()
 
     def synchronize(self) -> None:
-        """Average the gradients now (``step()`` does it first)."""
+        """Average the gradients now (``step()`` does it first; with ``overlap``, finish
+        the reductions backward started)."""
+        if self.backward is not None:
+            self.backward.synchronize()
+            return
         torch = _torch()
         grads: dict[str, Any] = {}
         back: list[tuple[Any, Any]] = []
@@ -161,7 +178,7 @@ class DistributedOptimizer:
             if g.dtype != torch.float32 or not g.is_contiguous():
                 wide = g.detach().to(torch.float32).contiguous()  # on g's own device
                 back.append((g, wide))
-                self.staged += 1
+                self._staged += 1
                 g = wide
             grads[name] = g.numpy() if g.device.type == "cpu" else g.detach()
         self.reducer.reduce(grads)

@@ -77,23 +77,44 @@ class GradientReducer:
     # -- one step -----------------------------------------------------------------
     def reduce(self, grads: Mapping[str, Any]) -> None:
         """Reduce ``grads`` in place (collective: every rank, the same names)."""
+        arrays = self.prepare(grads)
+        assert self._plan is not None
+        pending = [self.start(b, arrays) for b in self._plan]
+        self.finish(pending, arrays)
+
+    def prepare(self, grads: Mapping[str, Any], order: Sequence[str] | None = None
+                ) -> dict[str, Any]:
+        """The gradients as arrays, once every rank agrees on the buckets (collective): the
+        plan (:attr:`plan`) packs them in name order, or in ``order`` (every name once, the
+        same on every rank: backward's order, for buckets that fill as backward runs)."""
         ops = {name: backend.arrays_for(name, g) for name, g in grads.items()}
         arrays = {name: ops[name].view(name, g) for name, g in grads.items()}
         settings = {name: {**settings_for(name, a, self.rules, self.default),
                            **({"place": "device"} if ops[name].on_device else {})}
                     for name, a in arrays.items()}
-        self._agree_on_layout(arrays, settings)
-        assert self._plan is not None
-        pending = []
-        for b in self._plan:
-            on = DEVICE if b.settings.get("place") == "device" else HOST
-            call = {k: v for k, v in b.settings.items() if k not in NOT_CALL_SETTINGS}
-            x, y = self._buffers(b, on)
-            for name, off, size in zip(b.names, b.offsets, b.sizes):
-                on.copy(x[off: off + size], arrays[name])
-            x = self.feedback.compensate(b.key, x, on)
-            req = self.comm.Iallreduce(x, y, **call)
-            pending.append((b, on, call, req, x, y))  # x: untouched until the next step
+        self._agree_on_layout(arrays, settings, order)
+        return arrays
+
+    @property
+    def plan(self) -> list[bucketing.Bucket]:
+        """The buckets of the last :meth:`prepare` (empty before)."""
+        return list(self._plan or [])
+
+    def start(self, b: bucketing.Bucket, arrays: Mapping[str, Any]) -> tuple[Any, ...]:
+        """Pack bucket ``b`` of ``arrays``, add its kept residual and start its nonblocking
+        allreduce; what :meth:`finish` takes."""
+        on = DEVICE if b.settings.get("place") == "device" else HOST
+        call = {k: v for k, v in b.settings.items() if k not in NOT_CALL_SETTINGS}
+        x, y = self._buffers(b, on)
+        for name, off, size in zip(b.names, b.offsets, b.sizes, strict=True):
+            on.copy(x[off: off + size], arrays[name])
+        x = self.feedback.compensate(b.key, x, on)
+        req = self.comm.Iallreduce(x, y, **call)
+        return b, on, call, req, x, y  # x: untouched until the next step
+
+    def finish(self, pending: Sequence[tuple[Any, ...]], arrays: Mapping[str, Any]) -> None:
+        """Complete the started buckets in order: keep each one's residual, average, copy
+        the results back into ``arrays``; one step of error feedback."""
         p = self.comm.Get_size()
         for b, on, call, req, sent, y in pending:
             req.Wait()
@@ -101,14 +122,15 @@ class GradientReducer:
                 self.feedback.update(b.key, sent, self._roundtrip(call, sent, req, on), on)
             if self.average:
                 on.divide(y, p)
-            for name, off, size in zip(b.names, b.offsets, b.sizes):
+            for name, off, size in zip(b.names, b.offsets, b.sizes, strict=True):
                 on.copy(arrays[name], y[off: off + size])
         self.feedback.end_step()
 
     # -- helpers ------------------------------------------------------------------
     def _agree_on_layout(self, arrays: dict[str, np.ndarray],
-                         settings: dict[str, dict[str, Any]]) -> None:
-        fp = bucketing.fingerprint(arrays, settings)
+                         settings: dict[str, dict[str, Any]],
+                         order: Sequence[str] | None = None) -> None:
+        fp = bucketing.fingerprint(arrays, settings, order)
         every = self.comm.allgather(fp)  # pickled, plain MPI: tiny
         if len(set(every)) != 1:
             raise ValueError(
@@ -116,7 +138,7 @@ class GradientReducer:
                 f"dtypes or rule settings (fingerprints {sorted(set(every))}); this rank "
                 f"(rank {self.comm.Get_rank()}) has {len(arrays)} gradients")
         if fp != self._plan_fp:
-            self._plan = bucketing.plan(arrays, settings, self.bucket_bytes)
+            self._plan = bucketing.plan(arrays, settings, self.bucket_bytes, order)
             self._plan_fp = fp
             self._flat.clear()
 
