@@ -23,9 +23,12 @@
 #                  HOSTS network namespaces (4) x PPN ranks (1), links shaped to RATE (1gbit),
 #                  each host on cores of its own (PIN=0: placement left to the kernel)
 #   make bench-transformer (root) the transformer study (python -m mpicomp.bench transformer):
-#                  on the simulated cluster of 4 hosts at STUDY_RATE (400mbit) and at 1gbit,
-#                  then the table (transformer.md) and docs/transformer-{loss,throughput}.png;
-#                  options in STUDY_ARGS (STUDY_ARGS="--steps 40": minutes instead of about an hour)
+#                  STUDY_LAYOUTS (dp4,dp4-sharded) on the simulated cluster of 4 hosts at
+#                  STUDY_RATE (400mbit) and at 1gbit, dp2xtp2 on 2 hosts x 2 ranks at
+#                  STUDY_RATE (the tensor-parallel pair in a host), STUDY_STEPS (300) Adam
+#                  steps, 3 seeds; then the table (transformer.md) and
+#                  docs/transformer-{loss,throughput}.png; more options in STUDY_ARGS
+#                  (STUDY_STEPS=40 STUDY_ARGS="--seeds 1": minutes instead of about an hour)
 #   make test-gpu  where a GPU is: the tests marked gpu (serial) and device (under mpiexec -n 2
 #                  and 4), then the GPU benchmarks (bench-gpu); they skip without a CUDA device
 #   make bench-gpu codecs --buffer cupy, allreduce-gpu (256 MiB CuPy buffers, 4 ranks) and
@@ -162,17 +165,25 @@ bench-net: venv
 	  $(VPY) -m mpicomp.bench $(or $(strip $(ARGS)),$(NET_ARGS_DEFAULT))
 
 STUDY_RATE ?= 400mbit
+STUDY_LAYOUTS ?= dp4,dp4-sharded
+STUDY_STEPS ?= 300
 STUDY_ARGS ?=
 STUDY_PLOT ?= docs/transformer
 STUDY_TIMEOUT ?= 7200
+STUDY = transformer --steps $(STUDY_STEPS) $(STUDY_ARGS)
 
 bench-transformer: venv
 	MPIEXEC_TIMEOUT=$(STUDY_TIMEOUT) $(MAKE) --no-print-directory bench-net RATE=$(STUDY_RATE) \
-	  ARGS="transformer --label $(STUDY_RATE) --json transformer-$(STUDY_RATE).json $(STUDY_ARGS)"
+	  ARGS="$(STUDY) --layouts $(STUDY_LAYOUTS) --label $(STUDY_RATE) \
+	        --json transformer-$(STUDY_RATE).json"
+	MPIEXEC_TIMEOUT=$(STUDY_TIMEOUT) $(MAKE) --no-print-directory bench-net RATE=$(STUDY_RATE) \
+	  HOSTS=2 PPN=2 ARGS="$(STUDY) --layouts dp2xtp2 --label $(STUDY_RATE)-2x2 \
+	        --json transformer-$(STUDY_RATE)-2x2.json"
 	MPIEXEC_TIMEOUT=$(STUDY_TIMEOUT) $(MAKE) --no-print-directory bench-net RATE=1gbit \
-	  ARGS="transformer --label 1gbit --json transformer-1gbit.json $(STUDY_ARGS)"
+	  ARGS="$(STUDY) --layouts $(STUDY_LAYOUTS) --label 1gbit --json transformer-1gbit.json"
 	$(VPY) -m mpicomp.bench transformer --report transformer-$(STUDY_RATE).json \
-	  transformer-1gbit.json --plot $(STUDY_PLOT) --markdown transformer.md
+	  transformer-$(STUDY_RATE)-2x2.json transformer-1gbit.json --plot $(STUDY_PLOT) \
+	  --markdown transformer.md
 
 test-gpu: venv
 	@$(VPY) -c "import cupy" 2>/dev/null || { echo "test-gpu needs CuPy in $(VENV): pip install 'mpicomp[gpu]' (cupy-cuda12x; cupy-cuda13x for CUDA 13), or, where $(PYTHON) has CuPy and no internet (the lent GPU machine), make gpu-wheels here and make test-gpu WHEELS=.whl there"; exit 1; }

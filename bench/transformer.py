@@ -12,12 +12,19 @@ layouts (``parallel_groups``: tensor-parallel ranks are neighbours)
     (Megatron-LM tensor parallelism, ``PipelineStage`` with 1F1B over
     ``--micro-batches``);
 policies
-    ``plain`` (codec none everywhere); ``naive`` (one aggressive setting,
-    bitplane 4.25, on every group, without error feedback); ``hybrid``
-    (data-parallel gradients bitplane 4.25 with LoCo error feedback, norms
-    and tensors under 4096 values plain; tensor- and pipeline-parallel
-    activations and gradients, and a sharded optimizer's parameters, bitplane
-    16.25).
+    ``plain`` (codec none everywhere) and ``bf16`` (the cast codec, bfloat16,
+    on every group): the practitioner's baselines; ``naive`` (one aggressive
+    setting, bitplane 4.25, on every group, without error feedback);
+    ``hybrid`` (data-parallel gradients bitplane 4.25 with LoCo error
+    feedback, norms and tensors under 4096 values plain; a sharded
+    optimizer's parameters bitplane 8.25; tensor- and pipeline-parallel
+    activations and gradients bitplane 16.25, tensor-parallel traffic cast to
+    bfloat16 where the pair shares a host: shared memory is no slow link, a
+    cast is the cheapest halving).
+
+Data-parallel gradients are reduced during backward (``DistributedOptimizer(
+overlap=True)``, the sharded optimizer's hooks) under every policy, but in
+pipeline layouts (several backward passes a step: reduced at the step).
 
 Every run starts from the same weights (``--seed``), sees the same global
 batch at every step (each data-parallel replica its slice of it), takes the
@@ -46,6 +53,7 @@ import argparse
 import hashlib
 import json
 import math
+import os
 import time
 from typing import Any
 
@@ -63,10 +71,16 @@ LAYOUTS = {
     "dp2xpp2": (2, 1, 2, False),
     "tp2xpp2": (1, 2, 2, False),
 }
-POLICIES = ("plain", "naive", "hybrid")
+POLICIES = ("plain", "bf16", "naive", "hybrid")
+#: the practitioner's baselines: each policy is compared to the faster of them per layout
+BASELINES = ("plain", "bf16")
 PLAIN = {"codec": "none"}
+BF16 = {"codec": {"id": "cast", "dtype": "bfloat16"}, "threshold": 0}
 AGGRESSIVE = {"codec": "bitplane", "rate": 4.25, "threshold": 0}
 MILD = {"codec": "bitplane", "rate": 16.25, "threshold": 0}
+#: a sharded optimizer's parameter allgather under the hybrid policy (ZeRO++'s 8-bit
+#: weights: every step's parameters decode the exact master values, errors do not add up)
+PARAMS = {"codec": "bitplane", "rate": 8.25, "threshold": 0}
 #: gradients of fewer values than this go plain under the hybrid policy
 SMALL_TENSOR = 4096
 
@@ -75,17 +89,22 @@ def _small(name: str, array: Any) -> bool:
     return array.size < SMALL_TENSOR
 
 
-def policy_settings(policy: str) -> dict[str, Any]:
-    """The settings of each kind of traffic under ``policy``."""
+def policy_settings(policy: str, local_tp: bool = False) -> dict[str, Any]:
+    """The settings of each kind of traffic under ``policy`` (``local_tp``: the
+    tensor-parallel ranks share a host, their traffic shared memory)."""
     if policy == "plain":
         return {"tp": PLAIN, "pp": PLAIN, "grad": PLAIN, "feedback": "none", "rules": [],
                 "params": PLAIN}
+    if policy == "bf16":
+        return {"tp": BF16, "pp": BF16, "grad": BF16, "feedback": "none", "rules": [],
+                "params": BF16}
     if policy == "naive":
         return {"tp": AGGRESSIVE, "pp": AGGRESSIVE, "grad": AGGRESSIVE, "feedback": "none",
                 "rules": [], "params": AGGRESSIVE}
     if policy == "hybrid":
-        return {"tp": MILD, "pp": MILD, "grad": AGGRESSIVE, "feedback": "loco",
-                "rules": [("*norm*", PLAIN), (_small, PLAIN)], "params": MILD}
+        return {"tp": BF16 if local_tp else MILD, "pp": MILD, "grad": AGGRESSIVE,
+                "feedback": "loco", "rules": [("*norm*", PLAIN), (_small, PLAIN)],
+                "params": PARAMS}
     raise ValueError(f"policy must be one of {list(POLICIES)}, got {policy!r}")
 
 
@@ -113,7 +132,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="validation (and training-sample) sequences (64)")
     parser.add_argument("--train-mib", type=float, default=4.0,
                         help="MiB of training text (4)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the first seed (0)")
+    parser.add_argument("--seeds", type=int, default=3,
+                        help="seeds per layout and policy: --seed, --seed + 1, ... (3)")
+    parser.add_argument("--val-kib", type=int, default=256,
+                        help="KiB of held-out text the final validation loss scores (256)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per rank (1)")
     parser.add_argument("--label", default="", help="the network, for the report (e.g. '1 Gbit/s')")
     parser.add_argument("--json", help="write the records to this JSON file")
@@ -162,6 +185,20 @@ def _lr(step: int, args: argparse.Namespace) -> float:
     return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * done)))
 
 
+def link_tx_bytes() -> int | None:
+    """Bytes this simulated host's link has sent (``eth0`` in ``/proc/net/dev``, which
+    shows this process's network namespace): what really left the host, TCP/IP included,
+    the same way for every policy; None outside :mod:`netcluster <bench.netcluster>`."""
+    if not os.environ.get("NETCLUSTER_NS_PREFIX"):
+        return None
+    with open("/proc/net/dev") as f:
+        for line in f:
+            name, _, counters = line.partition(":")
+            if name.strip() == "eth0":
+                return int(counters.split()[8])  # (8 receive counters, then transmit)
+    return None
+
+
 def _wire_and_codec(comm: Any) -> tuple[int, float]:
     stats = comm.stats()
     return (sum(s["wire_bytes"] for s in stats.values()),
@@ -172,6 +209,7 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
         clock: Any) -> dict[str, Any]:
     """Train one layout under one policy; the record (the same on every rank)."""
     import torch
+    from mpi4py import MPI
 
     import mpicomp.torch as mt
     from mpicomp.training import parallel_groups
@@ -179,7 +217,9 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
     from . import gpt
 
     dp, tp, pp, sharded = LAYOUTS[layout]
-    s = policy_settings(policy)
+    host = world.Split_type(MPI.COMM_TYPE_SHARED)  # (tensor-parallel ranks are neighbours)
+    local_tp = tp > 1 and host.Get_size() % tp == 0
+    s = policy_settings(policy, local_tp)
     g = parallel_groups(world, dp=dp, tp=tp, pp=pp,
                         policies={"dp": PLAIN, "tp": s["tp"], "pp": s["pp"]})
     torch.manual_seed(args.seed)
@@ -203,14 +243,18 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
         clock.wrap(g.dp, "Allgather", "comm")
     elif dp > 1:
         rules = list(s["rules"])
-        if tp > 1:  # the unsplit parameters' gradients in buckets of their own (see rules)
-            unsplit = set(_unsplit_names(module))
-            rules.append((lambda name, a: name in unsplit, {"bucket": "unsplit"}))
+        if tp > 1:  # the unsplit parameters' gradients in buckets of their own, by one
+            unsplit = set(_unsplit_names(module))  # algorithm on every group (see rules)
+            rules.append((lambda name, a: name in unsplit,
+                          {"bucket": "unsplit", "algorithm": "ring"}))
+        # overlapped with backward as DDP does (a pipeline's several backward passes a step
+        # reduce at the step)
         opt = mt.DistributedOptimizer(torch.optim.Adam([p for _, p in named], lr=args.lr,
                                                        betas=(0.9, args.beta2)),
-                                      named_parameters=named, comm=g.dp,
+                                      named_parameters=named, comm=g.dp, overlap=pp == 1,
                                       error_feedback=s["feedback"], rules=rules, **grad)
         clock.wrap(opt, "synchronize", "comm")
+        clock.wrap(g.dp, "Iallreduce", "comm")
     else:
         opt = torch.optim.Adam([p for _, p in named], lr=args.lr, betas=(0.9, args.beta2))
     if tp > 1:
@@ -237,8 +281,20 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
             return float(gpt.loss_fn(model(x), y))
 
     def evaluate(starts: np.ndarray, source: np.ndarray) -> float:
-        x, y = _batch(source, starts[g.dp_rank::dp], args.context)
-        return g.dp.allreduce(loss_of(x, y, False)) / dp
+        """The mean loss of the sequences at ``starts`` (each replica its share, in chunks of
+        the global batch)."""
+        mine = starts[g.dp_rank::dp]
+        chunk = max(args.global_batch // dp, 1)
+        total = 0.0
+        for at in range(0, mine.size, chunk):
+            x, y = _batch(source, mine[at:at + chunk], args.context)
+            total += loss_of(x, y, False) * x.shape[0]
+        return g.dp.allreduce(total) / g.dp.allreduce(mine.size)
+
+    # the final validation: every window of ``context`` bytes in the first --val-kib KiB
+    val_starts = np.arange(0, min(val_text.size, args.val_kib << 10) - args.context - 1,
+                           args.context)
+    val_starts = val_starts[:val_starts.size // args.global_batch * args.global_batch]
 
     eval_starts = np.linspace(0, val_text.size - args.context - 2, args.eval_seqs).astype(int)
     train_sample = np.random.default_rng([args.seed, 1]).integers(
@@ -246,6 +302,7 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
     groups = {"dp": g.dp, "tp": g.tp, "pp": g.pp}
     timed = {"wall": 0.0, "compute": 0.0, "comm": 0.0, "codec": 0.0}
     wire0: dict[str, int] = {}
+    link = 0  # bytes this host's link sent in the timed steps (the simulated cluster)
     curve, val_curve = [], []
     for step in range(args.steps):
         for group in opt.param_groups:
@@ -257,12 +314,15 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
             wire0 = {k: _wire_and_codec(c)[0] for k, c in groups.items()}
         codec0 = sum(_wire_and_codec(c)[1] for c in groups.values())
         clock.take()
+        tx = link_tx_bytes()
         t = time.perf_counter()
         opt.zero_grad()
         loss = loss_of(x, y, True)
         opt.step()
         wall = time.perf_counter() - t
         regions = clock.take()
+        if tx is not None and step >= args.skip:
+            link += link_tx_bytes() - tx
         in_calls = sum(_wire_and_codec(c)[1] for c in groups.values()) - codec0
         if step >= args.skip:
             codec = regions.get("codec", 0.0) + in_calls
@@ -281,6 +341,7 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
     wire = {k: (_wire_and_codec(c)[0] - wire0[k]) / n_timed if c.Get_size() > 1 else 0.0
             for k, c in groups.items()}
     final_train = evaluate(train_sample, text)
+    final_val = evaluate(val_starts, val_text)
     # identical replicas: the same bits on every rank with this tensor and pipeline rank;
     # the parameters tensor parallelism does not split, the same on the whole tp group
     params = [p for _, p in module.named_parameters()]
@@ -296,9 +357,12 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
     per_rank = world.allgather({k: v / n_timed for k, v in timed.items()})
     mean = {k: float(np.mean([r[k] for r in per_rank])) for k in timed}
     wires = world.allgather(wire)
+    # the host's link per rank: its bytes over the ranks the host runs
+    links = world.allgather(link / n_timed / host.Get_size() if link_tx_bytes() is not None
+                            else None)
     record = {
         "layout": layout, "policy": policy, "label": args.label, "dp": dp, "tp": tp, "pp": pp,
-        "sharded": sharded, "settings": json.loads(json.dumps(
+        "sharded": sharded, "local_tp": local_tp, "settings": json.loads(json.dumps(
             s, default=lambda o: f"fewer than {SMALL_TENSOR} values")),
         "steps": args.steps, "timed_steps": n_timed,
         "tokens_per_step": args.global_batch * args.context,
@@ -307,29 +371,63 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
         "tokens_per_s": args.global_batch * args.context / mean["wall"],
         "wire_mib_per_step": {k: float(np.mean([w[k] for w in wires])) / (1 << 20)
                               for k in groups},
+        "link_mib_per_step": (float(np.mean(links)) / (1 << 20) if None not in links
+                              else None),
         "train_curve": curve, "val_curve": val_curve,
-        "final_train_loss": final_train, "final_val_loss": val_curve[-1][1],
+        "final_train_loss": final_train, "final_val_loss": final_val,
+        "val_bytes": int(val_starts.size * (args.context + 1)), "seed": args.seed,
         "identical": bool(identical),
         "parameters": parameters,
     }
     g.free()
+    host.Free()
     return record
 
 
 # -- the report --------------------------------------------------------------------------
 
-def _with_gaps(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    base = {(r["label"], r["layout"]): r for r in records if r["policy"] == "plain"}
-    rows = []
+def summary(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (network, layout, policy): means over the seeds and their spread (half
+    the range), tokens/s against the best baseline of the layout (the faster of
+    :data:`BASELINES`), the validation loss against float32 plain of the same seed."""
+    runs: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for r in records:
-        b = base.get((r["label"], r["layout"]))
-        w = r["wire_mib_per_step"]
-        rows.append({**r, "speedup": r["tokens_per_s"] / b["tokens_per_s"] if b else None,
-                     "val_gap": (r["final_val_loss"] / b["final_val_loss"] - 1) * 100
-                     if b else None,
-                     "wire": "/".join(f"{w[k]:.2f}" if w[k] else "-" for k in ("dp", "tp", "pp")),
-                     "ms": "/".join(f"{r[k] * 1e3:.0f}" for k in ("compute_s", "comm_s",
-                                                                   "codec_s"))})
+        runs.setdefault((r["label"], r["layout"], r["policy"]), []).append(r)
+
+    def mean(rs: list[dict[str, Any]], key: str) -> float:
+        return float(np.mean([r[key] for r in rs]))
+
+    def spread(values: list[float]) -> float:
+        return (max(values) - min(values)) / 2 if values else 0.0
+
+    rows = []
+    for (label, layout, policy), rs in runs.items():
+        baselines = {b: mean(runs[(label, layout, b)], "tokens_per_s") for b in BASELINES
+                     if (label, layout, b) in runs}
+        best = max(baselines, key=baselines.get) if baselines else None
+        plain = {r["seed"]: r["final_val_loss"] for r in runs.get((label, layout, "plain"), [])}
+        gaps = [(r["final_val_loss"] / plain[r["seed"]] - 1) * 100 for r in rs
+                if r["seed"] in plain]
+        tokens = [r["tokens_per_s"] for r in rs]
+        wire = {k: float(np.mean([r["wire_mib_per_step"][k] for r in rs]))
+                for k in ("dp", "tp", "pp")}
+        rows.append({
+            "label": label, "layout": layout, "policy": policy, "seeds": len(rs),
+            "tokens_per_s": float(np.mean(tokens)), "tokens_spread": spread(tokens),
+            "vs_best": float(np.mean(tokens)) / baselines[best] if best else None,
+            "best": best,
+            "step_s": mean(rs, "step_s"),
+            "ms": "/".join(f"{mean(rs, k) * 1e3:.0f}" for k in ("compute_s", "comm_s",
+                                                                 "codec_s")),
+            "wire": "/".join(f"{wire[k]:.2f}" if wire[k] else "-" for k in ("dp", "tp", "pp")),
+            "link": (float(np.mean([r["link_mib_per_step"] for r in rs]))
+                     if all(r.get("link_mib_per_step") is not None for r in rs) else None),
+            "final_val_loss": mean(rs, "final_val_loss"),
+            "val_spread": spread([r["final_val_loss"] for r in rs]),
+            "val_gap": float(np.mean(gaps)) if gaps else None,
+            "gap_spread": spread(gaps),
+            "identical": all(r["identical"] for r in rs),
+        })
     return rows
 
 
@@ -338,16 +436,21 @@ def table(records: list[dict[str, Any]], header: list[str]) -> str:
 
     columns = [
         Column("label", "network"), Column("layout", "layout"), Column("policy", "policy"),
-        Column("tokens_per_s", "tokens/s", "{:.0f}"), Column("speedup", "vs plain", "{:.2f}x"),
+        Column("seeds", "seeds"),
+        Column("tokens_per_s", "tokens/s", "{:.0f}"),
+        Column("tokens_spread", "±", "{:.0f}"),
+        Column("vs_best", "vs best baseline", "{:.2f}x"),
+        Column("best", "(baseline)"),
         Column("step_s", "step ms", lambda v: f"{v * 1e3:.0f}"),
         Column("ms", "compute/comm/codec ms"),
         Column("wire", "MiB/step dp/tp/pp"),
-        Column("final_train_loss", "train loss", "{:.4f}"),
+        Column("link", "link MiB/step", lambda v: "-" if v is None else f"{v:.2f}"),
         Column("final_val_loss", "val loss", "{:.4f}"),
         Column("val_gap", "val vs plain", "{:+.2f}%"),
+        Column("gap_spread", "±", "{:.2f}"),
         Column("identical", "identical", lambda v: "yes" if v else "NO"),
     ]
-    return format_markdown("Transformer study", columns, _with_gaps(records), header)
+    return format_markdown("Transformer study", columns, summary(records), header)
 
 
 def plot(records: list[dict[str, Any]], prefix: str) -> list[str]:
@@ -356,12 +459,14 @@ def plot(records: list[dict[str, Any]], prefix: str) -> list[str]:
     plt = _pyplot()
     layouts = [k for k in LAYOUTS if any(r["layout"] == k for r in records)]
     labels = list(dict.fromkeys(r["label"] for r in records))
-    colors = {"plain": "black", "naive": "tab:red", "hybrid": "tab:blue"}
+    colors = {"plain": "black", "bf16": "tab:green", "naive": "tab:red", "hybrid": "tab:blue"}
+    first = min(r.get("seed", 0) for r in records)
     fig, axes = plt.subplots(2, len(layouts), figsize=(4 * len(layouts), 6), sharey="row",
                              sharex=True, squeeze=False)
     for col, layout in enumerate(layouts):
-        runs = {r["policy"]: r for r in records
-                if r["layout"] == layout and r["label"] == labels[0]}
+        runs = {r["policy"]: r for r in records  # (the first seed's curves)
+                if r["layout"] == layout and r["label"] == labels[0]
+                and r.get("seed", 0) == first}
         base = dict(runs["plain"]["val_curve"]) if "plain" in runs else None
         for policy, r in runs.items():
             steps, vals = zip(*r["val_curve"], strict=True)
@@ -383,12 +488,12 @@ def plot(records: list[dict[str, Any]], prefix: str) -> list[str]:
     fig, axes = plt.subplots(1, len(labels), figsize=(6 * len(labels), 3.6), squeeze=False)
     for ax, label in zip(axes[0], labels, strict=True):
         width = 0.8 / len(POLICIES)
-        for i, policy in enumerate(POLICIES):
-            ys = [next((r["tokens_per_s"] for r in records if r["layout"] == k
-                        and r["policy"] == policy and r["label"] == label), 0.0)
+        for i, policy in enumerate(POLICIES):  # (means over the seeds)
+            ys = [float(np.mean([r["tokens_per_s"] for r in records if r["layout"] == k
+                                 and r["policy"] == policy and r["label"] == label] or [0.0]))
                   for k in layouts]
-            ax.bar(np.arange(len(layouts)) + (i - 1) * width, ys, width, label=policy,
-                   color=colors.get(policy))
+            ax.bar(np.arange(len(layouts)) + (i - (len(POLICIES) - 1) / 2) * width, ys, width,
+                   label=policy, color=colors.get(policy))
         ax.set_xticks(np.arange(len(layouts)), layouts)
         ax.set_ylabel("tokens/s")
         ax.set_title(f"4 ranks, {label}" if label else "4 ranks")
@@ -453,11 +558,12 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     clock.wrap(HOST, "roundtrip", "codec")  # error feedback's round trips
     records = []
     for layout in layouts:
-        for policy in policies:
-            if world.Get_rank() == 0:
-                progress(f"transformer: {layout} {policy} ...")
-            records.append(run(world, layout, policy, args,
-                               {"train": train, "val": val}, clock))
+        for seed in range(args.seed, args.seed + args.seeds):
+            for policy in policies:
+                if world.Get_rank() == 0:
+                    progress(f"transformer: {layout} {policy} seed {seed} ...")
+                records.append(run(world, layout, policy, argparse.Namespace(
+                    **{**vars(args), "seed": seed}), {"train": train, "val": val}, clock))
             if world.Get_rank() == 0 and args.json:
                 with open(args.json, "w") as f:  # after every run: a long job keeps its runs
                     json.dump(records, f, indent=1)

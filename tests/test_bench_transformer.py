@@ -23,7 +23,7 @@ def _args(**over) -> argparse.Namespace:
     transformer.add_arguments(p)
     args = p.parse_args(["--steps", "4", "--skip", "1", "--eval-every", "2", "--d", "32",
                          "--layers", "2", "--context", "16", "--global-batch", "16",
-                         "--eval-seqs", "16", "--micro-batches", "2"])
+                         "--eval-seqs", "16", "--micro-batches", "2", "--val-kib", "4"])
     for k, v in over.items():
         setattr(args, k, v)
     return args
@@ -39,23 +39,30 @@ def test_every_layout_trains_the_same_model_and_compression_sends_less(comm, tmp
     data = {"train": train, "val": val}
     clock = StepClock()
     records = [transformer.run(world, layout, policy, args, data, clock)
-               for layout in transformer.LAYOUTS for policy in ("plain", "naive", "hybrid")]
+               for layout in transformer.LAYOUTS for policy in transformer.POLICIES]
+    # a second seed of dp4's baselines: the table's means and spreads
+    records += [transformer.run(world, "dp4", policy, _args(seed=1), data, clock)
+                for policy in transformer.BASELINES]
+    assert {r["val_bytes"] for r in records} == {4096 // 17 // 16 * 16 * 17}
     assert all(r["identical"] for r in records)
-    plain = [r for r in records if r["policy"] == "plain"]
+    plain = [r for r in records if r["policy"] == "plain" and r["seed"] == 0]
     # the split models compute the unsplit one's losses (float32 sums in another order)
     want = plain[0]["val_curve"]
     for r in plain[1:]:
         got = r["val_curve"]
         assert [s for s, _ in got] == [s for s, _ in want]
         np.testing.assert_allclose([v for _, v in got], [v for _, v in want], rtol=2e-4)
-    by = {(r["layout"], r["policy"]): r for r in records}
+    by = {(r["layout"], r["policy"]): r for r in records if r["seed"] == 0}
     for layout, (dp, tp, pp, _) in transformer.LAYOUTS.items():
-        for policy in ("naive", "hybrid"):
+        for policy in ("bf16", "naive", "hybrid"):
             w = by[layout, policy]["wire_mib_per_step"]
             w0 = by[layout, "plain"]["wire_mib_per_step"]
             for group, size in (("dp", dp), ("tp", tp), ("pp", pp)):
-                if size > 1:
-                    assert 0 < w[group] < w0[group], (layout, policy, group, w, w0)
+                if size > 1:  # (bf16's recursive doubling hands MPI half the bytes twice)
+                    less = w[group] <= w0[group] if policy == "bf16" else w[group] < w0[group]
+                    assert 0 < w[group] and less, (layout, policy, group, w, w0)
+            if tp > 1:  # (one host here: the pair's traffic cast, not compressed)
+                assert by[layout, policy]["local_tp"]
         for r in (by[layout, p] for p in transformer.POLICIES):
             assert r["step_s"] > 0 and r["compute_s"] > 0 and r["comm_s"] >= 0
             assert np.isfinite(r["final_val_loss"]) and np.isfinite(r["final_train_loss"])
@@ -63,15 +70,30 @@ def test_every_layout_trains_the_same_model_and_compression_sends_less(comm, tmp
         out = tmp_path_factory.mktemp("study")
         (out / "r.json").write_text(json.dumps(records))
         text = transformer.table(records, ["test"])
-        assert text.count("| yes |") == len(records)
+        rows = transformer.summary(records)
+        assert len(rows) == len(transformer.LAYOUTS) * len(transformer.POLICIES)
+        assert text.count("| yes |") == len(rows)
+        for row in rows:  # each against the faster baseline of its layout
+            assert row["best"] in transformer.BASELINES
+            if row["policy"] == row["best"]:
+                assert row["vs_best"] == pytest.approx(1.0)
+            assert row["seeds"] == (2 if row["layout"] == "dp4" and row["policy"] in
+                                    transformer.BASELINES else 1)
+        dp4 = next(r for r in rows if r["layout"] == "dp4" and r["policy"] == "plain")
+        assert dp4["val_gap"] == 0.0 and dp4["gap_spread"] == 0.0
         for png in transformer.plot(records, str(out / "study")):
             assert (out / png).stat().st_size > 1000
 
 
 def test_policies_name_their_settings():
     assert transformer.policy_settings("plain")["grad"] == {"codec": "none"}
+    bf16 = transformer.policy_settings("bf16")
+    assert all(bf16[k]["codec"] == {"id": "cast", "dtype": "bfloat16"}
+               for k in ("tp", "pp", "grad", "params"))
     hybrid = transformer.policy_settings("hybrid")
     assert hybrid["feedback"] == "loco" and hybrid["grad"]["rate"] == 4.25
     assert hybrid["tp"]["rate"] == hybrid["pp"]["rate"] == 16.25
+    assert hybrid["params"]["rate"] == 8.25
+    assert transformer.policy_settings("hybrid", local_tp=True)["tp"] == transformer.BF16
     with pytest.raises(ValueError, match="policy must be one of"):
         transformer.policy_settings("gentle")

@@ -10,6 +10,8 @@ before. At the end of backward a parameter that got no gradient gets zeros
 (as DDP fills an unused parameter's slot) and the remaining buckets start;
 ``synchronize()`` (``step()``) waits for them, averages and writes the
 results back into ``.grad`` (:meth:`~mpicomp.training.GradientReducer.finish`).
+A helper thread tests the started requests meanwhile (:mod:`.progress`), so
+plain and cast buckets travel during backward too.
 
 The first step has no plan yet: it reduces at ``synchronize()``, which
 makes the plan every rank agrees on. One backward per step: a second one
@@ -20,6 +22,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from .progress import Progress
 
 __all__ = ["BackwardAllreduce"]
 
@@ -38,6 +42,7 @@ class BackwardAllreduce:
         self._next = 0
         self._callback_queued = False
         self.staged = 0  #: gradients that went through a float32 copy (all steps)
+        self._progress = Progress()
         self._handles = [q.register_post_accumulate_grad_hook(self._hook(n))
                          for n, q in self.params.items()]
 
@@ -57,8 +62,13 @@ class BackwardAllreduce:
         self._arrays[name] = self._view(name, q.grad)
         plan = self.reducer.plan
         while self._next < len(plan) and all(n in self._arrays for n in plan[self._next].names):
-            self._pending.append(self.reducer.start(plan[self._next], self._arrays))
+            self._start(plan[self._next])
             self._next += 1
+
+    def _start(self, b: Any) -> None:
+        started = self.reducer.start(b, self._arrays)
+        self._pending.append(started)
+        self._progress.watch(started[3])  # (its request)
 
     def _end_backward(self) -> None:
         self._callback_queued = False
@@ -68,7 +78,7 @@ class BackwardAllreduce:
                 self._arrays[name] = self._view(name, q.grad)
         plan = self.reducer.plan
         for b in plan[self._next:]:
-            self._pending.append(self.reducer.start(b, self._arrays))
+            self._start(b)
         self._next = len(plan)
 
     def synchronize(self) -> None:
@@ -82,6 +92,7 @@ class BackwardAllreduce:
             self._pending = [self.reducer.start(b, arrays) for b in self.reducer.plan]
             self._arrays = arrays
         try:
+            self._progress.drain()
             self.reducer.finish(self._pending, self._arrays)
             with torch.no_grad():
                 for g, wide in self._back:

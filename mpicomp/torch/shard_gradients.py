@@ -35,6 +35,7 @@ import torch
 from ..backend.host import HOST
 from ..training.feedback import ErrorFeedback
 from .flat_layout import FlatLayout
+from .progress import Progress
 
 __all__ = ["IN_FLIGHT", "GradientShards"]
 
@@ -58,7 +59,7 @@ class GradientShards:
                     self._expected[piece.bucket] += piece.count
         self._missing = list(self._expected)
         self._filling: dict[int, torch.Tensor] = {}
-        self._in_flight: collections.deque[tuple[int, Any, np.ndarray, np.ndarray]] = \
+        self._in_flight: collections.deque[tuple[int, Any, Any, np.ndarray, np.ndarray]] = \
             collections.deque()
         self._next = 0  # the next bucket to start
         self._callback_queued = False
@@ -66,6 +67,7 @@ class GradientShards:
         self.reduced = False
         #: the most bytes of send and receive buffers and not yet freed ``.grad`` seen
         self.peak_buffer_bytes = 0
+        self._progress = Progress()  # (plain buckets move during backward too)
         self._handles = [q.register_post_accumulate_grad_hook(self._on_gradient)
                          for _, _, q, _ in layout.placed if q.requires_grad]
 
@@ -102,14 +104,16 @@ class GradientShards:
         x = self.feedback.compensate(k, send.numpy(), HOST)
         y = np.empty(b.part, np.float32)
         req = self.comm.Ireduce_scatter_block(x, y, **self.settings)
-        self._in_flight.append((k, req, x, y))
+        self._in_flight.append((k, req, self._progress.watch(req), x, y))
         self._missing[k] = self._expected[k]
         self._next += 1
         self._note_buffers(0)
 
     def complete_oldest(self) -> None:
         """Wait for the oldest bucket in flight; add its averaged part to the shard."""
-        k, req, x, y = self._in_flight.popleft()
+        k, req, tested, x, y = self._in_flight.popleft()
+        tested.result()  # (the helper thread completes it: one thread at a time may)
+        self._progress.forget_done()
         req.Wait()
         if self.feedback.active:
             self.feedback.update(k, x, self._carried(x, req), HOST)
@@ -148,7 +152,7 @@ class GradientShards:
     def buffer_bytes(self) -> int:
         """Bytes of the send and receive buffers held now."""
         return (sum(t.numel() * 4 for t in self._filling.values())
-                + sum(x.nbytes + y.nbytes for _, _, x, y in self._in_flight))
+                + sum(x.nbytes + y.nbytes for _, _, _, x, y in self._in_flight))
 
     def _note_buffers(self, extra: int) -> None:
         self.peak_buffer_bytes = max(self.peak_buffer_bytes, self.buffer_bytes() + extra)
