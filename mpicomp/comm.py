@@ -376,7 +376,9 @@ class Comm(MPI.Intracomm):
 
     def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any,  # noqa: N802
                               op: MPI.Op = MPI.SUM, **settings: Any) -> MPI.Request:
-        if not settings and _fast_size(self, "Ireduce_scatter_block", sendbuf, recvbuf):
+        # compressed only when the call names settings (the sharded optimizer's); without,
+        # mpi4py's own call, as before this method existed: no shortcut serves it
+        if not settings:
             return MPI.Intracomm.Ireduce_scatter_block(self, sendbuf, recvbuf, op)
         p = self._ready()
         return p.collective(reduce_scatter.call_block(p, sendbuf, recvbuf, op, settings,

@@ -430,15 +430,24 @@ def test_direct_reduce_scatter_adds_each_ranks_round_trip_to_the_own_block(comm,
 
 @pytest.mark.mpi
 def test_nonblocking_reduce_scatter_is_the_blocking_ring(comm):
+    """Ireduce_scatter_block with settings: the blocking ring's bits; without, mpi4py's own
+    call (plain, not counted), whatever the communicator's codec."""
     r = comm.Get_rank()
     p = comm.Get_size()
-    mc = mpicomp.Comm(comm, codec="bitplane", rate=8.25, threshold=0)
+    settings = {"codec": "bitplane", "rate": 8.25, "threshold": 0}
+    mc = mpicomp.Comm(comm, **settings)
     xb = data(r, p * N, np.float32, salt=7)
     y, y2 = np.empty(N, np.float32), np.empty(N, np.float32)
     mc.Reduce_scatter_block(xb, y)
-    req = mc.Ireduce_scatter_block(xb, y2)
+    req = mc.Ireduce_scatter_block(xb, y2, **settings)
     assert isinstance(req, MPI.Request)
     req.Wait()
     np.testing.assert_array_equal(y, y2)
     if p > 1:
         assert mc.stats()["Ireduce_scatter_block"]["compressed"] == 1
+    counted = mc.stats()["Ireduce_scatter_block"]["calls"]
+    plain, exact = np.empty(N, np.float32), np.empty(N, np.float32)
+    mc.Ireduce_scatter_block(xb, plain).Wait()
+    comm.Reduce_scatter_block(xb, exact)
+    np.testing.assert_array_equal(plain, exact)
+    assert mc.stats()["Ireduce_scatter_block"]["calls"] == counted

@@ -96,6 +96,25 @@ def _buffer(t: Any) -> Any:
     return t.numpy() if t.device.type == "cpu" else t
 
 
+def _reducible(g: Any, back: list[tuple[Any, Any]]) -> Any:
+    """What a ``GradientReducer`` takes for gradient ``g``: :func:`_buffer` of ``g``, or, for
+    a gradient not float32 or not contiguous, of a float32 copy on its own device, listed in
+    ``back`` with ``g`` for :func:`_write_back` after the reduction."""
+    torch = _torch()
+    if g.dtype != torch.float32 or not g.is_contiguous():
+        wide = g.detach().to(torch.float32).contiguous()
+        back.append((g, wide))
+        g = wide
+    return _buffer(g.detach())
+
+
+def _write_back(back: list[tuple[Any, Any]]) -> None:
+    """Each reduced float32 copy of :func:`_reducible` into its gradient."""
+    with _torch().no_grad():
+        for g, wide in back:
+            g.copy_(wide)
+
+
 def _world(comm: Any) -> Any:
     import mpicomp
 
@@ -168,23 +187,12 @@ class DistributedOptimizer:
         if self.backward is not None:
             self.backward.synchronize()
             return
-        torch = _torch()
-        grads: dict[str, Any] = {}
         back: list[tuple[Any, Any]] = []
-        for name, p in self.named:
-            g = p.grad
-            if g is None:
-                continue
-            if g.dtype != torch.float32 or not g.is_contiguous():
-                wide = g.detach().to(torch.float32).contiguous()  # on g's own device
-                back.append((g, wide))
-                self._staged += 1
-                g = wide
-            grads[name] = g.numpy() if g.device.type == "cpu" else g.detach()
+        grads = {name: _reducible(p.grad, back) for name, p in self.named
+                 if p.grad is not None}
         self.reducer.reduce(grads)
-        with torch.no_grad():
-            for g, wide in back:
-                g.copy_(wide)
+        _write_back(back)
+        self._staged += len(back)
 
     def zero_grad(self, *args: Any, **kwargs: Any) -> Any:
         return self.optimizer.zero_grad(*args, **kwargs)

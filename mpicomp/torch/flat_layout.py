@@ -94,6 +94,18 @@ class FlatLayout:
         return (np.concatenate(flat) if flat else np.zeros(0, np.int64),
                 np.concatenate(shard) if shard else np.zeros(0, np.int64))
 
+    def shard_spans(self, q: Any) -> list[tuple[int, int]]:
+        """Where the values of parameter ``q`` this rank owns lie in its shard:
+        ``(start, end)`` ranges."""
+        out = []
+        for piece in self.pieces[id(q)]:
+            b = self.buckets[piece.bucket]
+            first = b.start + self.rank * b.part
+            lo, hi = max(piece.at, first), min(piece.at + piece.count, first + b.part)
+            if hi > lo:
+                out.append((b.master_at + lo - first, b.master_at + hi - first))
+        return out
+
     def mine(self, b: Bucket) -> slice:
         """This rank's part of bucket ``b`` in the flat vector."""
         return slice(b.start + self.rank * b.part, b.start + (self.rank + 1) * b.part)

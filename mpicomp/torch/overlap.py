@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from . import _reducible, _write_back
 from .progress import Progress
 
 __all__ = ["BackwardAllreduce"]
@@ -39,6 +40,7 @@ class BackwardAllreduce:
         self._arrays: dict[str, Any] = {}
         self._back: list[tuple[Any, Any]] = []  # (a .grad, its float32 copy)
         self._pending: list[tuple[Any, ...]] = []
+        self._tested: list[Any] = []  # the helper thread's futures, one per started bucket
         self._next = 0
         self._callback_queued = False
         self.staged = 0  #: gradients that went through a float32 copy (all steps)
@@ -68,7 +70,7 @@ class BackwardAllreduce:
     def _start(self, b: Any) -> None:
         started = self.reducer.start(b, self._arrays)
         self._pending.append(started)
-        self._progress.watch(started[3])  # (its request)
+        self._tested.append(self._progress.watch(started[3]))  # (its request)
 
     def _end_backward(self) -> None:
         self._callback_queued = False
@@ -87,35 +89,26 @@ class BackwardAllreduce:
             for q in self.params.values():
                 if q.grad is None:
                     q.grad = torch.zeros_like(q)
-            grads = {n: self._array(q.grad) for n, q in self.params.items()}
+            grads = {n: _reducible(q.grad, self._back) for n, q in self.params.items()}
             arrays = self.reducer.prepare(grads, order=self.order)
             self._pending = [self.reducer.start(b, arrays) for b in self.reducer.plan]
             self._arrays = arrays
         try:
-            self._progress.drain()
+            for tested in self._tested:
+                tested.result()  # (the helper completed the request: Wait may follow)
             self.reducer.finish(self._pending, self._arrays)
-            with torch.no_grad():
-                for g, wide in self._back:
-                    g.copy_(wide)
+            _write_back(self._back)
+            self.staged += len(self._back)
         finally:
             self._arrays, self._back, self._pending, self._next = {}, [], [], 0
+            self._tested = []
 
     def _view(self, name: str, g: Any) -> Any:
         """The reducer's array of gradient ``g`` (as :meth:`GradientReducer.prepare` makes)."""
         from .. import backend
 
-        raw = self._array(g)
+        raw = _reducible(g, self._back)
         return backend.arrays_for(name, raw).view(name, raw)
-
-    def _array(self, g: Any) -> Any:
-        """What the reducer takes for gradient ``g``: a view of it, or of a float32 copy
-        (written back after the reduction)."""
-        if g.dtype != torch.float32 or not g.is_contiguous():
-            wide = g.detach().to(torch.float32).contiguous()
-            self._back.append((g, wide))
-            self.staged += 1
-            g = wide
-        return g.numpy() if g.device.type == "cpu" else g.detach()
 
     def remove_hooks(self) -> None:
         for h in self._handles:

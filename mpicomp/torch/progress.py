@@ -23,25 +23,13 @@ __all__ = ["Progress"]
 class Progress:
     def __init__(self) -> None:
         self._thread: concurrent.futures.ThreadPoolExecutor | None = None
-        self._watched: list[concurrent.futures.Future[None]] = []
 
     def watch(self, req: Any) -> concurrent.futures.Future[None]:
-        """Test ``req`` on the helper thread until it completes; the future of that. (MPI
-        forbids two threads completing one request at once: wait for the future before
-        the caller's own ``Wait``, which then returns at once.)"""
+        """Test ``req`` on the helper thread until it completes; the future of that (it
+        raises what a test raised). MPI forbids two threads completing one request at
+        once: wait for the future before the caller's own ``Wait``, which then returns at
+        once."""
         if self._thread is None:
             self._thread = concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="mpicomp-progress")
-        future = self._thread.submit(poll, req.Test, True)
-        self._watched.append(future)
-        return future
-
-    def drain(self) -> None:
-        """Wait until every watched request has completed (raises what a test raised)."""
-        watched, self._watched = self._watched, []
-        for f in watched:
-            f.result()
-
-    def forget_done(self) -> None:
-        """Drop the futures already waited for by their callers."""
-        self._watched = [f for f in self._watched if not f.done()]
+        return self._thread.submit(poll, req.Test, True)

@@ -113,7 +113,6 @@ class GradientShards:
         """Wait for the oldest bucket in flight; add its averaged part to the shard."""
         k, req, tested, x, y = self._in_flight.popleft()
         tested.result()  # (the helper thread completes it: one thread at a time may)
-        self._progress.forget_done()
         req.Wait()
         if self.feedback.active:
             self.feedback.update(k, x, self._carried(x, req), HOST)

@@ -335,20 +335,11 @@ class ShardedOptimizer:
         tp = self.tensor_parallel
         if tp is None or tp.Get_rank() == 0:
             return whole
-        r, out = self.layout.rank, []
-        for _, _, q, _ in self.layout.placed:
-            if not getattr(q, "tensor_model_parallel", False):
-                continue
-            for piece in self.layout.pieces[id(q)]:
-                b = self.buckets[piece.bucket]
-                first = b.start + r * b.part
-                lo, hi = max(piece.at, first), min(piece.at + piece.count, first + b.part)
-                if hi > lo:
-                    out.append((b.master_at + lo - first, b.master_at + hi - first))
-        return out
+        return [span for _, _, q, _ in self.layout.placed
+                if getattr(q, "tensor_model_parallel", False)
+                for span in self.layout.shard_spans(q)]
 
     @staticmethod
     def _wire(t: torch.Tensor) -> np.ndarray:
         """A NumPy view of ``t`` for MPI (16-bit floats as their int16 bits)."""
-        return (t.numpy() if t.dtype in (torch.float32, torch.float64)
-                else t.view(torch.int16).numpy())
+        return t.numpy() if t.dtype == torch.float32 else t.view(torch.int16).numpy()

@@ -97,8 +97,8 @@ class GradientReducer:
 
     @property
     def plan(self) -> list[bucketing.Bucket]:
-        """The buckets of the last :meth:`prepare` (empty before)."""
-        return list(self._plan or [])
+        """The buckets of the last :meth:`prepare` (empty before; not to be changed)."""
+        return self._plan or []
 
     def start(self, b: bucketing.Bucket, arrays: Mapping[str, Any]) -> tuple[Any, ...]:
         """Pack bucket ``b`` of ``arrays``, add its kept residual and start its nonblocking
