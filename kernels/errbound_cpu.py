@@ -27,8 +27,13 @@ from numba import njit, prange
 from ..threads import start_numba_workers
 from .errbound_block import BLOCK, GROUP, NONFINITE, SCRATCH, block_code, reconstruct_block
 from .errbound_layout import BAD_CODE, PAST_BYTES, TOO_LONG
-from .errbound_vector import (WORDS, code_group_vec32, move_bytes, pack_group_vec32,
-                              unpack_group_vec32)
+from .errbound_vector import (
+    WORDS,
+    code_group_vec32,
+    move_bytes,
+    pack_group_vec32,
+    unpack_group_vec32,
+)
 
 start_numba_workers()  # before any kernel here runs: idle OpenMP workers sleep
 

@@ -38,12 +38,38 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from .bitplane_vector import codes_from_planes
-from .errbound_block import (BLOCK, HISTORY, NONFINITE, RAW, _block_values, _code_slot,
-                             _delta_order, _dequantized, _group_blocks, _history, _load4,
-                             _quantize, _slot, _store4, _unzigzag, _zigzags, _zz,
-                             block_code_after, block_values, carry_history, flush_bits, is_mask,
-                             mask_head, mask_nbytes, plane_bits, plane_width, put_bits,
-                             raw_bytes, raw_values, zeros_block)
+from .errbound_block import (
+    BLOCK,
+    HISTORY,
+    NONFINITE,
+    RAW,
+    _block_values,
+    _code_slot,
+    _delta_order,
+    _dequantized,
+    _group_blocks,
+    _history,
+    _load4,
+    _quantize,
+    _slot,
+    _store4,
+    _unzigzag,
+    _zigzags,
+    _zz,
+    block_code_after,
+    block_values,
+    carry_history,
+    flush_bits,
+    is_mask,
+    mask_head,
+    mask_nbytes,
+    plane_bits,
+    plane_width,
+    put_bits,
+    raw_bytes,
+    raw_values,
+    zeros_block,
+)
 from .jit import NUMBA_INLINE, njit
 from .vector_ir import I8, I32, I64, call_intrinsic, element_pointer, load, splat, store, vector
 

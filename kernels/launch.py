@@ -34,7 +34,7 @@ import numpy as np
 
 from ..threads import budget
 
-__all__ = ["SERIAL_BELOW", "call", "compile_lock", "readonly"]
+__all__ = ["SERIAL_BELOW", "run_kernel", "compile_lock", "readonly"]
 
 #: kernels on fewer values than this run on one thread (cast kernels)
 SERIAL_BELOW = 1 << 16
@@ -68,7 +68,7 @@ def compile_lock() -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def call(kernel: Callable[..., Any], *args: Any, serial: bool = False) -> Any:
+def run_kernel(kernel: Callable[..., Any], *args: Any, serial: bool = False) -> Any:
     """``kernel(*args)`` on one thread when ``serial``, else on at most the rank's budget.
 
     Numba's thread count is per calling thread; it is restored after the call.

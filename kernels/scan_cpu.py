@@ -12,7 +12,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..threads import start_numba_workers
-from .launch import call
+from .launch import run_kernel
 
 start_numba_workers()  # before any kernel here runs: idle OpenMP workers sleep
 
@@ -49,10 +49,10 @@ def max_abs(x: np.ndarray) -> float:
     """max |x| as a float64, +Inf when ``x`` holds a NaN or an Inf (0.0 if empty)."""
     serial = x.size <= CHUNK
     if x.dtype == np.float32:
-        bits = call(max_abs_bits, x.view(np.uint32), np.uint32(0x7FFFFFFF), serial=serial)
+        bits = run_kernel(max_abs_bits, x.view(np.uint32), np.uint32(0x7FFFFFFF), serial=serial)
         v = float(np.array(bits, dtype=np.uint32).view(np.float32))
     else:
-        bits = call(max_abs_bits, x.view(np.uint64), np.uint64(0x7FFFFFFFFFFFFFFF),
+        bits = run_kernel(max_abs_bits, x.view(np.uint64), np.uint64(0x7FFFFFFFFFFFFFFF),
                     serial=serial)
         v = float(np.array(bits, dtype=np.uint64).view(np.float64))
     return v if v <= np.finfo(np.float64).max else float("inf")
@@ -60,7 +60,7 @@ def max_abs(x: np.ndarray) -> float:
 
 def add_into(acc: np.ndarray, x: np.ndarray) -> None:
     """``acc += x`` on the rank's thread budget (``kernels/launch.py``)."""
-    call(add_into_kernel, acc, x, serial=acc.size <= CHUNK)
+    run_kernel(add_into_kernel, acc, x, serial=acc.size <= CHUNK)
 
 
 @njit(parallel=True, cache=True, nogil=True)

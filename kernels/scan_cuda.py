@@ -54,7 +54,7 @@ def order_keys(codes):
 def max_abs(x, stream) -> float:
     """max |x| over a flat device array (+Inf for NaN/Inf), with :func:`max_abs_bits` on
     ``stream``; waits for the stream."""
-    from . import cuda_runtime
+    from .. import cuda_runtime
 
     if not x.size:
         return 0.0

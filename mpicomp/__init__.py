@@ -4,11 +4,9 @@
 methods compress; ``mpicomp.Comm(comm, codec=..., rate=...)`` wraps any
 intracommunicator. The codecs live in :mod:`mpicomp.codecs`.
 """
-from mpi4py import MPI
-
 from . import codecs, failfast
 from .codecs import get_codec
-from .comm import Comm
+from .comm import Comm, world
 from .errors import MpicompError, RankDisagreement, UncompressibleError, UnknownCodecError
 from .policy import DEFAULT, Policy
 from .requests import Request
@@ -16,7 +14,7 @@ from .requests import Request
 __version__ = "0.1.0"
 
 #: ``MPI.COMM_WORLD``, compressing by the environment's (or the default) policy
-COMM_WORLD = Comm(MPI.COMM_WORLD)
+COMM_WORLD = world()
 
 failfast.install()  # an uncaught exception on one rank aborts the job (opt out: MPICOMP_ABORT_ON_ERROR=0)
 

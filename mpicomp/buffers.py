@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
+from . import cuda_runtime as cuda
 from . import datatypes
 from .backend import placement
-from .kernels import cuda_runtime as cuda
 
 __all__ = ["COMPRESSIBLE_DTYPES", "Buf", "is_in_place", "parse", "parse_v", "same_count"]
 

@@ -1,9 +1,9 @@
 """The calibration probe: how fast this job's MPI and codecs really are.
 
 :mod:`mpicomp.model` predicts call times from a handful of measured
-numbers. :func:`obtain` measures them once per communicator layout
-(:mod:`mpicomp.topology`) and process, collectively, on a private
-communicator:
+numbers. :func:`measure` measures them, collectively, on a private
+communicator (once per communicator layout, :mod:`mpicomp.topology`, and
+process: :func:`mpicomp.calibration_file.obtain`, which keeps them in a file):
 
 * ``agree_s``: one 32-byte MAX allreduce (the agreement step);
 * ``exchange``: every rank ``Sendrecv``-ing to its right neighbour while
@@ -41,23 +41,12 @@ communicator:
 
 Each other figure is the slowest rank's median of a few repetitions (a MAX
 allreduce), so every rank holds the same numbers and takes the same
-decisions. They are saved (rank 0 writes JSON, codec speeds added as they
-are measured) and loaded by later jobs with the same layout and thread
-budget, so a job does not pay for the probe twice: by default in a per-user
-cache, one file per layout, thread budget, host and MPI library
-(``$MPICOMP_CACHE_DIR``, else ``$XDG_CACHE_HOME/mpicomp``, else
-``~/.cache/mpicomp``), measured again once older than :data:`MAX_AGE_S`;
-``MPICOMP_CALIBRATION=PATH`` names one file instead (kept however old), and
-``MPICOMP_CALIBRATION=off`` neither loads nor saves. ``python -m mpicomp
-calibrate`` (under ``mpiexec``; ``make venv`` runs it on 2 ranks) fills the
-cache ahead of a first call.
+decisions.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import platform
 import time
 from collections.abc import Callable
 from typing import Any
@@ -66,18 +55,10 @@ import numpy as np
 from mpi4py import MPI
 
 from . import threads
-from .model import FORMAT_VERSION, Calibration, Fit
+from .calibration_data import Calibration, Fit
 from .topology import Layout
 
-__all__ = ["CACHE_ENV", "ENV", "MAX_AGE_S", "PLAIN_METHODS", "codec_speed", "file_for",
-           "measure", "obtain"]
-
-#: the environment variable naming the calibration file (``off``: none)
-ENV = "MPICOMP_CALIBRATION"
-#: the environment variable naming the per-user cache folder
-CACHE_ENV = "MPICOMP_CACHE_DIR"
-#: a cached calibration older than this is measured again (a file named by ENV is not)
-MAX_AGE_S = 7 * 24 * 3600.0
+__all__ = ["PLAIN_METHODS", "codec_speed", "measure", "speed_key"]
 
 #: MPI collectives whose plain times are measured
 PLAIN_METHODS = ("Allreduce", "Allgather", "Alltoall", "Bcast", "Reduce_scatter_block")
@@ -261,7 +242,7 @@ def _fit(comm: MPI.Intracomm, make: Callable[[int], Callable[[], None]],
 
 def _overlap(comm: MPI.Intracomm) -> float:
     """The fraction of the shorter of a transfer and some codec work that runs hidden
-    behind the other when one thread does both, as the pipelined ring does.
+    behind the other when one thread does both, as the ring in pieces does.
 
     The transfer: a ring step of the larger probe size in 8 nonblocking pieces;
     the work: bit-plane encoding, repeated so that it takes about as long as
@@ -444,111 +425,5 @@ def codec_speed(comm: MPI.Intracomm, cal: Calibration, codec: Any, dtype: np.dty
 
     enc = _slowest_median(comm, encode) / x_host.nbytes
     dec = _slowest_median(comm, decode) / x_host.nbytes
-    cal.codecs[key] = (enc, dec)
-    _save(comm, cal)
+    cal.codecs[key] = (enc, dec)  # (saved by the caller: mpicomp.calibration_file.save)
     return enc, dec
-
-
-# -- the cache and the file ------------------------------------------------------------
-_CACHE: dict[str, Calibration] = {}
-
-
-def _cache_key(lay: Layout) -> str:
-    return f"{lay.key()}|threads={threads.budget()}"
-
-
-def file_for(lay: Layout) -> tuple[str | None, bool]:
-    """The file this layout's calibration is loaded from and saved to (None: none), and
-    whether it is the per-user cache's (which ages: :data:`MAX_AGE_S`). Rank 0's view."""
-    named = os.environ.get(ENV, "").strip()
-    if named.lower() in ("off", "0", "none", "no"):
-        return None, False
-    if named:
-        return named, False
-    folder = os.environ.get(CACHE_ENV, "").strip()
-    if not folder:
-        base = os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.join(
-            os.path.expanduser("~"), ".cache")
-        folder = os.path.join(base, "mpicomp")
-    what = "|".join((_cache_key(lay), platform.node(), MPI.Get_library_version().splitlines()[0],
-                     str(FORMAT_VERSION)))
-    digest = hashlib.blake2b(what.encode(), digest_size=8).hexdigest()
-    return os.path.join(folder, f"calibration-{digest}.json"), True
-
-
-def _load(path: str, lay: Layout, ages: bool = False) -> Calibration | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            d = json.load(f)
-    except (OSError, ValueError):
-        return None
-    try:
-        if d.get("version") != FORMAT_VERSION or tuple(d["layout"]) != lay.node_of:
-            return None
-        if int(d["threads"]) != threads.budget():
-            return None
-        if ages and not 0 <= time.time() - os.path.getmtime(path) <= MAX_AGE_S:
-            return None  # stale: measured again (and saved over it)
-        return Calibration.from_dict(d, f"loaded from {path}")
-    except (KeyError, TypeError, ValueError, OSError):
-        return None
-
-
-def _save(comm: MPI.Intracomm, cal: Calibration) -> None:
-    if comm.Get_rank() != 0:
-        return
-    path, _ = file_for(cal.layout)
-    if path is None:
-        return
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(cal.as_dict(), f, indent=1)
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a calibration file is an optimisation; failing to write one is not an error
-
-
-def obtain(comm: MPI.Intracomm, lay: Layout, force: bool = False) -> Calibration:
-    """This layout's calibration: from this process's cache, the file, or measured (collective).
-
-    Every rank ends with rank 0's copy, so all hold the same numbers.
-    """
-    key = _cache_key(lay)
-    rank0 = comm.Get_rank() == 0
-    have = 0 if force else comm.allreduce(int(key in _CACHE), op=MPI.MIN)
-    if have:
-        cal = comm.bcast(_CACHE[key] if rank0 else None, root=0)
-    else:
-        path, ages = file_for(lay) if rank0 and not force else (None, False)
-        loaded = _load(path, lay, ages) if path else None
-        cal = comm.bcast(loaded, root=0)
-        if cal is None:
-            measured = measure(comm, lay)
-            cal = comm.bcast(measured if rank0 else None, root=0)
-            _save(comm, cal)
-    _CACHE[key] = cal
-    return cal
-
-
-def cli(argv: list[str]) -> None:
-    """``mpiexec -n N python -m mpicomp calibrate [--force]``: measure this layout's
-    calibration (or find it in the cache, fresh) and save it where later jobs look."""
-    import argparse
-
-    import mpicomp
-
-    ap = argparse.ArgumentParser(prog="python -m mpicomp calibrate",
-                                 description=cli.__doc__.split("\n\n")[0])
-    ap.add_argument("--force", action="store_true", help="measure even if a fresh one is saved")
-    ap.add_argument("--quiet", action="store_true", help="print nothing")
-    opts = ap.parse_args(argv)
-    comm = mpicomp.COMM_WORLD
-    start = time.perf_counter()
-    cal = comm.calibrate(force=opts.force)
-    seconds = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
-    path, _ = file_for(cal.layout)
-    if comm.Get_rank() == 0 and not opts.quiet:
-        print(f"# mpicomp calibrate: {cal.layout.describe()}, {cal.source} in {seconds:.2f} s; "
-              f"file: {path or 'none (' + ENV + '=off)'}")

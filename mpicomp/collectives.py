@@ -45,7 +45,7 @@ def _offsets(sizes: list[int]) -> list[int]:
 def allgatherv(ctx: Ctx, x: np.ndarray | None, out: np.ndarray,
                counts: list[int], displs: list[int]) -> None:
     """Rank r's ``counts[r]`` values (``x``, or ``out`` at ``displs[r]`` when None) to all:
-    the pipelined ring allgather of :func:`mpicomp.algorithms.ring.allgather`."""
+    the ring in pieces allgather of :func:`mpicomp.algorithms.ring.allgather`."""
     r = ctx.rank
     # in place too: the ring encodes all of its own block before it decodes anything
     mine = x if x is not None else out[displs[r] : displs[r] + counts[r]]
@@ -211,7 +211,7 @@ def bcast_nodes(ctx: Ctx, buf: np.ndarray, root: int, node_of: tuple[int, ...],
 def bcast(ctx: Ctx, buf: np.ndarray, root: int) -> None:
     """Root's ``buf`` to every rank; every rank, root included, ends with the decoded values.
 
-    Down the pipelined chain of :mod:`mpicomp.algorithms.chain` where it is not the slower
+    Down the chain of pieces of :mod:`mpicomp.algorithms.chain` where it is not the slower
     (:func:`~mpicomp.algorithms.chain.chained`: few ranks, or many pieces); else the root
     encodes the whole buffer and ``MPI_Bcast`` carries the stream (a variable codec's
     size first).

@@ -20,21 +20,23 @@ which and why:
   the communicator (so mpicomp's own messages never meet the caller's).
 
 This class only holds a communicator's state and hands each call on: small
-calls of the default policy to plain MPI at once (the fast path, compiled in
-:mod:`mpicomp.shortcut`), every other call to its module in
-:mod:`mpicomp.calls`, which describes it for :class:`mpicomp.pipeline.Pipeline`;
-the decisions are :class:`mpicomp.decision.Decider`'s.
+calls of the default policy go to plain MPI at once (the fast path,
+:mod:`mpicomp.fastpath`: compiled methods put on this class, which run the
+Python method for every call they do not take), every other call to its
+module in :mod:`mpicomp.calls`, which describes it for
+:class:`mpicomp.pipeline.Pipeline`. Its settings are one
+:class:`mpicomp.settings.CommSettings`; the decisions are
+:mod:`mpicomp.decision`'s.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from mpi4py import MPI
 
-from . import fast_methods, model, p2p, shortcut
+from . import frame_format, model
 from .calls import (
     allgather,
     allgatherv,
@@ -48,23 +50,25 @@ from .calls import (
     reduce_scatter,
     scatter,
 )
-from .decision import P2P_AUTO, Decider
-from .engine import Engines
-from .fast_methods import NO_LIMITS, PlainLimits
+from .decision.agreement import Agreement
+from .decision.predictor import Predictor
+from .decision.screen import Screen
+from .fastpath import install
+from .fastpath.limits import FastPath
+from .mailbox import Mailbox
 from .pipeline import Pipeline
-from .policy import Policy, Resolved, environment_policy, resolve
-from .stats import BELOW_THRESHOLD, Stats, debug_enabled
+from .policy import Policy, Resolved
+from .private_comm import PrivateComms
+from .ratios import LearnedRatios
+from .settings import CommSettings
+from .stats import Stats, debug_enabled
 
-__all__ = ["Comm"]
+__all__ = ["Comm", "reread_environment", "world"]
 
-#: looked up once, for the fast plain path of Allreduce
-_NDARRAY = np.ndarray
-_MPI_ALLREDUCE = MPI.Intracomm.Allreduce
 _MPI_PROBE = MPI.Intracomm.Probe
 _MPI_IPROBE = MPI.Intracomm.Iprobe
-_MPI_SENDRECV_REPLACE = MPI.Intracomm.Sendrecv_replace
 _BYTE = MPI.BYTE
-_MIN_FRAME = p2p.MIN_FRAME_NBYTES
+_MIN_FRAME = frame_format.MIN_FRAME_NBYTES
 
 
 class Comm(MPI.Intracomm):
@@ -81,10 +85,10 @@ class Comm(MPI.Intracomm):
         A whole :class:`~mpicomp.policy.Policy` instead of the five settings.
     """
 
-    _policy: Policy
+    _settings: CommSettings
     _stats: Stats
 
-    #: the compiled shortcut's state (mpicomp/shortcut.py), set once the default knows
+    #: the compiled fast path's state (mpicomp/fastpath/), set once the default knows
     #: which calls go plain by size; the rest of the attributes live in the __dict__
     __slots__ = ("__dict__", "_shortcut")
 
@@ -107,7 +111,8 @@ class Comm(MPI.Intracomm):
                     f"mpicomp.Comm wraps an MPI.Intracomm, got {type(comm).__name__}"
                 )
             self = super().__new__(cls, comm)
-        base = policy if policy is not None else getattr(comm, "_policy", Policy())
+        base = policy if policy is not None else getattr(
+            getattr(comm, "_settings", None), "policy", Policy())
         if not isinstance(base, Policy):
             raise TypeError(f"policy must be an mpicomp.Policy, got {type(base).__name__}")
         self._setup(base.override(codec=codec, rate=rate, threshold=threshold,
@@ -118,21 +123,18 @@ class Comm(MPI.Intracomm):
         pass
 
     def _setup(self, policy: Policy) -> None:
-        self._policy = policy
-        self._env_policy = environment_policy()
-        self._default: Resolved | None = None
-        self._debug = debug_enabled()
         self._stats = Stats()
-        self._engines = Engines(self)
-        self._decision = Decider(self, self._engines)
-        self._pipeline = Pipeline(self, self._decision, self._engines, self._stats)
-        #: calls without settings on NumPy arrays below these sizes go to plain MPI at
-        #: once, without parsing or screening (see _fast_plain); NO_LIMITS until the
-        #: default policy is known (and in debug mode)
-        self._limits = self._wanted = NO_LIMITS
+        self._fast = FastPath(self, self._stats, debug=debug_enabled())
+        self._settings = settings = CommSettings(policy, self, self._fast)
+        self._engines = engines = PrivateComms(self)
+        ratios = LearnedRatios()
+        self._predictor = predictor = Predictor(settings, engines, ratios)
+        self._pipeline = Pipeline(self, settings, Screen(settings, engines, predictor),
+                                  Agreement(ratios), engines, self._stats,
+                                  Mailbox(self._holding))
 
     def _state_ok(self) -> None:
-        if not hasattr(self, "_policy"):  # made by mpi4py without __new__'s arguments
+        if "_settings" not in self.__dict__:  # made by mpi4py without __new__'s arguments
             self._setup(Policy())
 
     def _ready(self) -> Pipeline:
@@ -149,28 +151,12 @@ class Comm(MPI.Intracomm):
     def policy(self) -> Policy:
         """This communicator's own settings (``None`` = environment or default)."""
         self._state_ok()
-        return self._policy
+        return self._settings.policy
 
     def resolved_policy(self, **settings: Any) -> Resolved:
         """The settings a call with these keyword overrides would use."""
         self._state_ok()
-        if settings:
-            return resolve(Policy(**settings), self._policy, env=self._env_policy)
-        if self._default is None:
-            pol = self._default = resolve(Policy(), self._policy, env=self._env_policy)
-            if not self._debug and self._limits is NO_LIMITS:
-                self._size1 = self.Get_size() == 1
-                self._stats.threshold = pol.threshold
-                # collectives take the fast path once the ranks agreed on the settings
-                if self._size1:
-                    self._decision.settings_agreed = True  # nothing to compare
-                self._set_limits(_collective_limit(pol, self._size1)
-                                      if self._decision.settings_agreed
-                                      else (0.0, ""),
-                                      p2p=((math.inf, "codec none") if not pol.enabled
-                                           else (math.inf, P2P_AUTO) if pol.auto
-                                           else (pol.threshold, BELOW_THRESHOLD)))
-        return self._default
+        return self._settings.resolve(**settings)
 
     def check_settings(self) -> None:
         """Raise the same :class:`~mpicomp.errors.RankDisagreement` on every rank if the
@@ -186,77 +172,18 @@ class Comm(MPI.Intracomm):
         a different MPI call (MPI's "Message truncated", or a hang).
         """
         self._state_ok()
-        self._decision.check_settings()
-
-    def _settings_agreed(self) -> None:
-        """The ranks agreed on the settings: collectives may take the fast path."""
-        if self._limits is not NO_LIMITS and not self._debug:
-            self._set_limits(_collective_limit(self.resolved_policy(), self._size1))
-
-    def _every_collective_plain(self, reason: str) -> None:
-        """The default policy sends every collective on host memory plain (``reason``)."""
-        if self._limits is not NO_LIMITS:
-            self._set_limits((math.inf, reason))
-
-    #: (class default: a Comm that mpi4py made without __new__ has no fast path)
-    _limits: PlainLimits = NO_LIMITS
-
-    #: the limits the policy asks for; ``_limits`` holds them, but for point to point
-    #: while a probe holds messages (:meth:`_holding`)
-    _wanted: PlainLimits = NO_LIMITS
-
-    def _set_limits(self, collective: tuple[float, str],
-                    p2p: tuple[float, str] | None = None) -> None:
-        """Set the fast path's size limit and reason for collectives (see
-        :meth:`_fast_plain`), and those of point-to-point sends (``p2p``; None: as they
-        were), for the Python methods, the compiled shortcut and the statistics."""
-        old = self._wanted
-        self._wanted = PlainLimits(
-            *collective, *(p2p if p2p is not None else (old.p2p, old.p2p_reason)))
-        self._apply_limits()
-
-    def _apply_limits(self) -> None:
-        limits = self._wanted
-        if self._pipeline.mailbox:  # every receive must look there first: no shortcut
-            limits = PlainLimits(limits.collective, limits.collective_reason)
-        self._limits = limits
-        self._stats.attach_shortcuts(shortcut.update(self, limits), limits)
+        self._settings.check(self._engines.main().comm)
 
     def _holding(self, holding: bool) -> None:
         """A probe made the mailbox non-empty (``holding``) or a receive emptied it: the
-        point-to-point shortcut goes off or back on."""
-        if self._wanted is not NO_LIMITS:
-            self._apply_limits()
+        point-to-point fast path goes off or back on, and the lowercase receives look in
+        the mailbox first."""
+        self._fast.holding(holding)
         if holding:
             self.__dict__.update(probe.lowercase(self._pipeline))
         else:
             for name in probe.LOWERCASE:
                 self.__dict__.pop(name, None)
-
-    def _fast_plain(self, name: str, nbytes: int) -> bool:
-        """True (and counted) when a call without settings goes to plain MPI by its size alone.
-
-        The test must cost next to nothing, since tiny calls are the ones
-        it serves: a cached size limit for the default policy, known once a
-        first call resolved it (the threshold; with the codec ``auto``, no
-        limit at all once the model found that the communicator is on one
-        node). The limit is the same on every rank. ``Allreduce`` inlines
-        this test (its tiny calls are the most frequent).
-        """
-        limits = self._limits
-        if nbytes < limits.collective:
-            self._stats.fast_plain(name, nbytes, limits.collective_reason)
-            return True
-        return False
-
-    def _fast_send(self, name: str, buf: Any, settings: dict[str, Any]) -> bool:
-        """True (and counted) when a point-to-point call goes to plain MPI by its size alone
-        (the Python side of the compiled shortcut, :mod:`mpicomp.shortcut`)."""
-        limits = self._limits
-        if not settings and type(buf) is _NDARRAY and buf.nbytes < limits.p2p:
-            self._stats.fast_plain(name, buf.nbytes, limits.p2p_reason)
-            return True
-        return False
 
     # -- the performance model ----------------------------------------------------
     @property
@@ -264,7 +191,7 @@ class Comm(MPI.Intracomm):
         """The measured speeds the model uses (None until a call or :meth:`calibrate`
         needed them)."""
         self._state_ok()
-        return self._decision.cal
+        return self._predictor.cal
 
     def calibrate(self, force: bool = False, **settings: Any) -> model.Calibration:
         """Measure (or load, see ``MPICOMP_CALIBRATION``) this job's MPI and codec speeds.
@@ -275,7 +202,7 @@ class Comm(MPI.Intracomm):
         on float32 host buffers too.
         """
         self._state_ok()
-        return self._decision.calibrate(self.resolved_policy(**settings), force=force)
+        return self._predictor.calibrate(self.resolved_policy(**settings), force=force)
 
     def predict(self, method: str, nbytes: int, dtype: Any = np.float32,
                 **settings: Any) -> model.Prediction:
@@ -291,11 +218,11 @@ class Comm(MPI.Intracomm):
         if not pol.enabled:
             raise ValueError("predict: the policy's codec is 'none', nothing to predict")
         dt = np.dtype(dtype)
-        decision = self._decision
-        rho = (decision.ratios.ratio(decision.ratios.key(method, int(nbytes), dt, False,
-                                                         pol.description))
+        predictor = self._predictor
+        rho = (predictor.ratios.ratio(predictor.ratios.key(method, int(nbytes), dt, False,
+                                                           pol.description))
                if pol.codec.variable else None)
-        return decision.predict(method, pol, int(nbytes), dt, False, rho=rho)
+        return predictor.predict(method, pol, int(nbytes), dt, False, rho=rho)
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per-method counters of this rank (see :mod:`mpicomp.stats`)."""
@@ -329,10 +256,8 @@ class Comm(MPI.Intracomm):
     def __reduce__(self) -> Any:
         """``mpicomp.COMM_WORLD`` unpickles as itself (as ``MPI.COMM_WORLD`` does); other
         communicators as mpi4py decides (wrappers of predefined ones rewrap them)."""
-        import mpicomp
-
-        if self is mpicomp.COMM_WORLD:
-            return (_comm_world, ())
+        if self is _WORLD.get("world"):
+            return (world, ())
         return super().__reduce__()
 
     def Free(self) -> None:  # noqa: N802
@@ -344,35 +269,23 @@ class Comm(MPI.Intracomm):
     # -- the methods: the fast path, else the call's module -----------------------------
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,  # noqa: N802
                   **settings: Any) -> None:
-        if (type(sendbuf) is _NDARRAY and sendbuf.nbytes < self._limits.collective
-                and not settings):
-            self._stats.fast_plain("Allreduce", sendbuf.nbytes, self._limits.collective_reason)
-            return _MPI_ALLREDUCE(self, sendbuf, recvbuf, op)
-        if not settings and _fast_size(self, "Allreduce", sendbuf, recvbuf):
-            return _MPI_ALLREDUCE(self, sendbuf, recvbuf, op)
         p = self._ready()
-        return p.collective(allreduce.call(p, sendbuf, recvbuf, op, settings))
+        return p.collective(allreduce.describe(p, sendbuf, recvbuf, op, settings))
 
     def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,  # noqa: N802
                    **settings: Any) -> MPI.Request:
-        if not settings and _fast_size(self, "Iallreduce", sendbuf, recvbuf):
-            return MPI.Intracomm.Iallreduce(self, sendbuf, recvbuf, op)
         p = self._ready()
-        return p.collective(allreduce.call(p, sendbuf, recvbuf, op, settings, nonblocking=True))
+        return p.collective(allreduce.describe(p, sendbuf, recvbuf, op, settings, nonblocking=True))
 
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM, root: int = 0,  # noqa: N802
                **settings: Any) -> None:
-        if not settings and _fast_size(self, "Reduce", sendbuf, recvbuf):
-            return MPI.Intracomm.Reduce(self, sendbuf, recvbuf, op, root)
         p = self._ready()
-        return p.collective(reduce.call(p, sendbuf, recvbuf, op, root, settings))
+        return p.collective(reduce.describe(p, sendbuf, recvbuf, op, root, settings))
 
     def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: MPI.Op = MPI.SUM,  # noqa: N802
                              **settings: Any) -> None:
-        if not settings and _fast_size(self, "Reduce_scatter_block", sendbuf, recvbuf):
-            return MPI.Intracomm.Reduce_scatter_block(self, sendbuf, recvbuf, op)
         p = self._ready()
-        return p.collective(reduce_scatter.call_block(p, sendbuf, recvbuf, op, settings))
+        return p.collective(reduce_scatter.describe_block(p, sendbuf, recvbuf, op, settings))
 
     def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any,  # noqa: N802
                               op: MPI.Op = MPI.SUM, **settings: Any) -> MPI.Request:
@@ -381,92 +294,55 @@ class Comm(MPI.Intracomm):
         if not settings:
             return MPI.Intracomm.Ireduce_scatter_block(self, sendbuf, recvbuf, op)
         p = self._ready()
-        return p.collective(reduce_scatter.call_block(p, sendbuf, recvbuf, op, settings,
+        return p.collective(reduce_scatter.describe_block(p, sendbuf, recvbuf, op, settings,
                                                       nonblocking=True))
 
     def Reduce_scatter(self, sendbuf: Any, recvbuf: Any,  # noqa: N802
                        recvcounts: Sequence[int] | None = None, op: MPI.Op = MPI.SUM,
                        **settings: Any) -> None:
-        if not settings and _fast_size(self, "Reduce_scatter", sendbuf, recvbuf):
-            return MPI.Intracomm.Reduce_scatter(self, sendbuf, recvbuf, recvcounts, op)
         p = self._ready()
-        return p.collective(reduce_scatter.call(p, sendbuf, recvbuf, recvcounts, op, settings))
+        return p.collective(reduce_scatter.describe(p, sendbuf, recvbuf, recvcounts, op, settings))
 
     def Allgather(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> None:  # noqa: N802
-        if not settings and _fast_size(self, "Allgather", sendbuf, recvbuf):
-            return MPI.Intracomm.Allgather(self, sendbuf, recvbuf)
         p = self._ready()
-        return p.collective(allgather.call(p, sendbuf, recvbuf, settings))
+        return p.collective(allgather.describe(p, sendbuf, recvbuf, settings))
 
     def Allgatherv(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> None:  # noqa: N802
-        # its size is the largest count, which a rank cannot see without parsing the
-        # v-spec: the fast path only where every size goes plain (one node under auto)
-        limits = self._limits
-        if (not settings and limits.collective == math.inf and type(sendbuf) is _NDARRAY
-                and type(recvbuf) in (list, tuple) and recvbuf
-                and type(recvbuf[0]) is _NDARRAY):  # host memory only, as every fast path
-            # (counted by this rank's own bytes: the largest count would need the v-spec)
-            self._stats.fast_plain("Allgatherv", sendbuf.nbytes, limits.collective_reason)
-            return MPI.Intracomm.Allgatherv(self, sendbuf, recvbuf)
-        if not settings and limits.collective > 0 and type(sendbuf) is _NDARRAY:
-            largest = shortcut.largest_count(recvbuf)  # the same on every rank: the call's size
-            if largest is not None and largest < limits.collective:
-                self._stats.fast_plain("Allgatherv", largest, limits.collective_reason)
-                return MPI.Intracomm.Allgatherv(self, sendbuf, recvbuf)
         p = self._ready()
-        return p.collective(allgatherv.call(p, sendbuf, recvbuf, settings))
+        return p.collective(allgatherv.describe(p, sendbuf, recvbuf, settings))
 
     def Alltoall(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> None:  # noqa: N802
-        if not settings and _fast_size(self, "Alltoall", sendbuf, recvbuf):
-            return MPI.Intracomm.Alltoall(self, sendbuf, recvbuf)
         p = self._ready()
-        return p.collective(alltoall.call(p, sendbuf, recvbuf, settings))
+        return p.collective(alltoall.describe(p, sendbuf, recvbuf, settings))
 
     def Bcast(self, buf: Any, root: int = 0, **settings: Any) -> None:  # noqa: N802
-        if not settings and _fast_size(self, "Bcast", buf, buf):
-            return MPI.Intracomm.Bcast(self, buf, root)
         p = self._ready()
-        return p.collective(bcast.call(p, buf, root, settings))
+        return p.collective(bcast.describe(p, buf, root, settings))
 
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0, **settings: Any) -> None:  # noqa: N802
-        if not settings and _fast_size(self, "Gather", sendbuf, recvbuf):
-            return MPI.Intracomm.Gather(self, sendbuf, recvbuf, root)
         p = self._ready()
-        return p.collective(gather.call(p, sendbuf, recvbuf, root, settings))
+        return p.collective(gather.describe(p, sendbuf, recvbuf, root, settings))
 
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0, **settings: Any) -> None:  # noqa: N802
-        # the size is one rank's block: the receive buffer (the root's send buffer / p in place)
-        if not settings and _fast_size(self, "Scatter", recvbuf, sendbuf):
-            return MPI.Intracomm.Scatter(self, sendbuf, recvbuf, root)
         p = self._ready()
-        return p.collective(scatter.call(p, sendbuf, recvbuf, root, settings))
+        return p.collective(scatter.describe(p, sendbuf, recvbuf, root, settings))
 
     def Iallgather(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> MPI.Request:  # noqa: N802
-        if not settings and _fast_size(self, "Iallgather", sendbuf, recvbuf):
-            return MPI.Intracomm.Iallgather(self, sendbuf, recvbuf)
         p = self._ready()
-        return p.collective(allgather.call(p, sendbuf, recvbuf, settings, nonblocking=True))
+        return p.collective(allgather.describe(p, sendbuf, recvbuf, settings, nonblocking=True))
 
     def Ialltoall(self, sendbuf: Any, recvbuf: Any, **settings: Any) -> MPI.Request:  # noqa: N802
-        if not settings and _fast_size(self, "Ialltoall", sendbuf, recvbuf):
-            return MPI.Intracomm.Ialltoall(self, sendbuf, recvbuf)
         p = self._ready()
-        return p.collective(alltoall.call(p, sendbuf, recvbuf, settings, nonblocking=True))
+        return p.collective(alltoall.describe(p, sendbuf, recvbuf, settings, nonblocking=True))
 
     def Ibcast(self, buf: Any, root: int = 0, **settings: Any) -> MPI.Request:  # noqa: N802
-        if not settings and _fast_size(self, "Ibcast", buf, buf):
-            return MPI.Intracomm.Ibcast(self, buf, root)
         p = self._ready()
-        return p.collective(bcast.call(p, buf, root, settings, nonblocking=True))
+        return p.collective(bcast.describe(p, buf, root, settings, nonblocking=True))
 
     def Send(self, buf: Any, dest: int, tag: int = 0, **settings: Any) -> None:  # noqa: N802
-        if self._fast_send("Send", buf, settings):
-            return MPI.Intracomm.Send(self, buf, dest, tag)
         point_to_point.send(self._ready(), "Send", MPI.Intracomm.Send, buf, dest, tag, settings)
 
     def Isend(self, buf: Any, dest: int, tag: int = 0, **settings: Any) -> MPI.Request:  # noqa: N802
-        if self._fast_send("Isend", buf, settings):
-            return MPI.Intracomm.Isend(self, buf, dest, tag)
         return point_to_point.send(self._ready(), "Isend", MPI.Intracomm.Isend, buf, dest, tag,
                                    settings)
 
@@ -480,28 +356,11 @@ class Comm(MPI.Intracomm):
 
     def Irecv(self, buf: Any, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG,  # noqa: N802
               **settings: Any) -> MPI.Request:
-        if self._fast_send("Irecv", buf, settings):
-            return MPI.Intracomm.Irecv(self, buf, source, tag)
-        self._state_ok()
         return point_to_point.irecv(self._ready(), buf, source, tag, settings)
 
     def Sendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0,  # noqa: N802
                          source: int = MPI.ANY_SOURCE, recvtag: int = MPI.ANY_TAG,
                          status: MPI.Status | None = None) -> None:
-        limits = self._limits
-        if type(buf) is _NDARRAY and buf.nbytes < limits.p2p and buf.flags.c_contiguous:
-            # (inline: its send plain by size, MPI's own Sendrecv_replace; a float buffer
-            # receives bytes, a frame then decoded in place; no p2p limit while a probe
-            # holds messages, so none is held here)
-            self._stats.fast_plain("Sendrecv_replace", buf.nbytes, limits.p2p_reason)
-            if buf.dtype.char not in "fd":
-                return _MPI_SENDRECV_REPLACE(self, buf, dest, sendtag, source, recvtag, status)
-            st = status if status is not None else self._pipeline.probe_status
-            _MPI_SENDRECV_REPLACE(self, [buf, _BYTE], dest, sendtag, source, recvtag, st)
-            n = st.Get_count(_BYTE)
-            if n & 1 and n >= _MIN_FRAME:
-                self._received_frame(buf, st)
-            return None
         return point_to_point.sendrecv_replace(self._ready(), buf, dest, sendtag, source,
                                                recvtag, status)
 
@@ -525,7 +384,7 @@ class Comm(MPI.Intracomm):
             st = status if status is not None else p.probe_status
             _MPI_PROBE(self, source, tag, st)
             n = st.Get_count(_BYTE)
-            if not n & 1 or n < _MIN_FRAME:  # (p2p.is_frame_length, inline)
+            if not n & 1 or n < _MIN_FRAME:  # (frame_format.is_frame_length, inline)
                 return True
             return probe.probed(p, st, status)  # the message MPI found: taken, held
         return probe.probe(p, source, tag, status)
@@ -554,46 +413,26 @@ class Comm(MPI.Intracomm):
     def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None,  # noqa: N802
                  source: int = MPI.ANY_SOURCE, recvtag: int = MPI.ANY_TAG,
                  status: MPI.Status | None = None, **settings: Any) -> None:
-        if type(recvbuf) is _NDARRAY and self._fast_send("Sendrecv", sendbuf, settings):
-            return point_to_point.sendrecv_received(self._ready(), sendbuf, dest, sendtag, recvbuf,
-                                                    source, recvtag, status)
         point_to_point.sendrecv(self._ready(), sendbuf, dest, sendtag, recvbuf, source, recvtag,
                                 status, settings)
 
 
-def _fast_size(comm: Comm, name: str, sendbuf: Any, recvbuf: Any) -> bool:
-    """The fast plain path for bare NumPy buffers (see ``Comm._fast_plain``): ``sendbuf``
-    the method's sizing buffer, ``recvbuf`` its other (:mod:`mpicomp.fast_methods`'s
-    ``sized`` and ``other``; Scatter passes its receive buffer, then its send buffer).
-
-    In place, the call's size is one rank's part of ``recvbuf`` for the collectives of
-    :data:`~mpicomp.fast_methods.PER_RANK` (Allgather, Gather, Scatter), else all of it.
-    """
-    if sendbuf is MPI.IN_PLACE:
-        if type(recvbuf) is not np.ndarray:
-            return False
-        nbytes = (recvbuf.nbytes // comm.Get_size() if name in fast_methods.PER_RANK
-                  else recvbuf.nbytes)
-    elif type(sendbuf) is np.ndarray and (recvbuf is None or type(recvbuf) is np.ndarray):
-        nbytes = sendbuf.nbytes  # (both in host memory, or the other one absent)
-    else:
-        return False
-    return comm._fast_plain(name, nbytes)
+#: the communicator ``mpicomp.COMM_WORLD`` is, once made (:func:`world`)
+_WORLD: dict[str, Comm] = {}
 
 
-def _collective_limit(pol: Resolved, size1: bool) -> tuple[float, str]:
-    """The fast path's size limit and reason for collectives under the default ``pol``
-    (``size1``: a communicator of one rank, whose collectives are all plain)."""
-    if not pol.enabled:
-        return math.inf, "codec none"
-    return (math.inf, "single rank") if size1 else (pol.threshold, BELOW_THRESHOLD)
+def world() -> Comm:
+    """``mpicomp.COMM_WORLD``: made at the first call (at ``import mpicomp``), the same
+    object after (what a pickled ``mpicomp.COMM_WORLD`` becomes)."""
+    if "world" not in _WORLD:
+        _WORLD["world"] = Comm(MPI.COMM_WORLD)
+    return _WORLD["world"]
 
 
-def _comm_world() -> Comm:
-    """``mpicomp.COMM_WORLD`` (what a pickled ``mpicomp.COMM_WORLD`` becomes)."""
-    import mpicomp
+def reread_environment(comm: Comm) -> None:
+    """Give ``comm`` its settings anew from the ``MPICOMP_*`` variables now set (the runner,
+    ``python -m mpicomp``, sets them from its options after ``mpicomp`` was imported)."""
+    comm._setup(comm.policy)
 
-    return mpicomp.COMM_WORLD
 
-
-shortcut.install(Comm)
+install.install(Comm)

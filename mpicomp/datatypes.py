@@ -11,7 +11,7 @@ character of mpi4py's, or a derived one, by MPI's own decoding) and says
 whether the datatype's memory is a dense run of those elements in signature
 order (then the buffer is compressed as a flat array) or not (then this rank
 cannot compress its buffer, and the whole call goes plain on every rank: see
-:mod:`mpicomp.decision`, the agreement step's veto).
+:mod:`mpicomp.decision.agreement`, the agreement step's veto).
 """
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ class UncompressibleError(MpicompError, ValueError):
     block codecs, whose formats have no escape for them), or finite values
     that the target format cannot represent (e.g. 1e5 cast to float16).
     The communicator never lets it happen in a call: it scans the buffers
-    first (for a collective, on every rank, see ``mpicomp/decision.py``) and
+    first (for a collective, on every rank, see ``mpicomp/decision/agreement.py``) and
     sends such a buffer uncompressed, counting the fallback and its reason
     in its statistics.
     """
@@ -44,4 +44,4 @@ class UncompressibleError(MpicompError, ValueError):
 
 class RankDisagreement(MpicompError, ValueError):
     """The ranks passed different counts, dtypes, ops or compression settings to one call
-    (raised on every rank alike by the agreement step, :mod:`mpicomp.decision`)."""
+    (raised on every rank alike by the agreement step, :mod:`mpicomp.decision.agreement`)."""

@@ -1,6 +1,6 @@
 """Messages a probe took out of MPI's queue to read them, held until a receive takes them.
 
-A compressed message is a frame (:mod:`mpicomp.p2p`) whose element count and
+A compressed message is a frame (:mod:`mpicomp.frame_format`) whose element count and
 dtype sit in its header, at its end: a probe cannot report them without
 receiving the message. So the communicator's ``Probe``, ``Iprobe``,
 ``Mprobe`` and ``Improbe`` receive a message of odd length (every frame,
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from . import p2p
+from . import frame_format
 from .codecs import Codec
 
 __all__ = ["Held", "Mailbox", "copy_into_spec", "take_message"]
@@ -105,10 +105,10 @@ def take_message(message: MPI.Message, status: MPI.Status) -> Held:
     source, tag = status.source, status.tag
     message.Recv([data, MPI.BYTE], status)
     held = Held(source, tag, data)
-    if p2p.is_frame_length(data.size):
+    if frame_format.is_frame_length(data.size):
         try:
-            held.codec, held.count, held.dtype, _ = p2p.parse(data)
-        except p2p.FrameError:
+            held.codec, held.count, held.dtype, _ = frame_format.parse(data)
+        except frame_format.FrameError:
             pass  # plain bytes of an odd length
     return held
 

@@ -18,16 +18,16 @@ Every prediction is built from the numbers of a :class:`Calibration` (measured b
 ===========================  ==================================================================
 call                         compressed time
 ===========================  ==================================================================
-Allreduce, ring              g + pipelined(W, C) (below), with
+Allreduce, ring              g + overlapped(W, C) (below), with
                              W = 2(p-1) k X(rho n / (p k)), C = E n + D n (2p-1)/p + A n (p-1)/p
                              + k (4p-2) K (K: one kernel call's fixed cost; k (4p-2) calls)
 Allreduce, allgather         g + E n + F_Allgather(rho n) + D n p + A n (p-1)
 Allreduce, hierarchical     by rails (every node holds L ranks): g + N + R - min(N, R)
                              (1 - 1/S), N = RS(n) + AG(n): node Reduce_scatter and Allgather
-                             fits, R = pipelined(W', C'): the ring above over the P nodes on
+                             fits, R = overlapped(W', C'): the ring above over the P nodes on
                              n / L bytes (the rails' exchange fit, all L rails at once), in S
                              segments whose node collectives run behind the rings;
-                             by leaders (nodes of different sizes): g + R(n) + pipelined(W',
+                             by leaders (nodes of different sizes): g + R(n) + overlapped(W',
                              C') + B(n): node Reduce and Bcast fits, the ring over the P node
                              leaders on n bytes (their exchange fit)
 Allreduce, rec. doubling     g + L X(rho n) + L (E + 2D + A) n (+ 2 X(rho n) + 2(E+D) n
@@ -42,13 +42,13 @@ Alltoall, node-aware         g + (E + D) n f + F_Alltoall(rho n), f = 1 - ppn/p:
                              node move through shared memory while the network carries the
                              others, and a plain Alltoall's time on such a job is its
                              network's, so they are priced free
-Bcast, chain                 g + pipelined((k + p - 2) X(rho n / k), (E + D) n + 3 k K): the
-                             pipelined chain of the buffer's k pieces, where chained(p, k)
+Bcast, chain                 g + overlapped((k + p - 2) X(rho n / k), (E + D) n + 3 k K): the
+                             chain of pieces of the buffer's k pieces, where chained(p, k)
                              (mpicomp.algorithms.chain: few ranks or many pieces)
 Bcast                        g + E n + F_Bcast(rho n) + D n (elsewhere)
 Bcast, node-aware            g + E n + 2 B(rho n) + ceil(log2 P) X'(rho n) + D n
 Scatter                      g + E n p + F_Bcast(rho n p) + D n
-Reduce_scatter(_block)       g + pipelined(W, C), W = (p-1) k X(rho n / (p k)),
+Reduce_scatter(_block)       g + overlapped(W, C), W = (p-1) k X(rho n / (p k)),
                              C = (E + D + A) n (p-1)/p + 3 k (p-1) K
 Reduce                       reduce-scatter as above + E n / p + F_Allgather(rho n / p) + D n
 Send (point to point)        E n + X(rho n) + D n
@@ -90,10 +90,10 @@ import numpy as np
 from .algorithms.chain import chained
 from .algorithms.common import MAX_PIECES, pieces_of, screens_in_encoder
 from .algorithms.hierarchical import segments
-from .topology import Layout
+from .calibration_data import FORMAT_VERSION, Calibration, Fit
 
-__all__ = ["ALLREDUCE_ALGORITHMS", "GAIN", "Calibration", "Fit", "Prediction", "plain_time",
-           "predict", "ring_terms", "size_exchange"]
+__all__ = ["ALLREDUCE_ALGORITHMS", "FORMAT_VERSION", "GAIN", "Calibration", "Fit", "Prediction",
+           "plain_time", "predict", "ring_terms", "size_exchange"]
 
 #: compress only when plain is predicted to take at least this many times longer
 GAIN = 1.2
@@ -116,154 +116,6 @@ _PLAIN_OF = {
 }
 
 METHODS = (*_PLAIN_OF, "Send")
-
-
-#: the version of the calibration file (MPICOMP_CALIBRATION) that Calibration.as_dict writes
-FORMAT_VERSION = 5
-
-
-@dataclasses.dataclass(frozen=True)
-class Fit:
-    """Seconds as a function of bytes: through measured ``knots`` where there are some.
-
-    With ``knots`` ((bytes, seconds) pairs, increasing bytes) the time is
-    interpolated linearly between them (caches and protocol switches make
-    the cost per byte differ from size to size), and beyond them it follows
-    ``alpha + beta * nbytes``, the line through the two largest knots (above)
-    or the two smallest (below). Without knots it is that line everywhere.
-    """
-
-    alpha: float
-    beta: float
-    knots: tuple[tuple[float, float], ...] = ()
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "knots", tuple((float(n), float(t)) for n, t in self.knots))
-
-    def time(self, nbytes: float) -> float:
-        k = self.knots
-        if len(k) >= 2 and nbytes < k[-1][0]:
-            if nbytes <= k[0][0]:
-                low = Fit.through(k[0][0], k[0][1], k[1][0], k[1][1])
-                return low.alpha + low.beta * nbytes
-            for (n0, t0), (n1, t1) in zip(k, k[1:]):
-                if nbytes <= n1:
-                    return t0 + (t1 - t0) * (nbytes - n0) / (n1 - n0)
-        return self.alpha + self.beta * nbytes
-
-    @classmethod
-    def through(cls, n0: float, t0: float, n1: float, t1: float) -> Fit:
-        """The line through two measurements; when noise makes it fall or start below
-        zero, the line through the origin and the larger measurement instead."""
-        beta = (t1 - t0) / (n1 - n0)
-        alpha = t0 - beta * n0
-        if beta <= 0 or alpha < 0:
-            return cls(0.0, t1 / n1)
-        return cls(alpha, beta)
-
-    @classmethod
-    def through_all(cls, points: list[tuple[int, float]]) -> Fit:
-        """Knots at ``points`` (sorted by size; a time below the one before it, noise,
-        is raised to it), the line of :meth:`through` the two largest beyond them."""
-        points = sorted(points)
-        knots = [points[0]]
-        for n, t in points[1:]:
-            knots.append((n, max(t, knots[-1][1])))
-        (n0, t0), (n1, t1) = knots[-2], knots[-1]
-        line = cls.through(n0, t0, n1, t1)
-        return cls(line.alpha, line.beta, tuple(knots))
-
-
-@dataclasses.dataclass
-class Calibration:
-    """Measured speeds of one communicator layout (see the module docs)."""
-
-    layout: Layout
-    threads: int
-    agree_s: float
-    exchange: Fit
-    plain: dict[str, Fit]
-    add_s_per_byte: float
-    probe_seconds: float
-    overlap: float = 1.0
-    #: seconds per byte of the scan for the largest magnitude (NaN/Inf) that every
-    #: compressed call runs on its input before the agreement
-    scan_s_per_byte: float = 0.0
-    #: seconds of one codec or add kernel call on a tiny input (dispatch, thread launch):
-    #: the pipelined ring pays it for every piece it codes
-    call_s: float = 0.0
-    #: seconds of a compressed call's own work beyond its kernels and messages (Python:
-    #: the pieces' layout, the recorder, the requests), measured on the ring allreduce
-    #: of one codec block per rank
-    fixed_s: float = 0.0
-    #: "Reduce", "Bcast" (inside a node), "leader_exchange", and on uniform nodes
-    #: "Reduce_scatter", "Allgather" (inside a node), "rail_exchange": None on one node or
-    #: one rank a node
-    node: dict[str, Fit] | None = None
-    source: str = "measured"
-    #: "codec-config-json|dtype|memory" -> (encode, decode) seconds per raw byte
-    codecs: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
-
-    def describe(self) -> str:
-        link = self.exchange
-        lines = [
-            f"calibration ({self.source}, probe {self.probe_seconds * 1e3:.0f} ms): "
-            f"{self.layout.describe()}, {self.threads} codec thread(s)",
-            f"  ring exchange: {link.alpha * 1e6:.1f} us + {_gbs(link.beta)} GB/s; "
-            f"agreement {self.agree_s * 1e6:.1f} us; scan {_gbs(self.scan_s_per_byte)} GB/s; "
-            f"add {_gbs(self.add_s_per_byte)} GB/s; kernel call {self.call_s * 1e6:.1f} us; "
-            f"fixed {self.fixed_s * 1e6:.0f} us; "
-            f"overlap {self.overlap:.2f}",
-        ]
-        lines += [f"  plain {m}: {f.alpha * 1e6:.1f} us + {_gbs(f.beta)} GB/s"
-                  for m, f in self.plain.items()]
-        lines += [f"  node-aware {m}: {f.alpha * 1e6:.1f} us + {_gbs(f.beta)} GB/s"
-                  for m, f in (self.node or {}).items()]
-        lines += [f"  codec {k}: encode {_gbs(e)} GB/s, decode {_gbs(d)} GB/s"
-                  for k, (e, d) in self.codecs.items()]
-        return "\n".join(lines)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "version": FORMAT_VERSION,
-            "layout": list(self.layout.node_of),
-            "threads": self.threads,
-            "agree_s": self.agree_s,
-            "exchange": dataclasses.asdict(self.exchange),
-            "plain": {m: dataclasses.asdict(f) for m, f in self.plain.items()},
-            "add_s_per_byte": self.add_s_per_byte,
-            "probe_seconds": self.probe_seconds,
-            "overlap": self.overlap,
-            "scan_s_per_byte": self.scan_s_per_byte,
-            "call_s": self.call_s,
-            "fixed_s": self.fixed_s,
-            "node": None if self.node is None else {
-                m: dataclasses.asdict(f) for m, f in self.node.items()},
-            "codecs": {k: list(v) for k, v in self.codecs.items()},
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], source: str) -> Calibration:
-        return cls(
-            layout=Layout(tuple(int(i) for i in d["layout"])),
-            threads=int(d["threads"]),
-            agree_s=float(d["agree_s"]),
-            exchange=Fit(**d["exchange"]),
-            plain={m: Fit(**f) for m, f in d["plain"].items()},
-            add_s_per_byte=float(d["add_s_per_byte"]),
-            probe_seconds=float(d["probe_seconds"]),
-            overlap=float(d["overlap"]),
-            scan_s_per_byte=float(d["scan_s_per_byte"]),
-            call_s=float(d["call_s"]),
-            fixed_s=float(d["fixed_s"]),
-            node=None if d["node"] is None else {m: Fit(**f) for m, f in d["node"].items()},
-            source=source,
-            codecs={k: (float(v[0]), float(v[1])) for k, v in d.get("codecs", {}).items()},
-        )
-
-
-def _gbs(seconds_per_byte: float) -> str:
-    return f"{1e-9 / seconds_per_byte:.3g}" if seconds_per_byte > 0 else "inf"
 
 
 # -- measuring ---------------------------------------------------------------------
@@ -304,7 +156,7 @@ def plain_time(cal: Calibration, method: str, nbytes: float) -> float:
     return cal.plain[_PLAIN_OF[method]].time(nbytes)
 
 
-def _pipelined(wire: float, codec: float, k: int, overlap: float) -> float:
+def _overlapped(wire: float, codec: float, k: int, overlap: float) -> float:
     """A pipeline of ``k`` pieces whose transfers (``wire`` s in all) overlap its codec work
     to the measured extent ``overlap`` (1: fully, 0: not at all, below 0: the two slow
     each other down)."""
@@ -346,7 +198,7 @@ def _by_rails(cal: Calibration, n: float, rho: float, e: float, d: float, k: int
     codec = (e * m + d * m * (2 * big - 1) / big + cal.add_s_per_byte * m * (big - 1) / big
              + k * (4 * big - 2) * cal.call_s)
     wire = _ring_steps(cal, m, rho, 2 * (big - 1), k, big, cal.node["rail_exchange"])
-    rings = _pipelined(wire, codec, k, cal.overlap)
+    rings = _overlapped(wire, codec, k, cal.overlap)
     node = cal.node["Reduce_scatter"].time(n) + cal.node["Allgather"].time(n)
     # in S segments, all but one segment's node collectives run behind the rings: they are
     # shared-memory copies that MPI progresses inside the rings' waits (measured on 2 x 2
@@ -365,7 +217,7 @@ def _hierarchical(cal: Calibration, n: float, rho: float, e: float, d: float, k:
     codec = (e * n + d * n * (2 * big - 1) / big + cal.add_s_per_byte * n * (big - 1) / big
              + k * (4 * big - 2) * cal.call_s)
     wire = _ring_steps(cal, n, rho, 2 * (big - 1), k, big, cal.node["leader_exchange"])
-    return (_agree(cal, n) + cal.node["Reduce"].time(n) + _pipelined(wire, codec, k, cal.overlap)
+    return (_agree(cal, n) + cal.node["Reduce"].time(n) + _overlapped(wire, codec, k, cal.overlap)
             + cal.node["Bcast"].time(n))
 
 
@@ -378,7 +230,7 @@ def ring_terms(cal: Calibration, n: float, rho: float, e: float, d: float, k: in
     g = _agree(cal, n, scan=not speculative)
     wire = _ring_steps(cal, n, rho, 2 * (p - 1), k)
     codec = e * n + d * n * (2 * p - 1) / p + a * n * (p - 1) / p + k * (4 * p - 2) * cal.call_s
-    pipelined = _pipelined(wire, codec, k, cal.overlap)
+    pipelined = _overlapped(wire, codec, k, cal.overlap)
     return {"g": g, "W": wire, "C": codec, "hidden": wire + codec - pipelined,
             "ring": g + pipelined}
 
@@ -407,7 +259,7 @@ def compressed_times(cal: Calibration, method: str, n: float, rho: float, e: flo
     allreduce and the data-movement collectives have no scan."""
     p = cal.layout.size
     x, a, g = cal.exchange, cal.add_s_per_byte, _agree(cal, n)
-    rs = g + _pipelined(_ring_steps(cal, n, rho, p - 1, k),
+    rs = g + _overlapped(_ring_steps(cal, n, rho, p - 1, k),
                         (e + d + a) * n * (p - 1) / p + 3 * k * (p - 1) * cal.call_s, k,
                         cal.overlap)
     if method == "Allreduce":
@@ -441,7 +293,7 @@ def compressed_times(cal: Calibration, method: str, n: float, rho: float, e: flo
         return times
     if method == "Bcast":  # (k: the pieces of the whole buffer)
         if chained(p, k):  # the root's encode and a decode overlap the chain's transfers
-            times = {"bcast": g + _pipelined((k + p - 2) * x.time(rho * n / k),
+            times = {"bcast": g + _overlapped((k + p - 2) * x.time(rho * n / k),
                                              (e + d) * n + 3 * k * cal.call_s, k,
                                              cal.overlap)}
         else:

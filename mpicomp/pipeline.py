@@ -5,14 +5,14 @@ its call as a :class:`Call` (its module in :mod:`mpicomp.calls` says how);
 :class:`Pipeline` then runs it the same way for every collective, blocking
 or not:
 
-1. **screen** (:meth:`mpicomp.decision.Decider.screen`, on the caller's
+1. **screen** (:meth:`mpicomp.decision.screen.Screen.screen`, on the caller's
    thread, in its program order): a rank-consistent reason to go plain, or
    on; then the call's ``plan`` (an algorithm chosen, arguments checked that
    matter only when compressing);
 2. **plain**: mpi4py's own method on the caller's communicator, now (the
    nonblocking method for a nonblocking call);
-3. **agree** (:meth:`~mpicomp.decision.Decider.agree`) on the private
-   communicator of an :class:`~mpicomp.engine.Engine`: the caller's thread's
+3. **agree** (:meth:`mpicomp.decision.agreement.Agreement.agreement`) on the private
+   communicator of an :class:`~mpicomp.private_comm.PrivateComm`: the caller's thread's
    engine, or the worker thread's for a nonblocking call (which returns an
    :class:`mpicomp.requests.Request` at once);
 4. **run** the call's ``body`` (a compressed algorithm) in a
@@ -32,26 +32,28 @@ from typing import TYPE_CHECKING, Any
 
 from mpi4py import MPI
 
+from . import cuda_runtime as cuda
 from . import tolerance
 from .algorithms.common import Ctx, screens_in_encoder
 from .backend import plain as plain_mpi
+from .backend.mpi_buffers import spec_object
 from .buffers import Buf
-from .kernels import cuda_runtime as cuda
 from .mailbox import Mailbox
 from .requests import Request
 from .stats import Recorder, Stats
 
 if TYPE_CHECKING:
-    from .comm import Comm
-    from .decision import Decider
-    from .engine import Engine, Engines
+    from .decision.agreement import Agreement
+    from .decision.screen import Screen
     from .policy import Resolved
+    from .private_comm import PrivateComm, PrivateComms
+    from .settings import CommSettings
 
 __all__ = ["Body", "Call", "Pipeline", "plain_on"]
 
 #: a compressed algorithm run in ``ctx`` on ``engine``; returns None, the algorithm's
 #: name (the stats' key; None: the method's name) or (name, detail)
-Body = Callable[[Ctx, "Engine"], "str | tuple[str, str] | None"]
+Body = Callable[[Ctx, "PrivateComm"], "str | tuple[str, str] | None"]
 
 
 @dataclasses.dataclass
@@ -77,13 +79,14 @@ class Call:
     summands: int = 1
     #: what every rank must pass alike (the dtype is added)
     settings: str = ""
-    #: the compressed algorithm
+    #: the compressed algorithm: a function of :mod:`mpicomp.call_bodies` bound to the
+    #: call's buffers (so the pipeline calls down, never back into :mod:`mpicomp.calls`)
     body: Body | None = None
     #: speculative screening (the encoders check what they send, the agreement scans
     #: nothing); None: where the codec screens in its encoder
     guarded: bool | None = None
     #: after screening, before agreeing: the call completed (an algorithm chosen,
-    #: arguments checked), or the plain-MPI reason
+    #: arguments checked), or the plain-MPI reason (a plan of :mod:`mpicomp.call_bodies`)
     plan: Callable[[Call, Recorder], Call | str] | None = None
     #: mpi4py's nonblocking method for a nonblocking call (its plain case): the call then
     #: runs on the worker thread and returns a request
@@ -96,17 +99,22 @@ class Call:
 class Pipeline:
     """Runs :class:`Call` s for one communicator (see the module docs)."""
 
-    def __init__(self, comm: Comm, decision: Decider, engines: Engines, stats: Stats) -> None:
+    def __init__(self, comm: MPI.Intracomm, settings: CommSettings, screen: Screen,
+                 agreement: Agreement, engines: PrivateComms, stats: Stats,
+                 mailbox: Mailbox) -> None:
+        #: the caller's communicator (its plain calls; its rank)
         self.comm = comm
-        self.decision = decision
+        self.settings = settings
+        self.screen = screen
+        self.agreement = agreement
         self.engines = engines
         self.stats = stats
         #: the engine of calls on the caller's thread, once made
-        self.main: Engine | None = None
+        self.main: PrivateComm | None = None
         #: device pools of point-to-point calls on the caller's thread (made on first use)
         self.p2p_pools: Any = None
         #: messages a probe took out of MPI's queue, for the receives to take first
-        self.mailbox = Mailbox(comm._holding)
+        self.mailbox = mailbox
         #: the status a probe reads a message's length from when its caller passed none
         self.probe_status = MPI.Status()
 
@@ -118,9 +126,9 @@ class Pipeline:
         """Run ``call``: blocking, or (``call.nonblocking``) on the worker thread, returning
         a request."""
         rec = self.recorder(call.name, call.nbytes)
-        reason = self.decision.screen(call.pol, call.bufs, call.nbytes, call.op,
-                                            method=call.collective, rec=rec,
-                                            blocking=call.nonblocking is None)
+        reason = self.screen.screen(call.pol, call.bufs, call.nbytes, call.op,
+                                    method=call.collective, rec=rec,
+                                    blocking=call.nonblocking is None)
         if reason is None and call.plan is not None:
             planned = call.plan(call, rec)
             if isinstance(planned, str):
@@ -143,7 +151,7 @@ class Pipeline:
         req.record = rec  # read only once the request is complete
         return req
 
-    def _main(self) -> Engine:
+    def _main(self) -> PrivateComm:
         self.main = self.engines.main()
         return self.main
 
@@ -152,24 +160,24 @@ class Pipeline:
         self.main = None
         self.engines.free()
 
-    def run(self, engine: Engine, call: Call, rec: Recorder) -> None:
+    def run(self, engine: PrivateComm, call: Call, rec: Recorder) -> None:
         """Steps 3 to 6 (see the module docs) on ``engine``."""
-        decider, pol = self.decision, call.pol
+        agreement, pol = self.agreement, call.pol
         dtype = next(b.dtype for b in call.bufs if b.dtype is not None)
         on_device = call.bufs[0].on_device
-        # (host memory is the engine's own object: no call into engine.py on the host path)
+        # (host memory is the engine's own object: no call into private_comm.py on the host path)
         memory = engine.memory(True) if on_device else engine.host
         settings = f"{call.settings} {dtype}"
         guarded = (screens_in_encoder(pol.codec, on_device) if call.guarded is None
                    else call.guarded)
         # a blocking call's kind learns a variable codec's stream ratio (mpicomp.ratios)
-        learning = (decider.ratios.key(call.collective, call.nbytes, dtype, on_device,
+        learning = (agreement.ratios.key(call.collective, call.nbytes, dtype, on_device,
                                        pol.description)
                     if pol.codec.variable and call.nonblocking is None else None)
         veto = next((b.veto for b in call.bufs if b.veto), "")
-        reason, max_abs = decider.agreement(engine, call.collective, pol,
-                                            None if guarded else call.local, dtype, settings,
-                                            call.summands, memory, learning, veto)
+        reason, max_abs = agreement.agreement(engine, call.collective, pol,
+                                              None if guarded else call.local, dtype, settings,
+                                              call.summands, memory, learning, veto)
         if reason is None:
             rec.where(memory.label)
             codec, bound = pol.codec, ""
@@ -178,11 +186,12 @@ class Pipeline:
             ctx = Ctx(engine.comm, codec, rec, memory, guarded=guarded, protect=call.local)
             assert call.body is not None
             ran = call.body(ctx, engine)
-            reason = decider.verdict(engine, ctx, call.collective, pol, call.local, dtype,
-                                     settings, call.summands)
+            # (a speculative call whose encoders found unsafe data: the verdict)
+            reason = (agreement.verdict(engine, ctx, call.collective, pol, call.local, dtype,
+                                        settings, call.summands) if ctx.unsafe() else None)
             if reason is None:
                 if learning is not None:
-                    decider.ratios.measured(learning, rec.encoded_raw, rec.encoded_used)
+                    agreement.ratios.measured(learning, rec.encoded_raw, rec.encoded_used)
                 algorithm, detail = ran if isinstance(ran, tuple) else (ran, "")
                 rec.compressed(algorithm or call.collective.lower(),
                                detail or bound or pol.codec.codec_id)
@@ -205,8 +214,8 @@ def plain_on(comm: Any, rec: Recorder, reason: str, fn: Callable[..., Any],
     """Record and run ``fn(comm, *args)`` as plain MPI (device buffers: see mpicomp.backend.plain);
     ``bufs``: the call's parsed buffers, whose placement is known already."""
     rec.plain(reason)
-    places = {id(plain_mpi.spec_object(b.spec)): b.place for b in bufs} if bufs else None
+    places = {id(spec_object(b.spec)): b.place for b in bufs} if bufs else None
     with rec.mpi():
-        result, where = plain_mpi.call(fn, comm, args, places=places)
+        result, where = plain_mpi.run(fn, comm, args, places=places)
     rec.where(where)
     return result

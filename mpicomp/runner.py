@@ -172,16 +172,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         warmup_main(args[1:])
         return
     if args and args[0] == "calibrate":
-        from .calibration import cli
-
-        cli(args[1:])
+        calibrate(args[1:])
         return
     opts, target = parse(args)
     _apply(opts)
 
     import mpicomp
 
-    mpicomp.COMM_WORLD._setup(mpicomp.COMM_WORLD.policy)  # the settings just applied
+    from .comm import reread_environment
+
+    reread_environment(mpicomp.COMM_WORLD)  # the settings just applied
     world = MPI.COMM_WORLD
     MPI.COMM_WORLD = mpicomp.COMM_WORLD
     try:
@@ -207,3 +207,27 @@ def main(argv: Sequence[str] | None = None) -> None:
         text = job_summary(world)
         if text is not None:
             print(text, flush=True)
+
+
+def calibrate(argv: list[str]) -> None:
+    """``mpiexec -n N python -m mpicomp calibrate [--force]``: measure this layout's
+    calibration (or find it in the cache, fresh) and save it where later jobs look."""
+    import time
+
+    import mpicomp
+
+    from .calibration_file import ENV, file_for
+
+    ap = argparse.ArgumentParser(prog="python -m mpicomp calibrate",
+                                 description=calibrate.__doc__.split("\n\n")[0])
+    ap.add_argument("--force", action="store_true", help="measure even if a fresh one is saved")
+    ap.add_argument("--quiet", action="store_true", help="print nothing")
+    opts = ap.parse_args(argv)
+    comm = mpicomp.COMM_WORLD
+    start = time.perf_counter()
+    cal = comm.calibrate(force=opts.force)
+    seconds = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
+    path, _ = file_for(cal.layout)
+    if comm.Get_rank() == 0 and not opts.quiet:
+        print(f"# mpicomp calibrate: {cal.layout.describe()}, {cal.source} in {seconds:.2f} s; "
+              f"file: {path or 'none (' + ENV + '=off)'}")

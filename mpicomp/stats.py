@@ -26,15 +26,11 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from . import fast_methods, shortcut
+from .fastpath import methods as fast_methods
+from .fastpath.methods import BELOW_THRESHOLD, RECEIVED_PLAIN
 
 __all__ = ["BELOW_THRESHOLD", "OpStats", "Recorder", "Stats", "below_threshold",
            "debug_enabled", "live_tables"]
-
-#: the fast path's reason for a call below the default policy's threshold (the table
-#: names the size and the threshold, :func:`below_threshold`)
-BELOW_THRESHOLD = "below threshold"
-
 
 def below_threshold(nbytes: int, threshold: float) -> str:
     """The reason a call of ``nbytes`` below ``threshold`` went plain, as the stats name it."""
@@ -104,7 +100,7 @@ class Stats:
             self._ops.clear()
 
     def attach_shortcuts(self, state: Any, limits: fast_methods.PlainLimits) -> None:
-        """Count the calls of this shortcut state (:mod:`mpicomp.shortcut`; None: there is
+        """Count the calls of this shortcut state (:mod:`mpicomp.fastpath`; None: there is
         no compiled shortcut) as plain: collectives and sends for the reasons of
         ``limits``, receives as "sender sent plain data".
 
@@ -115,21 +111,11 @@ class Stats:
             self._fold_fast()
             self._shortcut, self._limits = state, limits
 
-    def fast_plain(self, name: str, nbytes: int, reason: str) -> None:
-        """Count a call that went to plain MPI on the fast path (host memory, no codec).
-
-        Only the caller's thread takes the fast path; the counts are kept
-        apart (a dict update, no lock) and folded into the table by
-        :meth:`as_dict`, which the caller's thread runs too (``comm.stats()``).
-        """
-        key = (name, nbytes, reason)
-        self._fast[key] = self._fast.get(key, 0) + 1
-
     def _fold_fast(self) -> None:
         """Move the fast-path counts into the table (caller holds the lock)."""
         if self._shortcut is not None:
             for index, name in enumerate(fast_methods.METHODS):
-                reason = (shortcut.RECEIVED_PLAIN if name == "Recv"
+                reason = (RECEIVED_PLAIN if name == "Recv"
                           else self._limits.collective_reason
                           if name in fast_methods.COLLECTIVES else self._limits.p2p_reason)
                 for nbytes, calls in self._shortcut.take(index).items():

@@ -57,19 +57,19 @@ def _scans(dtype: np.dtype) -> None:
 def _homomorphic(dtype: np.dtype) -> None:
     from .algorithms import homomorphic
     from .kernels import fixedpoint_cpu as fx
-    from .kernels.launch import call
+    from .kernels.launch import run_kernel
 
     fmt = homomorphic.choose_format(16.25, 2)
     x = np.linspace(-1.0, 1.0, 1 << 12).astype(dtype)
     nblocks = -(-x.size // homomorphic.BLOCK)
     exps = np.empty(nblocks, np.int16)
-    call(fx.block_exponents, x, homomorphic.BLOCK, exps)
+    run_kernel(fx.block_exponents, x, homomorphic.BLOCK, exps)
     words = np.empty(-(-x.size // fmt.per_word), np.uint64)
-    call(fx.quantize_pack, x, exps, homomorphic.BLOCK, fmt.k, fmt.q_max, words)
-    call(fx.unpack_dequantize, words, exps, homomorphic.BLOCK, fmt.k, fmt.q_max,
+    run_kernel(fx.quantize_pack, x, exps, homomorphic.BLOCK, fmt.k, fmt.q_max, words)
+    run_kernel(fx.unpack_dequantize, words, exps, homomorphic.BLOCK, fmt.k, fmt.q_max,
          np.empty_like(x))
     if dtype == DTYPES[0]:
-        call(fx.swar_add, words.copy(), words, np.uint64(1 << 63), np.uint64((1 << 63) - 1))
+        run_kernel(fx.swar_add, words.copy(), words, np.uint64(1 << 63), np.uint64((1 << 63) - 1))
 
 
 #: (name, what it runs for one dtype)

@@ -12,8 +12,8 @@ import warnings
 import numpy as np
 import pytest
 
-from mpicomp.backend.device import HostMemoryAsDevice
-from mpicomp.kernels import cuda_runtime
+from mpicomp import cuda_runtime
+from mpicomp.backend.mpi_buffers import HostMemoryAsDevice
 from mpicomp.kernels.jit import SIMULATOR
 
 __all__ = ["BACKENDS", "KINDS", "gpu_usable", "make", "needs_device", "read", "to_device",

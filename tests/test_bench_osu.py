@@ -24,7 +24,7 @@ from launcher import find_mpiexec  # tests/launcher.py
 from mpicomp.bench import osu
 from mpicomp.bench.osu_cases import BENCHMARKS
 from mpicomp.codecs import get_codec
-from mpicomp.decision import ONE_NODE
+from mpicomp.decision.screen import ONE_NODE
 
 pytestmark = pytest.mark.slow  # left out of make test-quick
 

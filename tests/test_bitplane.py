@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from mpicomp.codecs import BitplaneCodec, get_codec
-from mpicomp.codecs.bitplane_reference import (
+from bitplane_reference import (
     reference_decode,
     reference_encode,
     reference_error_bound,
 )
+
+from mpicomp.codecs import BitplaneCodec, get_codec
 from mpicomp.errors import UncompressibleError
 
 SIZES = [0, 1, 31, 32, 33, 1000, 4097, 100000]

@@ -222,7 +222,7 @@ def test_ranks_that_disagree_on_the_rate_all_raise(comm):
                                     {"id": "zfp", "rate": 16, "dims": 1}],
                          ids=["bitplane", "zfp"])
 def test_ring_pieces_do_not_change_the_bits(comm, monkeypatch, config):
-    """The pipelined ring gives the same bits whatever the piece size (many pieces,
+    """The ring in pieces gives the same bits whatever the piece size (many pieces,
     uneven chunks, a chunk of fewer values than a piece), on every collective that
     runs it; and stays within the ring's bound."""
     from mpicomp.algorithms import common

@@ -212,8 +212,8 @@ def test_compressed_suite_within_bounds(comm, config, dt):
         assert stats["Iallreduce"]["compressed"] == 1
         x = data(comm.Get_rank(), N, dt)
         # zfp 32 on float32: no gain; a variable codec's frame: known once built
-        framed = int((mpicomp.p2p.build(codec, x).nbytes if codec.variable
-                      else mpicomp.p2p.frame_nbytes(codec, x)) < x.nbytes)
+        framed = int((mpicomp.frame_format.build(codec, x).nbytes if codec.variable
+                      else mpicomp.frame_format.frame_nbytes(codec, x)) < x.nbytes)
         assert stats["Isend"]["compressed"] == framed and stats["Irecv"]["compressed"] == framed
 
 

@@ -8,7 +8,7 @@ import pytest
 from mpi4py import MPI
 
 import mpicomp
-from mpicomp import p2p
+from mpicomp import frame_format
 from mpicomp.algorithms import bounds
 from mpicomp.codecs import get_codec
 
@@ -101,9 +101,9 @@ def test_small_messages_stay_plain(comm):
 def test_frame_roundtrip_and_odd_length():
     codec = get_codec("zfp", rate=8)
     x = values(1, 1001, np.float64)
-    frame = p2p.build(codec, x)
-    assert p2p.is_frame_length(frame.size)
-    got_codec, count, dtype, stream = p2p.parse(frame)
+    frame = frame_format.build(codec, x)
+    assert frame_format.is_frame_length(frame.size)
+    got_codec, count, dtype, stream = frame_format.parse(frame)
     assert got_codec == codec and count == 1001 and dtype == np.float64
     np.testing.assert_array_equal(stream, codec.encode(x))
 
@@ -112,7 +112,7 @@ def _with_header(frame: np.ndarray, header: dict, payload: int) -> np.ndarray:
     tail = json.dumps(header).encode()
     if (payload + len(tail) + 6) % 2 == 0:
         tail += b" "
-    tail += len(tail).to_bytes(2, "little") + p2p.MAGIC
+    tail += len(tail).to_bytes(2, "little") + frame_format.MAGIC
     return np.concatenate([frame[:payload], np.frombuffer(tail, np.uint8)])
 
 
@@ -135,10 +135,10 @@ def _with_header(frame: np.ndarray, header: dict, payload: int) -> np.ndarray:
 def test_hostile_frames_raise_frame_error(mutate, match):
     codec = get_codec("bitplane", rate=8.25)
     x = values(2, 640)
-    frame = p2p.build(codec, x)
+    frame = frame_format.build(codec, x)
     n = codec.encoded_nbytes(x.size, x.dtype)
-    with pytest.raises(p2p.FrameError, match=match):
-        p2p.parse(mutate(frame, n))
+    with pytest.raises(frame_format.FrameError, match=match):
+        frame_format.parse(mutate(frame, n))
 
 
 def test_no_frame_is_shorter_than_min_frame_nbytes():
@@ -149,7 +149,7 @@ def test_no_frame_is_shorter_than_min_frame_nbytes():
     for codec_id in registered_codecs():
         codec = get_codec({"id": codec_id})
         for dtype in codec.dtypes:
-            frame = p2p.build(codec, np.zeros(1, dtype))
-            assert frame.nbytes >= p2p.MIN_FRAME_NBYTES, (codec_id, dtype, frame.nbytes)
-            assert p2p.is_frame_length(frame.nbytes)
-    assert not p2p.is_frame_length(3) and not p2p.is_frame_length(4000)
+            frame = frame_format.build(codec, np.zeros(1, dtype))
+            assert frame.nbytes >= frame_format.MIN_FRAME_NBYTES, (codec_id, dtype, frame.nbytes)
+            assert frame_format.is_frame_length(frame.nbytes)
+    assert not frame_format.is_frame_length(3) and not frame_format.is_frame_length(4000)

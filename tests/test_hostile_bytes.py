@@ -18,7 +18,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from mpicomp import p2p  # noqa: E402
+from mpicomp import frame_format  # noqa: E402
 from mpicomp.codecs import get_codec  # noqa: E402
 
 settings.register_profile("ci", max_examples=150, deadline=None,
@@ -105,15 +105,15 @@ def test_codec_decode_of_wrong_length_is_a_value_error(case, count, delta):
 def test_frame_parse_of_arbitrary_bytes(raw):
     frame = np.frombuffer(raw, dtype=np.uint8)
     try:
-        codec, count, dtype, stream = p2p.parse(frame)
-    except p2p.FrameError:
+        codec, count, dtype, stream = frame_format.parse(frame)
+    except frame_format.FrameError:
         return
     assert stream.size == codec.encoded_nbytes(count, dtype)
 
 
 def _frame(cfg, count: int, seed: int) -> np.ndarray:
     x = np.random.default_rng(seed).standard_normal(count).astype(np.float32)
-    return p2p.build(get_codec(cfg), x)
+    return frame_format.build(get_codec(cfg), x)
 
 
 @given(cfg=st.sampled_from([c for c in CONFIGS if c["id"] != "none"]),
@@ -129,8 +129,8 @@ def test_mutated_frames_parse_or_refuse(cfg, count, flips, cut, grow):
     frame = frame[: max(len(frame) - cut, 0)] + grow
     arr = np.frombuffer(bytes(frame), dtype=np.uint8)
     try:
-        codec, n, dtype, stream = p2p.parse(arr)
-    except p2p.FrameError:
+        codec, n, dtype, stream = frame_format.parse(arr)
+    except frame_format.FrameError:
         return
     if n > 1 << 20:
         return  # a stated count this large is refused by the receiver (larger than its buffer)
@@ -156,9 +156,9 @@ def test_frames_with_hostile_headers(header, payload):
     if (len(data) + 6) % 2 == 0:
         data += b" "
         body += b" "
-    raw = data + struct.pack("<H4s", len(body), p2p.MAGIC)
+    raw = data + struct.pack("<H4s", len(body), frame_format.MAGIC)
     try:
-        codec, n, dtype, stream = p2p.parse(np.frombuffer(raw, dtype=np.uint8))
-    except p2p.FrameError:
+        codec, n, dtype, stream = frame_format.parse(np.frombuffer(raw, dtype=np.uint8))
+    except frame_format.FrameError:
         return
     assert stream.size == codec.encoded_nbytes(n, dtype) == payload

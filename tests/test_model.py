@@ -9,12 +9,12 @@ import pytest
 from mpi4py import MPI
 
 import mpicomp
-from mpicomp import calibration, model, threads, topology
+from mpicomp import calibration, calibration_file, model, threads, topology
 from mpicomp.algorithms import bounds, common
 from mpicomp.algorithms.chain import chained
 from mpicomp.algorithms.common import pieces_of
 from mpicomp.codecs import get_codec
-from mpicomp.decision import ONE_NODE
+from mpicomp.decision.screen import ONE_NODE
 from mpicomp.model import Calibration, Fit
 from mpicomp.topology import Layout
 
@@ -177,7 +177,7 @@ def test_bcast_prediction_is_its_chains_formula_where_the_chain_runs():
     got = model.predict(cal, "Bcast", n, BITPLANE8, np.float32, (e, d))
     wire = (k + p - 2) * cal.exchange.time(rho * n / k)
     codec = (e + d) * n + 3 * k * cal.call_s
-    want = model._agree(cal, n, scan=False) + model._pipelined(wire, codec, k, cal.overlap)
+    want = model._agree(cal, n, scan=False) + model._overlapped(wire, codec, k, cal.overlap)
     assert got.algorithm == "bcast" and got.compressed_s == pytest.approx(want)
     # many ranks, few pieces: the root's whole stream in one MPI_Bcast
     wide, _ = synthetic(16, 16, gbs=0.125, codec_gbs=2.0)
@@ -216,7 +216,7 @@ def test_ring_prediction_is_its_formula():
 
 def test_ring_without_overlap_adds_codec_and_wire():
     """Where the calibration found that nothing hides behind a transfer (ranks sharing
-    cores), the pipelined ring is predicted as codec time plus wire time."""
+    cores), the ring in pieces is predicted as codec time plus wire time."""
     cal, (e, d) = synthetic(4, 4, gbs=0.125, codec_gbs=2.0)
     n, p = 1 << 24, 4
     full = model.predict(cal, "Allreduce", n, BITPLANE8, np.float32, (e, d), algorithm="ring")
@@ -336,13 +336,13 @@ def test_layout_and_calibration_are_the_same_on_every_rank(comm):
 @pytest.mark.mpi
 def test_calibration_file_is_saved_and_loaded(comm, tmp_path, monkeypatch):
     path = comm.bcast(str(tmp_path / "cal.json") if comm.Get_rank() == 0 else None)
-    monkeypatch.setenv(calibration.ENV, path)
+    monkeypatch.setenv(calibration_file.ENV, path)
     first = mpicomp.Comm(comm, codec="bitplane").calibrate(force=True)
     comm.Barrier()
     saved = json.load(open(path)) if comm.Get_rank() == 0 else None
     if comm.Get_rank() == 0:
         assert saved["layout"] == list(first.layout.node_of)
-    calibration._CACHE.clear()  # a new job: nothing in memory
+    calibration_file._CACHE.clear()  # a new job: nothing in memory
     again = mpicomp.Comm(comm, codec="bitplane").calibrate()
     assert again.source.startswith("loaded from")
     assert again.exchange == first.exchange
@@ -382,11 +382,11 @@ def test_auto_compresses_when_the_model_predicts_a_gain(comm):
     p, r = comm.Get_size(), comm.Get_rank()
     mc = mpicomp.Comm(comm)
     slow, speed = synthetic(p, p, gbs=0.01)
-    mc._decision.layout = slow.layout  # as if every rank were on a node of its own
-    mc._decision.cal = slow
+    mc._pipeline.screen.layout = slow.layout  # as if every rank were on a node of its own
+    mc._predictor.cal = slow
     pol = mc.resolved_policy()
     key = (json.dumps(pol.codec.get_config(), sort_keys=True), "float32", False)
-    mc._decision.speeds[key] = speed
+    mc._predictor.speeds[key] = speed
     x = (np.random.default_rng(r).standard_normal(1 << 18)).astype(np.float32)
     y = np.empty_like(x)
     mc.Allreduce(x, y)
@@ -402,7 +402,7 @@ def test_auto_compresses_when_the_model_predicts_a_gain(comm):
     assert float(np.abs(y - exact).max()) <= bound
     assert len(set(comm.allgather(y.tobytes()))) == 1
     # on a network faster than the codec the same call goes plain, exact
-    mc._decision.cal = synthetic(p, p, gbs=100.0)[0]
+    mc._predictor.cal = synthetic(p, p, gbs=100.0)[0]
     mc.Allreduce(x, y)
     assert mc.stats()["Allreduce"]["fallbacks"] == {"model: plain MPI predicted faster": 1}
     want = np.empty_like(x)
@@ -487,30 +487,30 @@ def test_calibration_is_cached_per_user_and_measured_again_when_stale(comm, tmp_
     import time
 
     folder = comm.bcast(str(tmp_path / "cache") if comm.Get_rank() == 0 else None)
-    monkeypatch.delenv(calibration.ENV, raising=False)
-    monkeypatch.setenv(calibration.CACHE_ENV, folder)
+    monkeypatch.delenv(calibration_file.ENV, raising=False)
+    monkeypatch.setenv(calibration_file.CACHE_ENV, folder)
     first = mpicomp.Comm(comm, codec="bitplane").calibrate(force=True)
     comm.Barrier()
-    path, ages = calibration.file_for(first.layout)
+    path, ages = calibration_file.file_for(first.layout)
     assert ages and os.path.dirname(path) == folder
     if comm.Get_rank() == 0:
         assert os.path.isfile(path)
-    calibration._CACHE.clear()  # a new job
+    calibration_file._CACHE.clear()  # a new job
     again = mpicomp.Comm(comm, codec="bitplane").calibrate()
     assert again.source == f"loaded from {path}" and again.exchange == first.exchange
     if comm.Get_rank() == 0:
-        old = time.time() - calibration.MAX_AGE_S - 60
+        old = time.time() - calibration_file.MAX_AGE_S - 60
         os.utime(path, (old, old))
     comm.Barrier()
-    calibration._CACHE.clear()
+    calibration_file._CACHE.clear()
     stale = mpicomp.Comm(comm, codec="bitplane").calibrate()
     assert stale.source == "measured"
     comm.Barrier()
     if comm.Get_rank() == 0:
-        assert time.time() - os.path.getmtime(path) < calibration.MAX_AGE_S  # saved anew
-    monkeypatch.setenv(calibration.ENV, "off")
-    assert calibration.file_for(first.layout) == (None, False)
-    calibration._CACHE.clear()
+        assert time.time() - os.path.getmtime(path) < calibration_file.MAX_AGE_S  # saved anew
+    monkeypatch.setenv(calibration_file.ENV, "off")
+    assert calibration_file.file_for(first.layout) == (None, False)
+    calibration_file._CACHE.clear()
     assert mpicomp.Comm(comm, codec="bitplane").calibrate().source == "measured"
 
 

@@ -1,13 +1,16 @@
-"""The compiled plain-MPI shortcut (mpicomp/shortcut.py, mpicomp/_shortcut.c)."""
+"""The compiled plain-MPI shortcut (mpicomp/fastpath/: install.py, _shortcut.c)."""
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 
 import mpicomp
-from mpicomp import fast_methods, shortcut
-from mpicomp.decision import ONE_NODE, P2P_AUTO
+from mpicomp.decision.screen import ONE_NODE, P2P_AUTO
+from mpicomp.fastpath import install as shortcut
+from mpicomp.fastpath import methods as fast_methods
 
 #: the compiled shortcut calls MPI itself only on MPICH (bind_mpi: C int handles); on any
 #: other MPI (Open MPI: pointer handles) every call goes through mpi4py's methods
@@ -51,9 +54,9 @@ def test_one_table_describes_every_fast_method():
         assert callable(mpicomp.Comm.__dict__[m.name])
 
 
-def test_python_and_c_read_a_v_specs_largest_count_alike():
-    """The Python methods' fast path (shortcut.largest_count) and the compiled Allgatherv
-    read a v-spec's size alike, form by form, and refuse the same forms."""
+def test_the_compiled_allgatherv_reads_a_v_specs_largest_count():
+    """The compiled Allgatherv reads a v-spec's size as the forms below say (the test's own
+    reading, :func:`_largest_count`), form by form, and refuses the other forms."""
     a = np.zeros(12, np.float32)
     counts = [3, 5, 4]
     displs = [0, 3, 8]
@@ -68,7 +71,36 @@ def test_python_and_c_read_a_v_specs_largest_count_alike():
     ]
     for spec in forms:
         c_reading = shortcut._shortcut.largest_count(spec, np.ndarray)
-        assert shortcut.largest_count(spec) == c_reading, spec
+        assert _largest_count(spec) == c_reading, spec
+
+
+def _largest_count(spec: Any) -> int | None:
+    """The test's reading of a v-spec's largest count in bytes, for the compiled one's:
+    ``[array, counts]``, ``[array, (counts, displs)]``, ``[array, counts, datatype]``,
+    ``[array, (counts, displs), datatype]`` or ``[array, counts, displs, datatype]``
+    (counts a list of ints, a list or tuple in a pair; the datatype an ``MPI.Datatype``
+    or a type character, the counts' unit; else the array's items), as the compiled
+    shortcut reads it; None for any other form (device memory, counts in an array)."""
+    if (type(spec) not in (list, tuple) or not 2 <= len(spec) <= 4
+            or type(spec[0]) is not np.ndarray):
+        return None
+    unit = spec[0].itemsize
+    if len(spec) > 2:
+        datatype = spec[-1]
+        if type(datatype) is str:
+            datatype = MPI._typedict.get(datatype)
+        if not isinstance(datatype, MPI.Datatype):
+            return None
+        unit = datatype.size
+    counts = spec[1]
+    if (len(spec) <= 3 and type(counts) is tuple and len(counts) == 2
+            and type(counts[0]) in (list, tuple)):
+        counts = counts[0]  # (counts, displs)
+    elif type(counts) is not list:
+        return None  # (a tuple of two ints reads as (count, displacement) to mpi4py)
+    if not counts or not all(type(c) is int and c >= 0 for c in counts):
+        return None
+    return max(counts) * unit
 
 
 def _plain_method(name: str, **kw):
@@ -464,13 +496,13 @@ def test_sendrecv_under_the_default_is_plain_and_decodes_a_partners_frame(comm, 
 
 
 @pytest.mark.mpi(min_size=2)
-def test_point_to_point_without_the_extension_takes_the_python_fast_path(comm, monkeypatch):
+def test_point_to_point_without_the_extension_goes_plain_for_the_same_reasons(comm, monkeypatch):
     monkeypatch.setattr(shortcut, "COMPILED", False)
     r = comm.Get_rank()
     mc = _default_pair(comm)
     if mc is None:
         return
-    assert mc._limits.p2p == float("inf") and not hasattr(mc, "_shortcut")
+    assert mc._fast.limits.p2p == float("inf") and not hasattr(mc, "_shortcut")
     x = np.arange(10, dtype=np.float32)
     y = np.empty_like(x)
     if r == 0:
@@ -497,16 +529,17 @@ def test_sendrecv_positional_takes_the_shortcut_and_counts_its_receive(comm, rec
     st = MPI.Status()
     mc.Sendrecv(x, 1 - r, 0, y, 1 - r, 0)
     mc.Sendrecv(x, 1 - r, 0, y, 1 - r, 0, st)
-    mc.Sendrecv(x, 1 - r, 0, recvbuf=y, status=st)  # recvbuf by keyword: the Python path
+    # recvbuf by keyword: the Python method, whose receive is the compiled Recv
+    mc.Sendrecv(x, 1 - r, 0, recvbuf=y, status=st)
     np.testing.assert_array_equal(y, 1 - r)
     assert st.Get_count(MPI.DOUBLE) == x.size and st.Get_source() == 1 - r
     with pytest.raises(TypeError):  # a call of the wrong shape: refused, and not counted
         mc.Sendrecv(x, 1 - r, 0, y, 1 - r, 0, st, "one too many")
     assert _take(mc, "Sendrecv") == {x.nbytes: 2}
-    assert _take(mc, "Recv") == {x.nbytes: 2}
+    assert _take(mc, "Recv") == {x.nbytes: 3}
     st = mc.stats()
     assert st["Sendrecv"]["fallbacks"] == {P2P_AUTO: 1}
-    assert st["Recv"]["fallbacks"] == {shortcut.RECEIVED_PLAIN: 1}
+    assert "Recv" not in st
 
 
 @pytest.mark.mpi(min_size=2)
@@ -588,15 +621,14 @@ def test_scatter_and_reduce_scatter_take_a_fast_path(comm, monkeypatch):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_without_the_extension_every_fast_path_skips_parsing(comm, monkeypatch):
-    """The Python fast paths (no compiled shortcut): small calls of the default on bare
-    arrays go to mpi4py without parsing (a parse would raise) and stay exact."""
+def test_without_the_extension_the_python_methods_send_small_calls_plain(comm, monkeypatch):
+    """No compiled shortcut: small calls of the default on bare arrays run the Python
+    methods, which screen them and send them plain, exact."""
     monkeypatch.setattr(shortcut, "COMPILED", False)
     p, r = comm.Get_size(), comm.Get_rank()
     mc = mpicomp.Comm(comm)
     mc.check_settings()
     assert not hasattr(mc, "_shortcut")
-    _forbid_parsing(monkeypatch, "parse")
     x = np.arange(4, dtype=np.float64) + r
     total = sum(np.arange(4) + q for q in range(p))
     y = np.zeros_like(x)
@@ -634,7 +666,7 @@ def test_allgatherv_skips_parsing_where_every_size_goes_plain(comm, monkeypatch)
     mc = mpicomp.Comm(comm)
     big = np.ones(1 << 18, np.float32)
     mc.Allreduce(big, np.empty_like(big))  # finds the job on one node: every size plain
-    assert mc._limits.collective == float("inf")
+    assert mc._fast.limits.collective == float("inf")
 
     _forbid_parsing(monkeypatch, "parse_v")
     counts = [q + 1 for q in range(p)]
@@ -647,7 +679,7 @@ def test_allgatherv_skips_parsing_where_every_size_goes_plain(comm, monkeypatch)
     # without parsing it (every rank sees the same counts, so decides alike)
     mc2 = mpicomp.Comm(comm, codec="bitplane")
     mc2.Allgatherv(np.full(r + 1, r, np.float32), [out, counts])  # settles the limit
-    assert 0 < mc2._limits.collective < float("inf")
+    assert 0 < mc2._fast.limits.collective < float("inf")
     displs = [sum(counts[:q]) for q in range(p)]
     _forbid_parsing(monkeypatch, "parse_v")
     for spec in ([out, counts], [out, (counts, displs)], (out, (tuple(counts), displs))):
@@ -1209,7 +1241,7 @@ def test_odd_and_empty_messages_of_every_dtype_stay_in_the_shortcut(comm, receiv
                                                                     dtype):
     """A message of 0, 1, 3 or 5 values of any dtype (an odd number of bytes too) is
     received by the compiled shortcut and counted there, exact: too short to be a
-    compressed frame (p2p.MIN_FRAME_NBYTES), it never goes to the Python side."""
+    compressed frame (frame_format.MIN_FRAME_NBYTES), it never goes to the Python side."""
     r = comm.Get_rank()
     mc = pair
     counts = (0, 1, 3, 5)

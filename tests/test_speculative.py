@@ -27,7 +27,7 @@ from mpicomp.codecs.base import GUARD_HEADROOM
 from mpicomp.codecs.bitplane import guard_exponent
 
 CODEC = {"id": "bitplane", "rate": 8.25}
-N = 1 << 20  # chunks of two or more pieces on up to 4 ranks (the pipelined path)
+N = 1 << 20  # chunks of two or more pieces on up to 4 ranks (the path in pieces)
 F32MAX = float(np.finfo(np.float32).max)
 
 

@@ -234,7 +234,7 @@ def test_the_model_learns_the_stream_ratio_on_every_rank_alike(comm):
     n = 1 << 15
     x = gradients(n, np.float32, seed=r) * (1 + r)  # ranks' ratios differ
     y = np.empty(n * p, np.float32)
-    decision = mc._decision
+    decision = mc._predictor
     key = decision.ratios.key("Allgather", x.nbytes, x.dtype, False,
                               mc.resolved_policy().description)
     upper = mc.predict("Allgather", x.nbytes, np.float32)

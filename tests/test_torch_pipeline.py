@@ -1,4 +1,4 @@
-"""Pipeline parallelism (mpicomp.torch.pipeline): stages over micro-batches give the
+"""Pipeline parallelism (mpicomp.torch.pipeline_parallel): stages over micro-batches give the
 unsplit model's loss and gradients (skipped without torch)."""
 from __future__ import annotations
 

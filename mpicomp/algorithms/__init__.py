@@ -1,23 +1,31 @@
 """Compressed allreduce algorithms, one per module, and the automatic choice.
 
-* :mod:`.allgather`: everyone's compressed buffer to everyone, local sum.
+* :mod:`.allgather_sum` (``algorithm="allgather"``): everyone's compressed buffer to
+  everyone, local sum.
 * :mod:`.ring`: ring reduce-scatter with recompression, ring allgather.
 * :mod:`.recursive_doubling`: log2(p) exchange rounds, any p.
 * :mod:`.homomorphic`: shared per-block scales, exact integer sum.
 * :mod:`.hierarchical`: plain inside each node, the ring between nodes.
 
 Also here, for the other collectives: :mod:`.ring`'s reduce-scatter and
-allgather, and :mod:`.chain`, the Bcast down a pipelined chain.
+allgather, and :mod:`.chain`, the Bcast down a chain of pieces.
 
 Error bounds per algorithm: ``docs/algorithms.md``.
 """
 from __future__ import annotations
 
-from . import allgather, hierarchical, homomorphic, recursive_doubling, ring
+from types import ModuleType
+
+from . import allgather_sum, hierarchical, homomorphic, recursive_doubling, ring
 from .common import Ctx
 
-__all__ = ["Ctx", "allgather", "choose", "hierarchical", "homomorphic", "recursive_doubling",
-           "ring"]
+__all__ = ["BY_NAME", "Ctx", "allgather_sum", "choose", "hierarchical", "homomorphic",
+           "recursive_doubling", "ring"]
+
+#: each ``algorithm=`` name's module
+BY_NAME: dict[str, ModuleType] = {"allgather": allgather_sum, "ring": ring,
+                                  "recursive_doubling": recursive_doubling,
+                                  "homomorphic": homomorphic, "hierarchical": hierarchical}
 
 #: below this many bytes (per rank) recursive doubling beats the ring
 SMALL = 256 * 1024

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from ..kernels.launch import call
+from ..kernels.launch import run_kernel
 from .common import Ctx
 
 __all__ = ["BLOCK", "Format", "allreduce", "choose_format"]
@@ -85,7 +85,7 @@ def _sum_op(k: int) -> MPI.Op:
 
         src = np.frombuffer(inbuf, dtype=np.uint64)
         dst = np.frombuffer(inoutbuf, dtype=np.uint64)
-        call(fx.swar_add, dst, src, high, low)
+        run_kernel(fx.swar_add, dst, src, high, low)
 
     return MPI.Op.Create(add, commute=True)
 
@@ -122,7 +122,7 @@ class _HostSteps:
 
         exps = self.ctx.memory.host("exps", nblocks, np.int16)
         with self.ctx.rec.codec():
-            call(fx.block_exponents, x, BLOCK, exps)
+            run_kernel(fx.block_exponents, x, BLOCK, exps)
         return exps
 
     def pack(self, x: np.ndarray, gexps: np.ndarray, fmt: Format, nwords: int) -> np.ndarray:
@@ -131,14 +131,14 @@ class _HostSteps:
         self.gexps = gexps
         words = self.ctx.memory.host("words", nwords, np.uint64)
         with self.ctx.rec.codec():
-            call(fx.quantize_pack, x, gexps, BLOCK, fmt.k, fmt.q_max, words)
+            run_kernel(fx.quantize_pack, x, gexps, BLOCK, fmt.k, fmt.q_max, words)
         return words
 
     def unpack(self, sums: np.ndarray, fmt: Format, out: np.ndarray) -> None:
         from ..kernels import fixedpoint_cpu as fx
 
         with self.ctx.rec.codec():
-            call(fx.unpack_dequantize, sums, self.gexps, BLOCK, fmt.k, fmt.q_max, out)
+            run_kernel(fx.unpack_dequantize, sums, self.gexps, BLOCK, fmt.k, fmt.q_max, out)
 
 
 class _DeviceSteps:

@@ -15,7 +15,7 @@ and the gradient reducer:
   or staged through host copies);
 * :mod:`.mpi_library`: the MPI library loaded, and whether it is CUDA-aware.
 
-Below it, :mod:`mpicomp.kernels.cuda_runtime` views CUDA memory from Numba
+Below it, :mod:`mpicomp.cuda_runtime` views CUDA memory from Numba
 and owns the streams (the codecs use it too); above it, nothing in here
 knows about communicators' settings or the decision to compress.
 """

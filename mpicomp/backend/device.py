@@ -20,16 +20,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import cuda_runtime as cuda
 from ..errors import UncompressibleError
-from ..kernels import cuda_runtime as cuda
 from .host import Scratch, check_float
+from .mpi_buffers import for_mpi, spec_object, with_object
 from .mpi_library import cuda_aware
 
 if TYPE_CHECKING:
     from ..codecs import Codec
 
-__all__ = ["DEVICE", "DeviceArrays", "DeviceMemory", "DevicePools", "HostMemoryAsDevice",
-           "MPIOnDevice", "for_mpi"]
+__all__ = ["DEVICE", "DeviceArrays", "DeviceMemory", "DevicePools", "MPIOnDevice"]
 
 
 class DeviceArrays:
@@ -313,43 +313,7 @@ class MPIOnDevice:
 
 
 def _for_mpi(arg: Any) -> Any:
-    from .plain import spec_object, with_object
-
     return with_object(arg, for_mpi(spec_object(arg)))
-
-
-class HostMemoryAsDevice:
-    """Host memory offered through ``__cuda_array_interface__`` (as a device pointer).
-
-    Under Numba's CUDA simulator "device" arrays live in host memory but
-    carry no interface; wrapped in this, they reach MPI as device pointers
-    do on a GPU (mpi4py reads the interface), so the CUDA-aware code path is
-    exercised on a machine without a GPU.
-    """
-
-    def __init__(self, array: np.ndarray) -> None:
-        if not array.flags.c_contiguous:
-            raise ValueError("HostMemoryAsDevice needs a C-contiguous array")
-        self._array = array
-        self.__cuda_array_interface__ = {
-            "shape": array.shape,
-            "typestr": array.dtype.str,
-            "data": (array.ctypes.data if array.size else 0, not array.flags.writeable),
-            "strides": None,
-            "version": 3,
-        }
-
-    @property
-    def array(self) -> np.ndarray:
-        return self._array
-
-
-def for_mpi(obj: Any) -> Any:
-    """``obj`` as mpi4py should be given it: a simulator array becomes its host memory
-    behind ``__cuda_array_interface__``; everything else is returned as is."""
-    if cuda.simulated(obj):
-        return HostMemoryAsDevice(obj._ary)
-    return obj
 
 
 #: device operations on the caller's current stream (the gradient reducer's)

@@ -1,7 +1,7 @@
 """The MPI library mpi4py loaded: where it is, and whether it is CUDA-aware.
 
 :func:`path` finds the library in the process's memory map (the compiled
-shortcut binds its functions there, :func:`mpicomp.shortcut.bind_mpi`).
+shortcut binds its functions there, :func:`mpicomp.fastpath.install.bind_mpi`).
 :func:`cuda_aware` says whether MPI may read and write device memory, asked
 once of that library through ctypes:
 

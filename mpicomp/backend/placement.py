@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels import cuda_runtime
+from .. import cuda_runtime
 
 __all__ = ["DEVICE", "HOST", "Place", "Placement", "cuda_usable", "of"]
 

@@ -21,30 +21,18 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from ..kernels import cuda_runtime as cuda
+from .. import cuda_runtime as cuda
 from . import placement
-from .device import for_mpi
+from .mpi_buffers import for_mpi, spec_object, with_object
 from .mpi_library import cuda_aware
 
-__all__ = ["Places", "call", "on_device", "spec_object", "with_object"]
+__all__ = ["Places", "on_device", "run"]
 
 #: where the memory objects of a call's buffers live, by ``id`` (known from parsing them)
 Places = dict[int, placement.Place]
 
 #: methods whose first buffer argument is (also) written by MPI
 _FIRST_WRITTEN = ("Bcast", "Ibcast", "Recv", "Irecv")
-
-
-def spec_object(spec: Any) -> Any:
-    """The memory object of a buffer spec (``buf`` or the first item of ``[buf, ...]``)."""
-    return spec[0] if isinstance(spec, (list, tuple)) and spec else spec
-
-
-def with_object(spec: Any, obj: Any) -> Any:
-    """``spec`` with its memory object replaced by ``obj``."""
-    if isinstance(spec, (list, tuple)) and spec:
-        return [obj, *spec[1:]]
-    return obj
 
 
 def on_device(spec: Any, places: Places | None = None) -> bool:
@@ -59,9 +47,9 @@ def on_device(spec: Any, places: Places | None = None) -> bool:
     return placement.of(obj).on_device
 
 
-def call(fn: Callable[..., Any], comm: Any, args: tuple[Any, ...],
-         written: Callable[[int], bool] | None = None,
-         places: Places | None = None) -> tuple[Any, str]:
+def run(fn: Callable[..., Any], comm: Any, args: tuple[Any, ...],
+        written: Callable[[int], bool] | None = None,
+        places: Places | None = None) -> tuple[Any, str]:
     """``fn(comm, *args)`` made safe for device buffers; returns (result, memory label).
 
     Buffers that are not device memory mpicomp may touch (host memory, and

@@ -6,7 +6,7 @@ every rank must pass alike, the compressed algorithm to run), which
 
 * :mod:`.allreduce` (Allreduce, Iallreduce), :mod:`.reduce`, :mod:`.reduce_scatter`
   (Reduce_scatter_block, Reduce_scatter);
-* :mod:`.allgather` (Allgather, Iallgather), :mod:`.allgatherv`, :mod:`.alltoall`
+* :mod:`.allgather_sum` (Allgather, Iallgather), :mod:`.allgatherv`, :mod:`.alltoall`
   (Alltoall, Ialltoall), :mod:`.bcast` (Bcast, Ibcast), :mod:`.gather`, :mod:`.scatter`;
 * :mod:`.point_to_point` (Send, Isend, Recv, Irecv, Sendrecv: self-describing frames).
 """

@@ -1,24 +1,21 @@
-"""Allgatherv: the pipelined ring allgather of compressed blocks of any counts."""
+"""Allgatherv: the ring in pieces allgather of compressed blocks of any counts."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import functools
+from typing import Any
 
 from mpi4py import MPI
 
-from .. import collectives
-from ..algorithms.common import Ctx
+from .. import call_bodies
 from ..buffers import is_in_place, parse, parse_v
 from ..pipeline import Call, Pipeline
 
-if TYPE_CHECKING:
-    from ..engine import Engine
-
-__all__ = ["call"]
+__all__ = ["describe"]
 
 
-def call(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, settings: dict[str, Any]) -> Call:
+def describe(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, settings: dict[str, Any]) -> Call:
     """``comm.Allgatherv``; its size is the largest count (the same on every rank)."""
-    pol = pipeline.decision.policy(settings)
+    pol = pipeline.settings.for_call(settings)
     p, r = pipeline.comm.Get_size(), pipeline.comm.Get_rank()
     rbuf = parse_v(recvbuf, p, "recvbuf")
     counts, displs = list(rbuf.counts or ()), list(rbuf.displs or ())
@@ -35,10 +32,9 @@ def call(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, settings: dict[str, Any
     local = x if x is not None or not rbuf.compressible else (
         rbuf.array[displs[r] : displs[r] + counts[r]])
 
-    def body(ctx: Ctx, engine: Engine) -> None:
-        collectives.allgatherv(ctx, local, rbuf.array, counts, displs)
-
     return Call(
         "Allgatherv", "Allgatherv", pol, [sbuf, rbuf], max(counts, default=0) * rbuf.itemsize,
         MPI.Intracomm.Allgatherv, (sendbuf, recvbuf), local=local,
-        settings=f"Allgatherv counts={counts}", body=body)
+        settings=f"Allgatherv counts={counts}",
+        body=functools.partial(call_bodies.allgatherv, x=local, out=rbuf.array, counts=counts,
+                               displs=displs))

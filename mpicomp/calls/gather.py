@@ -1,25 +1,22 @@
 """Gather: every rank's compressed block to the root."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import functools
+from typing import Any
 
 from mpi4py import MPI
 
-from .. import collectives
-from ..algorithms.common import Ctx
+from .. import call_bodies
 from ..buffers import is_in_place, parse
 from ..pipeline import Call, Pipeline
 
-if TYPE_CHECKING:
-    from ..engine import Engine
-
-__all__ = ["call"]
+__all__ = ["describe"]
 
 
-def call(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, root: int,
-         settings: dict[str, Any]) -> Call:
+def describe(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, root: int,
+             settings: dict[str, Any]) -> Call:
     """``comm.Gather``."""
-    pol = pipeline.decision.policy(settings)
+    pol = pipeline.settings.for_call(settings)
     p, r = pipeline.comm.Get_size(), pipeline.comm.Get_rank()
     rbuf = parse(recvbuf, "recvbuf", blocks=p) if r == root else None
     if is_in_place(sendbuf):
@@ -35,10 +32,9 @@ def call(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, root: int,
     if rbuf is not None and rbuf.compressible and sbuf.compressible and rbuf.count != n:
         raise ValueError(f"Gather: sendbuf has {n} values, recvbuf {rbuf.count} per rank")
 
-    def body(ctx: Ctx, engine: Engine) -> None:
-        collectives.gather(ctx, x, rbuf.array if rbuf is not None else None, root)
-
     return Call(
         "Gather", "Gather", pol, [sbuf] + ([rbuf] if rbuf is not None else []), sbuf.nbytes,
         MPI.Intracomm.Gather, (sendbuf, recvbuf, root), local=x,
-        settings=f"Gather n={n} root={root}", body=body)
+        settings=f"Gather n={n} root={root}",
+        body=functools.partial(call_bodies.gather, x=x,
+                               out=rbuf.array if rbuf is not None else None, root=root))

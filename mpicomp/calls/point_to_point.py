@@ -1,10 +1,10 @@
 """Send, Isend, Recv, Irecv, Sendrecv and the rest of point to point: one self-describing
 compressed frame per message.
 
-A sender screens its message as a collective would (:mod:`mpicomp.decision`,
+A sender screens its message as a collective would (:mod:`mpicomp.decision.screen`,
 without the model: under the codec ``auto`` messages stay plain) and checks
 its own values (there is no one to agree with); a message that passes goes
-as a frame (:mod:`mpicomp.p2p`), never longer than the plain message. A
+as a frame (:mod:`mpicomp.frame_format`), never longer than the plain message. A
 receiver cannot know what its sender did: a float buffer may receive a
 frame, whatever this side's policy, and the message's length says whether
 it is one. A message a probe took out of MPI's queue (:mod:`mpicomp.mailbox`)
@@ -18,21 +18,23 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from .. import p2p, shortcut, tolerance
+from .. import cuda_runtime as cuda
+from .. import frame_format, tolerance
 from ..backend import placement
 from ..backend import plain as plain_mpi
 from ..backend.device import DeviceMemory, DevicePools
 from ..backend.host import HostMemory, Scratch
 from ..buffers import Buf, parse
-from ..decision import P2P_AUTO, local_agreement
-from ..kernels import cuda_runtime as cuda
+from ..decision.agreement import local_agreement
+from ..fastpath.methods import RECEIVED_PLAIN
 from ..mailbox import Held, copy_into_spec, take_message
 from ..pipeline import Pipeline
 from ..requests import Request
+from ..settings import P2P_AUTO
 from ..stats import Recorder, below_threshold
 
 __all__ = ["deliver", "deliver_request", "irecv", "isendrecv", "received_frame", "recv", "send",
-           "sendrecv", "sendrecv_received", "sendrecv_replace"]
+           "sendrecv", "sendrecv_replace"]
 
 
 def send(pipeline: Pipeline, name: str, fn: Callable[..., Any], buf: Any, dest: int, tag: int,
@@ -47,7 +49,7 @@ def send(pipeline: Pipeline, name: str, fn: Callable[..., Any], buf: Any, dest: 
 def recv(pipeline: Pipeline, buf: Any, source: int, tag: int, status: MPI.Status | None,
          settings: dict[str, Any]) -> None:
     """``comm.Recv``."""
-    pipeline.decision.policy(settings)  # validates the settings; the sender's codec decides
+    pipeline.settings.for_call(settings)  # validates the settings; the sender's codec decides
     if pipeline.mailbox:
         held = pipeline.mailbox.take(source, tag)
         if held is not None:
@@ -60,7 +62,7 @@ def recv(pipeline: Pipeline, buf: Any, source: int, tag: int, status: MPI.Status
         st = status if status is not None else MPI.Status()
         with rec.mpi():
             message = MPI.Intracomm.Mprobe(pipeline.comm, source, tag, st)
-        if p2p.is_frame_length(st.Get_count(MPI.BYTE)):
+        if frame_format.is_frame_length(st.Get_count(MPI.BYTE)):
             return deliver(pipeline, "Recv", take_message(message, st), buf, status)
         return pipeline.plain(rec, b.reason, _matched_recv(message), (buf, st), bufs=(b,),
                               sent=0)
@@ -82,15 +84,15 @@ def recv(pipeline: Pipeline, buf: Any, source: int, tag: int, status: MPI.Status
     def receive(_comm: Any, into: Any, st_: MPI.Status) -> None:
         msg.Recv(into, st_)
 
-    if not p2p.is_frame_length(nbytes):
-        rec.plain("sender sent plain data")
+    if not frame_format.is_frame_length(nbytes):
+        rec.plain(RECEIVED_PLAIN)
         with rec.mpi():
-            _, where = plain_mpi.call(receive, None, (buf, st), written=lambda i: i == 0)
+            _, where = plain_mpi.run(receive, None, (buf, st), written=lambda i: i == 0)
         rec.where(where)
     else:
         frame = memory.fresh_wire(nbytes)
         with rec.mpi():
-            plain_mpi.call(receive, None, ([frame, MPI.BYTE], st))
+            plain_mpi.run(receive, None, ([frame, MPI.BYTE], st))
         _unframe(frame, b, rec, st, memory)
     rec.commit()
 
@@ -106,7 +108,7 @@ def received_frame(pipeline: Pipeline, buf: Any, status: MPI.Status) -> None:
 def irecv(pipeline: Pipeline, buf: Any, source: int, tag: int,
           settings: dict[str, Any]) -> MPI.Request:
     """``comm.Irecv``: posted now (MPI keeps its matching order), decoded when it completes."""
-    pol = pipeline.decision.policy(settings)
+    pol = pipeline.settings.for_call(settings)
     if pipeline.mailbox:
         held = pipeline.mailbox.take(source, tag)
         if held is not None:
@@ -132,7 +134,7 @@ def irecv(pipeline: Pipeline, buf: Any, source: int, tag: int,
     landing = memory.fresh_wire(b.nbytes)
     status = MPI.Status()
     with rec.mpi():
-        inner, _ = plain_mpi.call(MPI.Intracomm.Irecv, pipeline.comm,
+        inner, _ = plain_mpi.run(MPI.Intracomm.Irecv, pipeline.comm,
                                   ([landing, MPI.BYTE], source, tag))
     where = cuda.capture() if b.on_device else (None, None)
 
@@ -140,10 +142,10 @@ def irecv(pipeline: Pipeline, buf: Any, source: int, tag: int,
         inner.Wait(status)
         nbytes = status.Get_count(MPI.BYTE)
         with cuda.using_stream(*where):
-            if p2p.is_frame_length(nbytes):
+            if frame_format.is_frame_length(nbytes):
                 _unframe(landing[:nbytes], b, rec, status, memory)
             else:
-                rec.plain("sender sent plain data")
+                rec.plain(RECEIVED_PLAIN)
                 rec.where(memory.label)
                 target = b.array.view(np.uint8)[:nbytes]
                 memory.copy(target, landing[:nbytes])
@@ -165,19 +167,6 @@ def sendrecv(pipeline: Pipeline, sendbuf: Any, dest: int, sendtag: int, recvbuf:
     req = send(pipeline, "Sendrecv", MPI.Intracomm.Isend, sendbuf, dest, sendtag, settings)
     pipeline.comm.Recv(recvbuf, source, recvtag, status, **settings)  # (the compiled shortcut's)
     req.Wait()
-
-
-def sendrecv_received(pipeline: Pipeline, sendbuf: Any, dest: int, sendtag: int,
-                      recvbuf: np.ndarray, source: int, recvtag: int,
-                      status: MPI.Status | None) -> None:
-    """Sendrecv's fast path (its send plain by size): received as bytes, as the compiled
-    ``Recv`` does, a frame (odd length) decoded in place."""
-    st = status if status is not None else MPI.Status()
-    MPI.Intracomm.Sendrecv(pipeline.comm, sendbuf, dest, sendtag, (recvbuf, MPI.BYTE), source,
-                           recvtag, st)
-    if p2p.is_frame_length(st.Get_count(MPI.BYTE)):
-        return received_frame(pipeline, recvbuf, st)
-    return pipeline.stats.fast_plain("Recv", recvbuf.nbytes, shortcut.RECEIVED_PLAIN)
 
 
 def sendrecv_replace(pipeline: Pipeline, buf: Any, dest: int, sendtag: int, source: int,
@@ -243,7 +232,7 @@ def deliver(pipeline: Pipeline, name: str, held: Held, buf: Any,
     st = status if status is not None else MPI.Status()
     held.fill(st)
     if held.codec is None:
-        rec.plain(shortcut.RECEIVED_PLAIN)
+        rec.plain(RECEIVED_PLAIN)
         with rec.mpi():
             copy_into_spec(held.data, buf)
         rec.where("host")
@@ -267,7 +256,7 @@ def deliver(pipeline: Pipeline, name: str, held: Held, buf: Any,
     if held.dtype != b.dtype:
         raise TypeError(f"{name}: received {held.dtype} values into a {b.dtype} buffer")
     values = np.empty(held.count, held.dtype)
-    stream = p2p.parse(held.data)[3]
+    stream = frame_format.parse(held.data)[3]
     with rec.codec():
         _memory(pipeline, False).decode(held.codec, stream, values)
     with rec.mpi():
@@ -340,10 +329,10 @@ NO_GAIN = "no gain (compressed frame not smaller than the data)"
 def _frame_for(pipeline: Pipeline, name: str, buf: Any,
                settings: dict[str, Any]) -> tuple[Any, Recorder]:
     """The message to send: a compressed frame, or ``buf`` itself (plain)."""
-    pol = pipeline.decision.policy(settings)
+    pol = pipeline.settings.for_call(settings)
     b = parse(buf, "buf")
     rec = pipeline.recorder(name, b.nbytes)
-    reason = pipeline.decision.screen(pol, [b], b.nbytes, collective=False)
+    reason = pipeline.screen.screen(pol, [b], b.nbytes, collective=False)
     memory = _memory(pipeline, b.on_device)
     max_abs = 0.0
     if reason is None:
@@ -352,13 +341,13 @@ def _frame_for(pipeline: Pipeline, name: str, buf: Any,
     if reason is None and pol.tolerance is not None:  # one encode: the bound is the tolerance
         codec, rec.error_bound, bound = tolerance.codec_for(pol, max_abs, 1)
     if (reason is None and not codec.variable
-            and p2p.frame_nbytes(codec, b.data()) >= b.nbytes):
+            and frame_format.frame_nbytes(codec, b.data()) >= b.nbytes):
         # never longer than the plain message: receivers size their landing buffers by it
         reason = NO_GAIN
     frame = None
     if reason is None:
         with rec.codec():
-            frame = p2p.build(codec, b.data(), memory)
+            frame = frame_format.build(codec, b.data(), memory)
         if frame.nbytes >= b.nbytes:  # a variable codec's stream, known once encoded
             reason = NO_GAIN
     if reason is not None:
@@ -375,7 +364,7 @@ def _frame_for(pipeline: Pipeline, name: str, buf: Any,
 def _send_on(pipeline: Pipeline, fn: Callable[..., Any], rec: Recorder,
              args: tuple[Any, ...]) -> Any:
     with rec.mpi():
-        result, where = plain_mpi.call(fn, pipeline.comm, args)
+        result, where = plain_mpi.run(fn, pipeline.comm, args)
     if rec.path == "plain":
         rec.where(where)
     return result
@@ -386,10 +375,10 @@ def _take_received(b: Buf, rec: Recorder, status: MPI.Status,
     """A message received as bytes into host buffer ``b``: decode it there if it is a
     frame (odd length), else count it as plain data."""
     nbytes = status.Get_count(MPI.BYTE)
-    if b.compressible and p2p.is_frame_length(nbytes):
+    if b.compressible and frame_format.is_frame_length(nbytes):
         _unframe(b.data().view(np.uint8)[:nbytes].copy(), b, rec, status, memory)
     else:
-        rec.plain(shortcut.RECEIVED_PLAIN)
+        rec.plain(RECEIVED_PLAIN)
         rec.where("host")
     rec.commit()
 
@@ -397,7 +386,7 @@ def _take_received(b: Buf, rec: Recorder, status: MPI.Status,
 def _unframe(frame: Any, b: Buf, rec: Recorder, status: MPI.Status,
              memory: HostMemory | DeviceMemory) -> None:
     """Decode a received frame into ``b``; the status then counts values, not frame bytes."""
-    codec, count, dtype, stream = p2p.parse(frame)
+    codec, count, dtype, stream = frame_format.parse(frame)
     if dtype != b.dtype:
         raise TypeError(f"received {dtype} values into a {b.dtype} buffer")
     if count > b.count:

@@ -24,7 +24,7 @@ from typing import Any
 
 from mpi4py import MPI
 
-from .. import p2p
+from .. import frame_format
 from ..mailbox import Held, take_message
 from ..pipeline import Pipeline
 from ..requests import Request
@@ -139,7 +139,7 @@ class HeldMessage(MPI.Message):
 
 def _odd(st: MPI.Status) -> bool:
     """Whether the probed message may be a frame (an odd length, long enough)."""
-    return p2p.is_frame_length(st.Get_count(MPI.BYTE))
+    return frame_format.is_frame_length(st.Get_count(MPI.BYTE))
 
 
 def _held_if_odd(pipeline: Pipeline, st: MPI.Status) -> Held | None:

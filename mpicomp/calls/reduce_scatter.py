@@ -6,29 +6,26 @@ sent straight to its owner); SUM only."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mpi4py import MPI
 
-from .. import collectives
-from ..algorithms.common import Ctx
+from .. import call_bodies
 from ..buffers import Buf, is_in_place, parse
-from ..decision import op_name
 from ..pipeline import Call, Pipeline
 
 if TYPE_CHECKING:
-    from ..engine import Engine
     from ..policy import Resolved
-    from ..stats import Recorder
 
-__all__ = ["call", "call_block"]
+__all__ = ["describe", "describe_block"]
 
 
-def call_block(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, op: MPI.Op,
-               settings: dict[str, Any], nonblocking: bool = False) -> Call:
+def describe_block(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, op: MPI.Op,
+                   settings: dict[str, Any], nonblocking: bool = False) -> Call:
     """``comm.Reduce_scatter_block`` (or, ``nonblocking``, ``comm.Ireduce_scatter_block``)."""
-    pol = pipeline.decision.policy(settings)
+    pol = pipeline.settings.for_call(settings)
     p = pipeline.comm.Get_size()
     rbuf = parse(recvbuf, "recvbuf")
     if is_in_place(sendbuf):
@@ -45,10 +42,10 @@ def call_block(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, op: MPI.Op,
                                nonblocking=MPI.Intracomm.Ireduce_scatter_block)
 
 
-def call(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, recvcounts: Sequence[int] | None,
-         op: MPI.Op, settings: dict[str, Any]) -> Call:
+def describe(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, recvcounts: Sequence[int] | None,
+             op: MPI.Op, settings: dict[str, Any]) -> Call:
     """``comm.Reduce_scatter``."""
-    pol = pipeline.decision.policy(settings)
+    pol = pipeline.settings.for_call(settings)
     p = pipeline.comm.Get_size()
     rbuf = parse(recvbuf, "recvbuf")
     sbuf = rbuf if is_in_place(sendbuf) else parse(sendbuf, "sendbuf")
@@ -66,27 +63,8 @@ def _described(pipeline: Pipeline, name: str, counts: list[int], op: MPI.Op, sbu
          pol: Resolved, plain: Callable[..., Any], args: tuple[Any, ...]) -> Call:
     r = pipeline.comm.Get_rank()
 
-    def plan(described: Call, rec: Recorder) -> Call | str:
-        if op_name(op) != "SUM":
-            return f"op {op_name(op)}: {name} compresses only SUM"
-        total = sum(counts)
-        if sbuf.count < total:
-            raise ValueError(f"{name}: sendbuf holds {sbuf.count} values, counts need {total}")
-        if rbuf.count < counts[r]:
-            raise ValueError(f"{name}: recvbuf holds {rbuf.count} values, needs {counts[r]}")
-        x = sbuf.data(0, total)
-
-        def body(ctx: Ctx, engine: Engine) -> str:
-            if described.pol.algorithm == "allgather":
-                collectives.reduce_scatter_direct(ctx, x, rbuf.data(), counts)
-                return "direct"
-            collectives.reduce_scatter(ctx, x, rbuf.data(), counts)
-            return "ring"
-
-        return dataclasses.replace(described, local=x, body=body,
-                                   encodes=max(described.summands - 1, 1),
-                                   settings=f"{name} counts={counts}")
-
     return Call(
         name, name, pol, [sbuf, rbuf], sbuf.nbytes, plain, args,
-        op=op, summands=pipeline.comm.Get_size(), guarded=False, plan=plan)
+        op=op, summands=pipeline.comm.Get_size(), guarded=False,
+        plan=functools.partial(call_bodies.plan_reduce_scatter, counts=counts, rank=r, sbuf=sbuf,
+                               rbuf=rbuf))

@@ -1,25 +1,25 @@
 """Scatter: the root's compressed blocks, one to each rank."""
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 from mpi4py import MPI
 
-from .. import collectives
-from ..algorithms.common import Ctx
+from .. import call_bodies
 from ..buffers import is_in_place, parse
 from ..pipeline import Call, Pipeline
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    pass
 
-__all__ = ["call"]
+__all__ = ["describe"]
 
 
-def call(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, root: int,
-         settings: dict[str, Any]) -> Call:
+def describe(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, root: int,
+             settings: dict[str, Any]) -> Call:
     """``comm.Scatter``; its size is one rank's block."""
-    pol = pipeline.decision.policy(settings)
+    pol = pipeline.settings.for_call(settings)
     p, r = pipeline.comm.Get_size(), pipeline.comm.Get_rank()
     in_place = is_in_place(recvbuf)
     if in_place and r != root:
@@ -36,10 +36,8 @@ def call(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, root: int,
     x = sbuf.data(0, rbuf.count * p) if (sbuf is not None and sbuf.compressible) else None
     out = None if in_place else rbuf.data() if rbuf.compressible else None
 
-    def body(ctx: Ctx, engine: Engine) -> None:
-        collectives.scatter(ctx, x, out, rbuf.count, root)
-
     return Call(
         "Scatter", "Scatter", pol, [rbuf] + ([sbuf] if sbuf is not None else []), rbuf.nbytes,
         MPI.Intracomm.Scatter, (sendbuf, recvbuf, root), local=x,
-        settings=f"Scatter n={rbuf.count} root={root}", body=body)
+        settings=f"Scatter n={rbuf.count} root={root}",
+        body=functools.partial(call_bodies.scatter, x=x, out=out, n=rbuf.count, root=root))

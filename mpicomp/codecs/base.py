@@ -15,7 +15,7 @@ nothing and are what the backend (:mod:`mpicomp.backend`) calls on the
 flat scratch arrays of a collective, whose sizes and dtypes it made.
 
 The codecs import nothing of the communicator: only the kernels
-(``kernels/``, with :mod:`mpicomp.kernels.cuda_runtime` for CUDA buffers)
+(``kernels/``, with :mod:`mpicomp.cuda_runtime` for CUDA buffers)
 and :mod:`mpicomp.errors`.
 """
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from .. import cuda_runtime as cuda
 from ..errors import UncompressibleError
-from ..kernels import cuda_runtime as cuda
 
 __all__ = ["GUARD_HEADROOM", "Codec"]
 
@@ -199,7 +199,7 @@ class Codec(abc.ABC):
         can make them from ``x`` (``reconstructs``)."""
         self.decode_into(buf, out)
 
-    # -- CUDA buffers (kernels/cuda_runtime.py) --------------------------------
+    # -- CUDA buffers (mpicomp/cuda_runtime.py) --------------------------------
     def _encode_device_buffer(self, x: Any, out: Any, checked: bool = False) -> Any:
         xd = cuda.as_device(x)
         self._check_dtype(xd.dtype)

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels import cuda_runtime as cuda
+from .. import cuda_runtime as cuda
 from .base import GUARD_HEADROOM, Codec, check_rate
 
 __all__ = ["BitplaneCodec"]

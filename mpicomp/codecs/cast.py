@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels import cuda_runtime as cuda
-from ..kernels.launch import SERIAL_BELOW, call, readonly
+from .. import cuda_runtime as cuda
+from ..kernels.launch import SERIAL_BELOW, readonly, run_kernel
 from .base import Codec, check_rate
 
 __all__ = ["CastCodec"]
@@ -89,7 +89,7 @@ class CastCodec(Codec):
             kernel, src = cast_cpu.encode_bf16_from32, x.view(np.uint32)
         else:
             kernel, src = cast_cpu.encode_bf16_from64, x
-        bad = call(kernel, readonly(src), codes, serial=x.size < SERIAL_BELOW)
+        bad = run_kernel(kernel, readonly(src), codes, serial=x.size < SERIAL_BELOW)
         if bad:
             raise self._overflow(x, codes, bad)
 
@@ -97,7 +97,7 @@ class CastCodec(Codec):
         from ..kernels import cast_cpu
 
         kernel = cast_cpu.decode_f16 if self.target == "float16" else cast_cpu.decode_bf16
-        call(kernel, readonly(buf.view(np.uint16)), out, serial=out.size < SERIAL_BELOW)
+        run_kernel(kernel, readonly(buf.view(np.uint16)), out, serial=out.size < SERIAL_BELOW)
 
     def encode_on_stream(self, x: Any, out: Any, stream: Any, checked: bool) -> None:
         from ..kernels import cast_cuda

@@ -36,9 +36,16 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels import cuda_runtime as cuda
-from ..kernels.errbound_layout import (BAD_CODE, BLOCK, GROUP, HEADER_NBYTES, PAST_BYTES,
-                                       TOO_LONG, valid_code)
+from .. import cuda_runtime as cuda
+from ..kernels.errbound_layout import (
+    BAD_CODE,
+    BLOCK,
+    GROUP,
+    HEADER_NBYTES,
+    PAST_BYTES,
+    TOO_LONG,
+    valid_code,
+)
 from .base import Codec
 
 __all__ = ["HEADER_NBYTES", "ErrboundCodec"]
@@ -113,13 +120,13 @@ class ErrboundCodec(Codec):
     # -- host kernels -----------------------------------------------------------------
     def encode_into(self, x: np.ndarray, out: np.ndarray) -> int:
         from ..kernels import errbound_cpu
-        from ..kernels.launch import call, readonly
+        from ..kernels.launch import readonly, run_kernel
 
         bound = self.bound(x)
         step, inv_step = self._step(bound)
         codes, sizes = _sections(out, x.size)
         single = x.dtype == np.float32
-        bad, nbytes = call(errbound_cpu.encode, readonly(x), readonly(x.view(np.uint8)),
+        bad, nbytes = run_kernel(errbound_cpu.encode, readonly(x), readonly(x.view(np.uint8)),
                            inv_step, step, bound, single, x.dtype.itemsize, codes, sizes, out,
                            _head_nbytes(x.size))
         if bad:
@@ -129,12 +136,12 @@ class ErrboundCodec(Codec):
 
     def decode_into(self, buf: np.ndarray, out: np.ndarray) -> None:
         from ..kernels import errbound_cpu
-        from ..kernels.launch import call, readonly
+        from ..kernels.launch import readonly, run_kernel
 
         count = out.size
         step = self._read_step(buf, count, buf.size)
         codes, sizes = _sections(buf, count)
-        status, value = call(errbound_cpu.decode, readonly(buf), codes, sizes,
+        status, value = run_kernel(errbound_cpu.decode, readonly(buf), codes, sizes,
                              _head_nbytes(count), _VALID_CODE, step, _inverse(step), out,
                              out.view(np.uint8), out.dtype.itemsize)
         if status:
@@ -145,11 +152,11 @@ class ErrboundCodec(Codec):
         and the code bytes: each value's integer times the step (a raw block's values, a
         block of zeros' 0), in a loop that vectorizes instead of reading the bits."""
         from ..kernels import errbound_cpu
-        from ..kernels.launch import call, readonly
+        from ..kernels.launch import readonly, run_kernel
 
         step = self._read_step(buf, x.size, buf.size)  # (the caller's own stream: its code
         codes, _ = _sections(buf, x.size)  # bytes steer only the values made from x)
-        call(errbound_cpu.reconstruct, readonly(x), codes, _inverse(step), step, out)
+        run_kernel(errbound_cpu.reconstruct, readonly(x), codes, _inverse(step), step, out)
 
     def read_layout(self, buf: np.ndarray, count: int, dtype: np.dtype,
                     total: int | None = None) -> tuple[float, np.ndarray, np.ndarray]:

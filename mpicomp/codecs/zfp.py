@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ..kernels import cuda_runtime as cuda
-from ..kernels.launch import SERIAL_BELOW, call, readonly
+from .. import cuda_runtime as cuda
+from ..kernels.launch import SERIAL_BELOW, readonly, run_kernel
 from .base import Codec, check_rate
 
 __all__ = ["ZfpCodec"]
@@ -100,7 +100,7 @@ class ZfpCodec(Codec):
 
         x = readonly(x)
         bits = x.view(np.uint32 if x.dtype.itemsize == 4 else np.uint64)
-        bad = call(zfp_cpu.encode, x, bits, out.view(np.uint64), self.dims, self.maxbits,
+        bad = run_kernel(zfp_cpu.encode, x, bits, out.view(np.uint64), self.dims, self.maxbits,
                    *self._scratch_for(x.dtype), serial=x.size < SERIAL_BELOW)
         if bad:
             raise self._uncompressible(
@@ -112,7 +112,7 @@ class ZfpCodec(Codec):
             return
         from ..kernels import zfp_cpu
 
-        call(zfp_cpu.decode, readonly(buf.view(np.uint64)), out, self.dims, self.maxbits,
+        run_kernel(zfp_cpu.decode, readonly(buf.view(np.uint64)), out, self.dims, self.maxbits,
              *self._scratch_for(out.dtype),
              zfp_cpu.decode_table(self.dims, self.maxbits, out.dtype),
              serial=out.size < SERIAL_BELOW)

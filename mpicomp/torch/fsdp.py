@@ -39,7 +39,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
 
-from . import _buffer, _world
+from .tensors import buffer as _buffer
+from .tensors import world as _world
 
 __all__ = ["CompressedAllGather", "CompressedReduceScatter"]
 

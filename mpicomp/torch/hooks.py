@@ -45,7 +45,7 @@ class HookState:
                  algorithm: str | None = None, threshold: int | None = None,
                  error_feedback: str = "none", beta: float = 0.8,
                  reset_every: int = 1024) -> None:
-        from . import _world
+        from .tensors import world as _world
 
         self.comm = _world(comm)
         self.call = {k: v for k, v in (("codec", codec), ("rate", rate),
@@ -74,7 +74,7 @@ def compressed_allreduce_hook(state, bucket):  # noqa: ANN001, ANN201
     import torch
 
     from .. import backend
-    from . import _buffer
+    from .tensors import buffer as _buffer
 
     flat = bucket.buffer()
     if state.ddp_own:  # PyTorch's own allreduce hook

@@ -23,8 +23,9 @@ from typing import Any
 
 import torch
 
-from . import _reducible, _write_back
 from .progress import Progress
+from .tensors import reducible as _reducible
+from .tensors import write_back as _write_back
 
 __all__ = ["BackwardAllreduce"]
 

@@ -52,9 +52,9 @@ import torch
 from mpi4py import MPI
 
 from ..training.feedback import ErrorFeedback
-from . import _world
 from .flat_layout import FlatLayout, param_groups
 from .shard_gradients import GradientShards
+from .tensors import world as _world
 
 __all__ = ["GRADIENT_SETTINGS", "ShardedOptimizer"]
 

@@ -46,7 +46,8 @@ from typing import Any
 
 import torch
 
-from . import _buffer, broadcast_parameters
+from .replicated import broadcast_parameters
+from .tensors import buffer as _buffer
 
 __all__ = ["ColumnParallelLinear", "RowParallelLinear", "allreduce_sequence_parallel_grads",
            "copy_to_group", "gather_from_group", "gather_from_sequence",

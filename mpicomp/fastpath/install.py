@@ -6,10 +6,10 @@ collective on host memory; with ``auto`` or ``none``, every point-to-point
 message), a call there should cost what mpi4py's method costs.
 The Python method of a subclass cannot: its call, its tests and its stats
 count added 0.6 to 0.8 us to a 3 us Allreduce of 4 bytes. So
-:func:`install` makes each method of :data:`mpicomp.fast_methods.FAST_METHODS`
+:func:`install` makes each method of :data:`mpicomp.fastpath.methods.FAST_METHODS`
 (the one description of each: kind, sizing argument, MPI function; mpi4py's
 signature gives the positions) on the class a compiled
-:class:`PlainMethod` (``mpicomp/_shortcut.c``), a method descriptor like
+:class:`PlainMethod` (``_shortcut.c``), a method descriptor like
 mpi4py's own methods, and :func:`update` gives a communicator a
 :class:`ShortcutState` (its size limit and its counts) in the class's
 ``_shortcut`` slot. A call without keyword arguments (but mpi4py's own:
@@ -21,14 +21,14 @@ a state, runs the Python method, which decides as before. A subclass that
 overrides one of these methods keeps its override.
 ``Recv`` cannot know whether its sender compressed: it receives the message
 as bytes straight into the buffer and hands a message of odd length (a
-compressed frame, :mod:`mpicomp.p2p`; no shorter than ``p2p.MIN_FRAME_NBYTES``) to
+compressed frame, :mod:`mpicomp.frame_format`; no shorter than ``frame_format.MIN_FRAME_NBYTES``) to
 ``Comm._received_frame``, which decodes it in place.
 Where mpi4py runs on MPICH (MPI handles are C ints), :func:`bind_mpi` lets the
 receiving methods call ``MPI_Recv``/``MPI_Sendrecv`` and ``MPI_Get_count`` of the
 library mpi4py loaded themselves, on a positional call with contiguous arrays,
 so that learning the length costs nothing over mpi4py's own ``Recv``; and
 the blocking collectives and sends call MPI themselves (each its MPI function,
-``mpi`` in :data:`mpicomp.fast_methods.FAST_METHODS`) on
+``mpi`` in :data:`mpicomp.fastpath.methods.FAST_METHODS`) on
 contiguous arrays of one dtype whose counts match (with a predefined op; a
 ``Reduce_scatter`` without ``recvcounts`` gathers them first, as mpi4py does), so
 that the shortcut's own test and count are paid for by skipping mpi4py's
@@ -40,8 +40,8 @@ until it completes, as mpi4py's own calls do.
 ``comm.stats()`` folds the counts in (:meth:`mpicomp.stats.Stats.attach_shortcuts`).
 
 Without a C compiler at install time the extension is missing, ``COMPILED``
-is False and nothing is installed: the Python methods take their own fast
-path, correct but slower on tiny calls.
+is False and nothing is installed: every call runs its Python method,
+correct but slower on tiny calls.
 """
 from __future__ import annotations
 
@@ -52,24 +52,21 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from . import p2p
-from .backend import mpi_library
-from .fast_methods import FAST_METHODS, METHODS, PlainLimits, keywords, params
+from .. import frame_format
+from ..backend import mpi_library
+from .methods import FAST_METHODS, METHODS, RECEIVED_PLAIN, PlainLimits, keywords, params
 
 try:
-    from mpicomp import _shortcut
-    from mpicomp._shortcut import PlainMethod, ShortcutState
+    from . import _shortcut
+    from ._shortcut import PlainMethod, ShortcutState
 except ImportError:  # built without a C compiler (setup.py marks the extension optional)
     _shortcut = PlainMethod = ShortcutState = None
 
 __all__ = ["COMPILED", "METHODS", "RECEIVED_PLAIN", "PlainMethod", "ShortcutState", "bind_mpi",
-           "install", "largest_count", "update"]
+           "install", "update"]
 
 #: whether the compiled shortcut is there
 COMPILED = PlainMethod is not None
-
-#: the reason the stats give for the plain calls of RECEIVES
-RECEIVED_PLAIN = "sender sent plain data"
 
 #: the ops those collectives take to MPI directly (SUM first: mpi4py's default); any other
 #: op goes through mpi4py's method
@@ -83,7 +80,7 @@ def install(cls: type) -> None:
         return
     receive = {"frame": cls._received_frame, "status_type": MPI.Status, "byte": MPI.BYTE,
                "defaults": (MPI.ANY_SOURCE, MPI.ANY_TAG), "recv_index": METHODS.index("Recv"),
-               "min_frame": p2p.MIN_FRAME_NBYTES}
+               "min_frame": frame_format.MIN_FRAME_NBYTES}
     for index, m in enumerate(FAST_METHODS):
         names = params(m.name)
 
@@ -159,32 +156,3 @@ def update(comm: Any, limits: PlainLimits) -> Any:
     state.limit = max(limits.collective, 0.0)
     state.p2p_limit = max(limits.p2p, 0.0)
     return state
-
-
-def largest_count(spec: Any) -> int | None:
-    """The bytes of the largest count of a v-spec's host array, read without parsing it:
-    ``[array, counts]``, ``[array, (counts, displs)]``, ``[array, counts, datatype]``,
-    ``[array, (counts, displs), datatype]`` or ``[array, counts, displs, datatype]``
-    (counts a list of ints, a list or tuple in a pair; the datatype an ``MPI.Datatype``
-    or a type character, the counts' unit; else the array's items), as the compiled
-    shortcut reads it; None for any other form (device memory, counts in an array)."""
-    if (type(spec) not in (list, tuple) or not 2 <= len(spec) <= 4
-            or type(spec[0]) is not np.ndarray):
-        return None
-    unit = spec[0].itemsize
-    if len(spec) > 2:
-        datatype = spec[-1]
-        if type(datatype) is str:
-            datatype = MPI._typedict.get(datatype)
-        if not isinstance(datatype, MPI.Datatype):
-            return None
-        unit = datatype.size
-    counts = spec[1]
-    if (len(spec) <= 3 and type(counts) is tuple and len(counts) == 2
-            and type(counts[0]) in (list, tuple)):
-        counts = counts[0]  # (counts, displs)
-    elif type(counts) is not list:
-        return None  # (a tuple of two ints reads as (count, displacement) to mpi4py)
-    if not counts or not all(type(c) is int and c >= 0 for c in counts):
-        return None
-    return max(counts) * unit

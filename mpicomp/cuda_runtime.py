@@ -52,7 +52,7 @@ _DLPACK_CUDA = 2  # kDLCUDA
 def simulator() -> bool:
     """True under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``); Numba is imported
     on the first question, not with mpicomp."""
-    from .jit import SIMULATOR
+    from .kernels.jit import SIMULATOR
 
     return SIMULATOR
 

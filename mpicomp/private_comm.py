@@ -1,6 +1,6 @@
 """The private side of a communicator: a duplicate for mpicomp's own messages, and its memory.
 
-Every compressed call runs on an :class:`Engine`: a private duplicate of the
+Every compressed call runs on an :class:`PrivateComm`: a private duplicate of the
 caller's communicator (so mpicomp's messages never meet the caller's), the
 scratch buffers reused across calls, the device pools, and the node, leader
 and rail communicators of the node-aware collectives. A communicator has one
@@ -19,10 +19,10 @@ from .backend.device import DeviceMemory, DevicePools
 from .backend.host import HostMemory, Scratch
 from .policy import Resolved
 
-__all__ = ["Engine", "Engines"]
+__all__ = ["PrivateComm", "PrivateComms"]
 
 
-class Engine:
+class PrivateComm:
     """A private duplicate communicator and the scratch buffers used with it (one per thread)."""
 
     def __init__(self, parent: MPI.Intracomm) -> None:
@@ -86,28 +86,28 @@ class Engine:
         self._nodes = self._rail = None
 
 
-class Engines:
+class PrivateComms:
     """A communicator's engines: the caller's thread's, and the worker thread's with the
     worker (one thread, started by the first nonblocking call that compresses)."""
 
     def __init__(self, parent: MPI.Intracomm) -> None:
         self.parent = parent
-        self._main: Engine | None = None
-        self._worker: Engine | None = None
+        self._main: PrivateComm | None = None
+        self._worker: PrivateComm | None = None
         self.executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
-    def main(self) -> Engine:
+    def main(self) -> PrivateComm:
         """The engine of calls on the caller's thread (collective the first time)."""
         if self._main is None:
-            self._main = Engine(self.parent)
+            self._main = PrivateComm(self.parent)
         return self._main
 
-    def worker(self) -> tuple[Engine, concurrent.futures.Executor]:
+    def worker(self) -> tuple[PrivateComm, concurrent.futures.Executor]:
         """The worker thread's engine and the worker (collective the first time)."""
         with self._lock:
             if self._worker is None:
-                engine = Engine(self.parent)
+                engine = PrivateComm(self.parent)
                 # its layout here, in the caller's program order (collective), so that
                 # the worker thread does not find it while this thread runs collectives
                 engine.layout()

@@ -25,11 +25,12 @@ from typing import Any
 
 import numpy as np
 
+from . import cuda_runtime as cuda
 from .backend.host import HOST
 from .codecs import Codec, get_codec
-from .kernels import cuda_runtime as cuda
 
-__all__ = ["MAGIC", "MIN_FRAME_NBYTES", "FrameError", "build", "frame_nbytes", "is_frame_length", "parse"]
+__all__ = ["MAGIC", "MIN_FRAME_NBYTES", "FrameError", "build", "frame_nbytes", "is_frame_length",
+           "parse"]
 
 MAGIC = b"MPCZ"
 _TRAILER = struct.Struct("<H4s")

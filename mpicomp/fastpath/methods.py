@@ -7,25 +7,35 @@ Where mpi4py's method takes each argument (``op``, ``root``, ``dest``,
 ``tag``, ...) is read from mpi4py's own signature (:func:`params`), so it is
 written nowhere here. From this one table:
 
-* :func:`mpicomp.shortcut.install` builds the compiled methods
-  (``_shortcut.PlainMethod``: positions, keywords, kind, MPI function);
-* the Python methods' fast path (``comm._fast_size``) reads which
-  collectives are sized per rank when in place (:data:`PER_RANK`);
+* :func:`mpicomp.fastpath.install.install` builds the compiled methods
+  (``_shortcut.PlainMethod``: positions, keywords, kind, MPI function), which
+  apply the size rule (``_shortcut.c``: a call's size is its sizing
+  buffer's bytes, one rank's part of the receive buffer in place for
+  :data:`PER_RANK`, a v-spec's largest count);
 * the statistics read which counts are collectives', sends' or receives'
   (:data:`COLLECTIVES`, :data:`METHODS`).
 
 :class:`PlainLimits` holds a communicator's sizes below which those calls go
-plain, with the reasons, for all three.
+plain, with the reasons; :func:`collective_limit` and :func:`p2p_limit` say
+what they are under a default policy.
 """
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 
 from mpi4py import MPI
 
-__all__ = ["COLLECTIVES", "FAST_METHODS", "METHODS", "NO_LIMITS", "PER_RANK", "RECEIVES",
-           "RECEIVING", "SENDS", "FastMethod", "PlainLimits", "params"]
+__all__ = ["COLLECTIVES", "FAST_METHODS", "METHODS", "NO_LIMITS", "PER_RANK", "RECEIVED_PLAIN",
+           "RECEIVES", "RECEIVING", "SENDS", "FastMethod", "PlainLimits", "collective_limit",
+           "p2p_limit", "params"]
+
+#: the reason the stats give for the plain calls of RECEIVES
+RECEIVED_PLAIN = "sender sent plain data"
+#: the stats' reason for a call below the threshold (named with its size and the threshold
+#: when counted: :func:`mpicomp.stats.below_threshold`)
+BELOW_THRESHOLD = "below threshold"
 
 #: the kinds of method (the compiled shortcut's too): a collective, below the state's
 #: ``limit``; a send (Send, Isend, Irecv), below ``p2p_limit``; a receive, received as
@@ -113,8 +123,8 @@ RECEIVING = frozenset(m.name for m in FAST_METHODS if not m.sends)
 @dataclasses.dataclass(frozen=True)
 class PlainLimits:
     """Below which sizes a communicator's calls without settings go to plain MPI at once,
-    and why: one object, which the Python methods read, the compiled shortcut's state
-    copies (:func:`mpicomp.shortcut.update`) and the statistics name the reasons from."""
+    and why: one object, which the compiled shortcut's state copies
+    (:func:`mpicomp.fastpath.install.update`) and the statistics name the reasons from."""
 
     #: collectives of fewer bytes (their sizing buffer's) go plain; 0: none
     collective: float = 0.0
@@ -138,3 +148,20 @@ def keywords(method: FastMethod) -> tuple[str, ...]:
     if method.keywords is not None:
         return method.keywords
     return tuple(p for p in params(method.name) if not p.endswith("buf"))
+
+
+def collective_limit(enabled: bool, threshold: float, size1: bool) -> tuple[float, str]:
+    """The collectives' size limit and reason under a default policy (``enabled``: its
+    codec is not ``none``; ``size1``: a communicator of one rank, whose collectives are all
+    plain)."""
+    if not enabled:
+        return math.inf, "codec none"
+    return (math.inf, "single rank") if size1 else (threshold, BELOW_THRESHOLD)
+
+
+def p2p_limit(enabled: bool, auto: bool, threshold: float, auto_reason: str) -> tuple[float, str]:
+    """Point-to-point sends' size limit and reason under a default policy (``auto``: the
+    codec ``auto``, which leaves point to point plain, for ``auto_reason``)."""
+    if not enabled:
+        return math.inf, "codec none"
+    return (math.inf, auto_reason) if auto else (threshold, BELOW_THRESHOLD)

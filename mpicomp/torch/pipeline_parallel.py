@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from . import _buffer
+from .tensors import buffer as _buffer
 
 __all__ = ["PipelineStage"]
 
