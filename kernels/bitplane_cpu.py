@@ -19,7 +19,7 @@ groups with ``prange``; the last, partial block is coded through a
 zero-padded copy so that the block functions always see whole blocks. Apart
 from the output, a call allocates only ``block_size``-sized scratch: a few
 arrays per group and the padded copy of the last block. A call with a
-single group runs on one thread (``launch.call``).
+single group runs on one thread (``launch.run_kernel``).
 
 Numba's on-disk cache (``cache=True``) is keyed on this file only: after
 editing ``bitplane_block.py`` or ``bitplane_vector.py``, delete

@@ -396,8 +396,9 @@ def speed_key(codec: Any, dtype: Any, on_device: bool) -> str:
 
 
 def codec_speed(comm: MPI.Intracomm, cal: Calibration, codec: Any, dtype: np.dtype,
-                memory: Any) -> tuple[float, float]:
-    """(encode, decode) seconds per raw byte of ``codec`` on ``dtype`` (collective if new).
+                memory: Any) -> tuple[tuple[float, float], bool]:
+    """(encode, decode) seconds per raw byte of ``codec`` on ``dtype`` (collective if new),
+    and whether they were measured now (then the caller saves the calibration).
 
     Whether the figure is known is agreed first (a MIN allreduce), so a rank
     that measured it on another communicator never skips a probe the others run.
@@ -406,7 +407,7 @@ def codec_speed(comm: MPI.Intracomm, cal: Calibration, codec: Any, dtype: np.dty
     if comm.allreduce(int(key in cal.codecs), op=MPI.MIN):
         value = comm.bcast(cal.codecs[key] if comm.Get_rank() == 0 else None, root=0)
         cal.codecs[key] = value
-        return value
+        return value, False
     simulated = memory.on_device and os.environ.get("NUMBA_ENABLE_CUDASIM", "") == "1"
     x_host = _probe_data(CODEC_PROBE_VALUES_SIMULATOR if simulated else CODEC_PROBE_VALUES,
                          np.dtype(dtype))
@@ -426,4 +427,4 @@ def codec_speed(comm: MPI.Intracomm, cal: Calibration, codec: Any, dtype: np.dty
     enc = _slowest_median(comm, encode) / x_host.nbytes
     dec = _slowest_median(comm, decode) / x_host.nbytes
     cal.codecs[key] = (enc, dec)  # (saved by the caller: mpicomp.calibration_file.save)
-    return enc, dec
+    return (enc, dec), True

@@ -30,7 +30,7 @@ __all__ = ["allgather_nodes", "allgatherv", "alltoall", "bcast", "bcast_nodes", 
            "reduce_scatter", "reduce_scatter_direct", "scatter"]
 
 
-#: message tag of the pipelined alltoall on the private communicator
+#: message tag of the alltoall in pieces on the private communicator
 TAG_ALLTOALL = 13
 #: message tag of the node-aware allgather on the leaders' communicator
 TAG_NODE_PACK = 14
@@ -45,7 +45,7 @@ def _offsets(sizes: list[int]) -> list[int]:
 def allgatherv(ctx: Ctx, x: np.ndarray | None, out: np.ndarray,
                counts: list[int], displs: list[int]) -> None:
     """Rank r's ``counts[r]`` values (``x``, or ``out`` at ``displs[r]`` when None) to all:
-    the ring in pieces allgather of :func:`mpicomp.algorithms.ring.allgather`."""
+    the ring's allgather in pieces, :func:`mpicomp.algorithms.ring.allgather`."""
     r = ctx.rank
     # in place too: the ring encodes all of its own block before it decodes anything
     mine = x if x is not None else out[displs[r] : displs[r] + counts[r]]
@@ -300,7 +300,7 @@ def reduce_scatter(ctx: Ctx, x: np.ndarray, out: np.ndarray, counts: list[int]) 
 
 def reduce_scatter_direct(ctx: Ctx, x: np.ndarray, out: np.ndarray, counts: list[int]) -> None:
     """Sum over ranks of block r (``counts[r]`` values) into rank r's ``out``, every input
-    quantized once: block j of ``x`` is encoded and sent straight to rank j (pipelined as
+    quantized once: block j of ``x`` is encoded and sent straight to rank j (in pieces, as
     :func:`alltoall`: one block encoded while the others travel), and rank r adds the
     ``p - 1`` decoded blocks to its own block, exact, in rank order (the same bits every
     run). What a rank's contribution lost is its own round trip of each block it sent,

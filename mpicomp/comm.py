@@ -126,11 +126,11 @@ class Comm(MPI.Intracomm):
         self._stats = Stats()
         self._fast = FastPath(self, self._stats, debug=debug_enabled())
         self._settings = settings = CommSettings(policy, self, self._fast)
-        self._engines = engines = PrivateComms(self)
+        self._privates = privates = PrivateComms(self)
         ratios = LearnedRatios()
-        self._predictor = predictor = Predictor(settings, engines, ratios)
-        self._pipeline = Pipeline(self, settings, Screen(settings, engines, predictor),
-                                  Agreement(ratios), engines, self._stats,
+        self._predictor = predictor = Predictor(settings, privates, ratios)
+        self._pipeline = Pipeline(self, settings, Screen(settings, privates, predictor),
+                                  Agreement(ratios), privates, self._stats,
                                   Mailbox(self._holding))
 
     def _state_ok(self) -> None:
@@ -172,7 +172,7 @@ class Comm(MPI.Intracomm):
         a different MPI call (MPI's "Message truncated", or a hang).
         """
         self._state_ok()
-        self._settings.check(self._engines.main().comm)
+        self._settings.check(self._privates.main().comm)
 
     def _holding(self, holding: bool) -> None:
         """A probe made the mailbox non-empty (``holding``) or a receive emptied it: the

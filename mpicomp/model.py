@@ -43,7 +43,7 @@ Alltoall, node-aware         g + (E + D) n f + F_Alltoall(rho n), f = 1 - ppn/p:
                              others, and a plain Alltoall's time on such a job is its
                              network's, so they are priced free
 Bcast, chain                 g + overlapped((k + p - 2) X(rho n / k), (E + D) n + 3 k K): the
-                             chain of pieces of the buffer's k pieces, where chained(p, k)
+                             chain of the buffer's k pieces, where chained(p, k)
                              (mpicomp.algorithms.chain: few ranks or many pieces)
 Bcast                        g + E n + F_Bcast(rho n) + D n (elsewhere)
 Bcast, node-aware            g + E n + 2 B(rho n) + ceil(log2 P) X'(rho n) + D n
@@ -230,9 +230,9 @@ def ring_terms(cal: Calibration, n: float, rho: float, e: float, d: float, k: in
     g = _agree(cal, n, scan=not speculative)
     wire = _ring_steps(cal, n, rho, 2 * (p - 1), k)
     codec = e * n + d * n * (2 * p - 1) / p + a * n * (p - 1) / p + k * (4 * p - 2) * cal.call_s
-    pipelined = _overlapped(wire, codec, k, cal.overlap)
-    return {"g": g, "W": wire, "C": codec, "hidden": wire + codec - pipelined,
-            "ring": g + pipelined}
+    overlapped = _overlapped(wire, codec, k, cal.overlap)
+    return {"g": g, "W": wire, "C": codec, "hidden": wire + codec - overlapped,
+            "ring": g + overlapped}
 
 
 def _allreduce_times(cal: Calibration, n: float, rho: float, e: float, d: float,

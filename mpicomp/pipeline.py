@@ -13,7 +13,7 @@ or not:
    nonblocking method for a nonblocking call);
 3. **agree** (:meth:`mpicomp.decision.agreement.Agreement.agreement`) on the private
    communicator of an :class:`~mpicomp.private_comm.PrivateComm`: the caller's thread's
-   engine, or the worker thread's for a nonblocking call (which returns an
+   private, or the worker thread's for a nonblocking call (which returns an
    :class:`mpicomp.requests.Request` at once);
 4. **run** the call's ``body`` (a compressed algorithm) in a
    :class:`~mpicomp.algorithms.common.Ctx`;
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Body", "Call", "Pipeline", "plain_on"]
 
-#: a compressed algorithm run in ``ctx`` on ``engine``; returns None, the algorithm's
+#: a compressed algorithm run in ``ctx`` on ``private``; returns None, the algorithm's
 #: name (the stats' key; None: the method's name) or (name, detail)
 Body = Callable[[Ctx, "PrivateComm"], "str | tuple[str, str] | None"]
 
@@ -100,16 +100,16 @@ class Pipeline:
     """Runs :class:`Call` s for one communicator (see the module docs)."""
 
     def __init__(self, comm: MPI.Intracomm, settings: CommSettings, screen: Screen,
-                 agreement: Agreement, engines: PrivateComms, stats: Stats,
+                 agreement: Agreement, privates: PrivateComms, stats: Stats,
                  mailbox: Mailbox) -> None:
         #: the caller's communicator (its plain calls; its rank)
         self.comm = comm
         self.settings = settings
         self.screen = screen
         self.agreement = agreement
-        self.engines = engines
+        self.privates = privates
         self.stats = stats
-        #: the engine of calls on the caller's thread, once made
+        #: the private of calls on the caller's thread, once made
         self.main: PrivateComm | None = None
         #: device pools of point-to-point calls on the caller's thread (made on first use)
         self.p2p_pools: Any = None
@@ -140,33 +140,34 @@ class Pipeline:
         if call.nonblocking is None:
             self.run(self.main or self._main(), call, rec)
             return None
-        engine, executor = self.engines.worker()
+        private, executor = self.privates.worker()
         where = cuda.capture() if call.bufs[0].on_device else (None, None)
 
         def work() -> None:
             with cuda.using_stream(*where):
-                self.run(engine, call, rec)
+                self.run(private, call, rec)
 
         req = Request.start(work, executor)
         req.record = rec  # read only once the request is complete
         return req
 
     def _main(self) -> PrivateComm:
-        self.main = self.engines.main()
+        self.main = self.privates.main()
         return self.main
 
     def free(self) -> None:
         """Stop the worker and free the private communicators (``comm.Free``)."""
         self.main = None
-        self.engines.free()
+        self.privates.free()
 
-    def run(self, engine: PrivateComm, call: Call, rec: Recorder) -> None:
-        """Steps 3 to 6 (see the module docs) on ``engine``."""
+    def run(self, private: PrivateComm, call: Call, rec: Recorder) -> None:
+        """Steps 3 to 6 (see the module docs) on ``private``."""
         agreement, pol = self.agreement, call.pol
         dtype = next(b.dtype for b in call.bufs if b.dtype is not None)
         on_device = call.bufs[0].on_device
-        # (host memory is the engine's own object: no call into private_comm.py on the host path)
-        memory = engine.memory(True) if on_device else engine.host
+        # (host memory is the private communicator's own object: no call into
+        # private_comm.py on the host path)
+        memory = private.memory(True) if on_device else private.host
         settings = f"{call.settings} {dtype}"
         guarded = (screens_in_encoder(pol.codec, on_device) if call.guarded is None
                    else call.guarded)
@@ -175,7 +176,7 @@ class Pipeline:
                                        pol.description)
                     if pol.codec.variable and call.nonblocking is None else None)
         veto = next((b.veto for b in call.bufs if b.veto), "")
-        reason, max_abs = agreement.agreement(engine, call.collective, pol,
+        reason, max_abs = agreement.agreement(private, call.collective, pol,
                                               None if guarded else call.local, dtype, settings,
                                               call.summands, memory, learning, veto)
         if reason is None:
@@ -183,11 +184,11 @@ class Pipeline:
             codec, bound = pol.codec, ""
             if pol.tolerance is not None:  # (errbound: never guarded, so max_abs is known)
                 codec, rec.error_bound, bound = tolerance.codec_for(pol, max_abs, call.encodes)
-            ctx = Ctx(engine.comm, codec, rec, memory, guarded=guarded, protect=call.local)
+            ctx = Ctx(private.comm, codec, rec, memory, guarded=guarded, protect=call.local)
             assert call.body is not None
-            ran = call.body(ctx, engine)
+            ran = call.body(ctx, private)
             # (a speculative call whose encoders found unsafe data: the verdict)
-            reason = (agreement.verdict(engine, ctx, call.collective, pol, call.local, dtype,
+            reason = (agreement.verdict(private, ctx, call.collective, pol, call.local, dtype,
                                         settings, call.summands) if ctx.unsafe() else None)
             if reason is None:
                 if learning is not None:
@@ -196,7 +197,7 @@ class Pipeline:
                 rec.compressed(algorithm or call.collective.lower(),
                                detail or bound or pol.codec.codec_id)
         if reason is not None:
-            plain_on(engine.comm, rec, reason, call.plain, call.args)
+            plain_on(private.comm, rec, reason, call.plain, call.args)
             rec.sent(rec.raw_bytes)
         rec.commit()
 

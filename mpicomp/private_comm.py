@@ -1,10 +1,10 @@
 """The private side of a communicator: a duplicate for mpicomp's own messages, and its memory.
 
-Every compressed call runs on an :class:`PrivateComm`: a private duplicate of the
+Every compressed call runs on a :class:`PrivateComm`: a private duplicate of the
 caller's communicator (so mpicomp's messages never meet the caller's), the
 scratch buffers reused across calls, the device pools, and the node, leader
 and rail communicators of the node-aware collectives. A communicator has one
-engine for calls on the caller's thread and one for its worker thread
+PrivateComm for calls on the caller's thread and one for its worker thread
 (nonblocking calls); each is used by one thread only.
 """
 from __future__ import annotations
@@ -87,7 +87,7 @@ class PrivateComm:
 
 
 class PrivateComms:
-    """A communicator's engines: the caller's thread's, and the worker thread's with the
+    """A communicator's privates: the caller's thread's, and the worker thread's with the
     worker (one thread, started by the first nonblocking call that compresses)."""
 
     def __init__(self, parent: MPI.Intracomm) -> None:
@@ -98,20 +98,20 @@ class PrivateComms:
         self._lock = threading.Lock()
 
     def main(self) -> PrivateComm:
-        """The engine of calls on the caller's thread (collective the first time)."""
+        """The private communicator of calls on the caller's thread (collective the first time)."""
         if self._main is None:
             self._main = PrivateComm(self.parent)
         return self._main
 
     def worker(self) -> tuple[PrivateComm, concurrent.futures.Executor]:
-        """The worker thread's engine and the worker (collective the first time)."""
+        """The worker thread's private communicator and the worker (collective the first time)."""
         with self._lock:
             if self._worker is None:
-                engine = PrivateComm(self.parent)
+                private = PrivateComm(self.parent)
                 # its layout here, in the caller's program order (collective), so that
                 # the worker thread does not find it while this thread runs collectives
-                engine.layout()
-                self._worker = engine
+                private.layout()
+                self._worker = private
                 self.executor = concurrent.futures.ThreadPoolExecutor(
                     max_workers=1, thread_name_prefix="mpicomp-worker"
                 )
@@ -123,7 +123,7 @@ class PrivateComms:
         if self.executor is not None:
             self.executor.shutdown(wait=True)
             self.executor = None
-        for engine in (self._main, self._worker):
-            if engine is not None:
-                engine.free()
+        for private in (self._main, self._worker):
+            if private is not None:
+                private.free()
         self._main = self._worker = None

@@ -74,7 +74,7 @@ def test_the_check_finds_an_import_from_above():
 
 #: the layers a call passes, top to bottom (issue 55): a module imports only from its own
 #: layer and those below it. Module names, or prefixes ending in "."; the modules not named
-#: here (stats, buffers, topology, p2p, fastpath, ...) are shared helpers, and the import
+#: here (stats, buffers, topology, frame_format, fastpath, ...) are shared helpers, and the import
 #: graph as a whole has no circle (test_no_module_imports_itself_back)
 LAYERS = (
     ("comm", ("mpicomp.comm",)),

@@ -95,7 +95,7 @@ def test_64_outstanding_operations_finished_in_random_order(world):
     inner = mc
     mc.Free()
     plain.Free()
-    assert inner._engines.executor is None
+    assert inner._privates.executor is None
 
 
 @pytest.mark.mpi

@@ -21,7 +21,7 @@ NOT_BOUND = (f"the shortcut calls MPI itself only on MPICH (C int handles); "
 
 def test_the_shortcut_is_compiled():
     """`make venv` has a C compiler: without the extension, tiny calls cost 0.6 us more."""
-    assert shortcut.COMPILED, "mpicomp._shortcut was not built (pip install needs a C compiler)"
+    assert shortcut.COMPILED, "mpicomp.fastpath._shortcut was not built (pip install needs a C compiler)"
 
 
 def _shortcut_on(mc: mpicomp.Comm) -> bool:
@@ -274,6 +274,43 @@ def test_the_shortcut_itself_takes_the_calls_with_mpi4pys_keywords(comm):
     assert mc._shortcut.take(shortcut.METHODS.index("Allreduce")) == {x.nbytes: 5, 40: 1}
     assert mc._shortcut.take(shortcut.METHODS.index("Bcast")) == {x.nbytes: 2, 12: 1}
     assert mc.stats()["Allreduce"]["calls"] == 3  # the first call and the two not taken
+
+
+@pytest.mark.mpi(min_size=2)
+def test_keyword_calls_take_the_shortcut_as_the_same_calls_by_position(comm):
+    """Buffers and mpi4py's own parameters by keyword: the compiled method puts them in
+    their places (mpi4py's defaults in the gaps) and takes the call as it takes the same
+    call by position, with the same result; a keyword of mpicomp's goes to the Python
+    method, a parameter given twice raises mpi4py's TypeError."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    mc = mpicomp.Comm(comm, codec="bitplane", threshold=1 << 20)
+    x = np.full(64, r + 1, np.float32)
+    y = np.empty_like(x)
+    mc.Allreduce(x, y)  # settles the limits
+    for name in ("Allreduce", "Bcast", "Sendrecv", "Sendrecv_replace", "Recv"):
+        _take(mc, name)
+    mc.Allreduce(sendbuf=x, recvbuf=y)
+    np.testing.assert_array_equal(y, p * (p + 1) / 2)
+    mc.Allreduce(x, recvbuf=y, op=MPI.MAX)
+    np.testing.assert_array_equal(y, p)
+    mc.Allreduce(x, y, rate=8.25)  # a setting of mpicomp's: the Python method
+    b = x.copy()
+    mc.Bcast(buf=b, root=p - 1)
+    np.testing.assert_array_equal(b, p)
+    right, left = (r + 1) % p, (r - 1) % p
+    mc.Sendrecv(x, dest=right, recvbuf=y, source=left)
+    np.testing.assert_array_equal(y, left + 1)
+    b = x.copy()
+    mc.Sendrecv_replace(b, dest=right, sendtag=3, source=left, recvtag=3)
+    np.testing.assert_array_equal(b, left + 1)
+    with pytest.raises(TypeError):
+        mc.Allreduce(x, y, sendbuf=x)
+    assert _take(mc, "Allreduce") == {x.nbytes: 2}
+    assert _take(mc, "Bcast") == {x.nbytes: 1}
+    assert _take(mc, "Sendrecv") == {x.nbytes: 1}
+    assert _take(mc, "Sendrecv_replace") == {x.nbytes: 1}
+    assert _take(mc, "Recv") == {x.nbytes: 2}  # the receives of Sendrecv(_replace)
+    assert mc.stats()["Allreduce"]["calls"] == 2  # the first call and the one with a setting
 
 
 def _take(mc: mpicomp.Comm, name: str) -> dict[int, int]:
@@ -529,17 +566,15 @@ def test_sendrecv_positional_takes_the_shortcut_and_counts_its_receive(comm, rec
     st = MPI.Status()
     mc.Sendrecv(x, 1 - r, 0, y, 1 - r, 0)
     mc.Sendrecv(x, 1 - r, 0, y, 1 - r, 0, st)
-    # recvbuf by keyword: the Python method, whose receive is the compiled Recv
-    mc.Sendrecv(x, 1 - r, 0, recvbuf=y, status=st)
+    mc.Sendrecv(x, 1 - r, 0, recvbuf=y, status=st)  # keywords: put in their places
     np.testing.assert_array_equal(y, 1 - r)
     assert st.Get_count(MPI.DOUBLE) == x.size and st.Get_source() == 1 - r
     with pytest.raises(TypeError):  # a call of the wrong shape: refused, and not counted
         mc.Sendrecv(x, 1 - r, 0, y, 1 - r, 0, st, "one too many")
-    assert _take(mc, "Sendrecv") == {x.nbytes: 2}
+    assert _take(mc, "Sendrecv") == {x.nbytes: 3}
     assert _take(mc, "Recv") == {x.nbytes: 3}
     st = mc.stats()
-    assert st["Sendrecv"]["fallbacks"] == {P2P_AUTO: 1}
-    assert "Recv" not in st
+    assert "Sendrecv" not in st and "Recv" not in st
 
 
 @pytest.mark.mpi(min_size=2)
@@ -1337,9 +1372,8 @@ def test_sendrecv_replace_of_every_dtype_stays_in_the_shortcut(comm, receive_pat
             mc.Sendrecv_replace([x, MPI.BYTE], 1 - r, tag, 1 - r, tag, st)
         np.testing.assert_array_equal(x, theirs if r == 0 else mine)
         assert (st.Get_source(), st.Get_tag(), st.Get_count(MPI.BYTE)) == (1 - r, tag, x.nbytes)
-    # the positional calls call MPI themselves where bound (those with a keyword status go
-    # through mpi4py's method)
-    assert shortcut._shortcut.direct_calls() - before == (3 if receive_path == "direct" else 0)
+    # every call calls MPI itself where bound (a keyword status put in its place)
+    assert shortcut._shortcut.direct_calls() - before == (5 if receive_path == "direct" else 0)
     assert "Sendrecv_replace" not in mc.stats() or mc.stats()["Sendrecv_replace"]["calls"] == 5
     assert "Recv" not in mc.stats() or mc.stats()["Recv"]["compressed"] == 0
 

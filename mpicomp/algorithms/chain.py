@@ -1,4 +1,4 @@
-"""Bcast down a chain of pieces of compressed pieces.
+"""Bcast down a chain of compressed pieces.
 
 The ranks form a chain from the root: ``root``, ``root + 1``, ...,
 ``root + p - 1`` (mod ``p``). The root cuts its buffer into pieces of about

@@ -22,7 +22,7 @@ __all__ = ["ALIGN", "PIECE_BYTES", "MAX_PIECES", "VARIABLE_RATIO", "Ctx", "Piece
 #: blocks for every codec: zfp 3D blocks are 64 values, bitplane blocks 32)
 ALIGN = 64
 
-#: pipelined algorithms cut each chunk into pieces of about this many wire bytes
+#: the algorithms in pieces cut each chunk into pieces of about this many wire bytes
 #: (small enough that the codec of one piece overlaps the transfer of the next,
 #: large enough that a piece's message overhead stays small)
 PIECE_BYTES = 128 * 1024

@@ -10,7 +10,7 @@ inter-node work, and where every node holds the same number ``L`` of ranks
    the node's communicator: rank ``j`` of a node holds the node's sum of
    part ``j`` of the buffer (``L`` parts);
 2. the ranks of place ``j`` on every node (rail ``j``, one rank per node)
-   run the compressed ring in pieces allreduce (:mod:`.ring`) on part ``j``;
+   run the compressed ring allreduce in pieces (:mod:`.ring`) on part ``j``;
    the ``L`` rails run at once, each on ``1/L`` of the buffer;
 3. each node gathers the parts with plain ``MPI_Allgatherv`` in place.
 
@@ -39,7 +39,7 @@ The other ranks of a node wait for the whole leader ring in the
 broadcast: they wait in a nonblocking ``MPI_Ibcast`` and sleep between
 tests (:func:`.common.poll`), since where ranks share cores a blocking MPI
 wait would spin on the core the leader encodes on. The node, leader and
-rail communicators come from :mod:`mpicomp.topology`, built once per engine.
+rail communicators come from :mod:`mpicomp.topology`, built once per private communicator.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Ring reduce-scatter and ring allreduce on compressed chunks, pipelined.
+"""Ring reduce-scatter and ring allreduce on compressed chunks, in pieces.
 
 The buffer is cut into ``p`` chunks (boundaries on whole codec blocks).
 Reduce-scatter: in each of ``p - 1`` steps a rank receives a compressed
@@ -157,7 +157,7 @@ def reduce_scatter(
 
 
 def allgather(ctx: Ctx, mine: Any, out: Any, counts: list[int], displs: list[int]) -> None:
-    """Ring allgather of compressed blocks, pipelined: rank ``r``'s ``mine`` (``counts[r]``
+    """Ring allgather of compressed blocks, in pieces: rank ``r``'s ``mine`` (``counts[r]``
     values) decoded into ``out[displs[c]:...]`` for every rank ``c`` on every rank.
 
     Each rank encodes its block piece by piece and sends each piece to the

@@ -6,7 +6,7 @@ and the gradient reducer:
 * :mod:`.placement`: host, device, or a CUDA interface to hand to MPI
   untouched (:func:`~.placement.of`, asked once per buffer of a call);
 * :mod:`.host`: NumPy arrays and the CPU kernels (:class:`~.host.HostArrays`,
-  and :class:`~.host.HostMemory` with an engine's scratch pool);
+  and :class:`~.host.HostMemory` with a private communicator's scratch pool);
 * :mod:`.device`: the same operations on CUDA buffers with the GPU kernels
   (:class:`~.device.DeviceArrays`, :class:`~.device.DeviceMemory` with
   device and pinned pools and the staging of streams for an MPI that is

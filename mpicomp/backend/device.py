@@ -181,7 +181,7 @@ class DeviceArrays:
 
 
 class DevicePools:
-    """The grow-only device and pinned-host scratch pools of one thread's engine."""
+    """The grow-only device and pinned-host scratch pools of one thread's private communicator."""
 
     def __init__(self) -> None:
         self.device = Scratch(_device_alloc)

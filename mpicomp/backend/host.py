@@ -3,7 +3,7 @@
 :class:`HostArrays` is every operation mpicomp performs on host values and
 streams: running a codec's kernels, the element-wise sums and scans of the
 collectives, the error feedback's arithmetic. :class:`HostMemory` adds the
-scratch pool of one engine (values and streams reused across calls) and is
+scratch pool of one private communicator (values and streams reused across calls) and is
 what a compressed call on host buffers works in; the training code uses
 :data:`HOST` (no scratch: its buckets are its own).
 
@@ -35,7 +35,7 @@ class Scratch:
     A name's memory grows to the largest request and is kept; two names
     never share memory. ``alloc(nbytes)`` makes a flat uint8 buffer (host
     memory by default; the device memory passes device and pinned-host
-    allocators). Not thread-safe: give each thread its own pool (one per engine).
+    allocators). Not thread-safe: give each thread its own pool (one per private communicator).
     """
 
     def __init__(self, alloc: Callable[[int], Any] | None = None) -> None:
@@ -167,7 +167,7 @@ class HostArrays:
 
 
 class HostMemory(HostArrays):
-    """A call's values and streams in host memory, from one engine's scratch pool."""
+    """A call's values and streams in host memory, from one private communicator's scratch pool."""
 
     wire_on_device = False
     label = "host"

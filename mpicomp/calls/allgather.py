@@ -1,4 +1,4 @@
-"""Allgather and Iallgather: the ring in pieces allgather of compressed blocks, or, on a
+"""Allgather and Iallgather: the ring's allgather, in pieces, of compressed blocks, or, on a
 job whose nodes hold several ranks, the node-aware form (plain inside a node)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Allgatherv: the ring in pieces allgather of compressed blocks of any counts."""
+"""Allgatherv: the ring's allgather, in pieces, of compressed blocks of any counts."""
 from __future__ import annotations
 
 import functools

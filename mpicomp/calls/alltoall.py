@@ -1,4 +1,4 @@
-"""Alltoall and Ialltoall: pipelined pairwise exchanges of compressed blocks (blocks of the
+"""Alltoall and Ialltoall: pairwise exchanges, in pieces, of compressed blocks (blocks of the
 ranks on this rank's node plain, on a job whose nodes hold several ranks)."""
 from __future__ import annotations
 

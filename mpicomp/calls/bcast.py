@@ -1,4 +1,4 @@
-"""Bcast and Ibcast: a chain of pieces of compressed pieces from the root where it is not the
+"""Bcast and Ibcast: a chain of compressed pieces from the root where it is not the
 slower (:mod:`mpicomp.algorithms.chain`), else the root's stream in one ``MPI_Bcast``
 (node-aware on a job whose nodes hold several ranks: compressed between nodes, plain inside
 each)."""

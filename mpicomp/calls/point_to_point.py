@@ -171,7 +171,7 @@ def sendrecv(pipeline: Pipeline, sendbuf: Any, dest: int, sendtag: int, recvbuf:
 
 def sendrecv_replace(pipeline: Pipeline, buf: Any, dest: int, sendtag: int, source: int,
                      recvtag: int, status: MPI.Status | None) -> None:
-    """``comm.Sendrecv_replace`` off the fast path (``Comm.Sendrecv_replace`` takes a NumPy
+    """``comm.Sendrecv_replace`` off the fast path (the compiled method takes a NumPy
     array whose send goes plain by size itself): the buffer's values sent from a copy
     (compressed as a ``Send`` is) while the message received into it is decoded when it
     is a frame. A buffer no frame can arrive in (other dtypes, ``None`` for

@@ -2,16 +2,13 @@
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mpi4py import MPI
 
 from .. import call_bodies
 from ..buffers import is_in_place, parse
 from ..pipeline import Call, Pipeline
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["describe"]
 

@@ -58,12 +58,12 @@ class Agreement:
     def __init__(self, ratios: LearnedRatios) -> None:
         self.ratios = ratios
 
-    def agree(self, engine: PrivateComm, name: str, pol: Resolved, local: Any, dtype: np.dtype,
+    def agree(self, private: PrivateComm, name: str, pol: Resolved, local: Any, dtype: np.dtype,
               settings: str, summands: int, memory: HostMemory | DeviceMemory) -> str | None:
         """The agreement step: None to go ahead compressed, else the plain-MPI reason."""
-        return self.agreement(engine, name, pol, local, dtype, settings, summands, memory)[0]
+        return self.agreement(private, name, pol, local, dtype, settings, summands, memory)[0]
 
-    def agreement(self, engine: PrivateComm, name: str, pol: Resolved, local: Any, dtype: np.dtype,
+    def agreement(self, private: PrivateComm, name: str, pol: Resolved, local: Any, dtype: np.dtype,
                   settings: str, summands: int, memory: HostMemory | DeviceMemory,
                   learning: tuple[Any, ...] | None = None,
                   veto: str = "") -> tuple[str | None, float]:
@@ -73,7 +73,7 @@ class Agreement:
         compress its buffer (a datatype with gaps, ...): the call goes plain everywhere."""
         local_max = memory.max_abs(local) if local is not None and not veto else 0.0
         pending = self.ratios.pending(learning) if learning is not None else NONE
-        max_abs, ratio, vetoed = agree(engine.comm, name, local_max,
+        max_abs, ratio, vetoed = agree(private.comm, name, local_max,
                                        f"{settings} {pol.description}", pending, bool(veto))
         if learning is not None:
             self.ratios.agreed(learning, ratio)
@@ -84,7 +84,7 @@ class Agreement:
             return "nonfinite (NaN or Inf on some rank)", max_abs
         return _overflow_risk(pol, dtype, max_abs, summands), max_abs
 
-    def verdict(self, engine: PrivateComm, ctx: Ctx, name: str, pol: Resolved, local: Any,
+    def verdict(self, private: PrivateComm, ctx: Ctx, name: str, pol: Resolved, local: Any,
                 dtype: np.dtype, settings: str, summands: int) -> str | None:
         """After a compressed call: None when it stands, else the plain-MPI reason.
 
@@ -94,7 +94,7 @@ class Agreement:
         """
         if not ctx.unsafe():
             return None
-        return self.agree(engine, name, pol, local, dtype, settings, summands,
+        return self.agree(private, name, pol, local, dtype, settings, summands,
                           ctx.memory) or GUARD_TRIPPED
 
 

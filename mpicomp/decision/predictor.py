@@ -31,16 +31,16 @@ PREDICTIONS_KEPT = 256
 
 class Predictor:
     """The model's predictions for one communicator (``settings``: its settings;
-    ``engines``: its private communicators; ``ratios``: the learned stream ratios).
+    ``privates``: its private communicators; ``ratios``: the learned stream ratios).
 
     Filled at the same collective calls on every rank, so every rank holds
     the same numbers and takes the same decisions.
     """
 
-    def __init__(self, settings: CommSettings, engines: PrivateComms,
+    def __init__(self, settings: CommSettings, privates: PrivateComms,
                  ratios: LearnedRatios) -> None:
         self.settings = settings
-        self.engines = engines
+        self.privates = privates
         self.ratios = ratios
         self._cal: model.Calibration | None = None
         #: the model's predictions by (method, bytes, dtype, device, settings): a call of a
@@ -84,7 +84,7 @@ class Predictor:
 
     def calibrate(self, pol: Resolved, force: bool = False) -> model.Calibration:
         """See :meth:`mpicomp.Comm.calibrate`."""
-        private = self.engines.main().comm
+        private = self.privates.main().comm
         if force or self.cal is None:
             self.cal = calibration_file.obtain(private, topology.layout(private), force=force)
             self.speeds.clear()
@@ -109,10 +109,11 @@ class Predictor:
         key = (json.dumps(pol.codec.get_config(), sort_keys=True), dtype.name, on_device)
         speed = self.speeds.get(key)
         if speed is None:
-            engine = self.engines.main()
+            private = self.privates.main()
             assert self.cal is not None
-            speed = calibration.codec_speed(engine.comm, self.cal, pol.codec, dtype,
-                                            engine.memory(on_device))
-            calibration_file.save(engine.comm, self.cal)
+            speed, measured = calibration.codec_speed(private.comm, self.cal, pol.codec, dtype,
+                                                      private.memory(on_device))
+            if measured:  # (a speed the file held, or another communicator measured: kept)
+                calibration_file.save(private.comm, self.cal)
             self.speeds[key] = speed
         return speed

@@ -36,11 +36,12 @@ ONE_NODE = "codec auto: one node (plain MPI through shared memory is faster)"
 
 class Screen:
     """A communicator's screen (see the module docs): its ``settings``, its private
-    ``engines`` (the layout, the settings check) and the model's ``predictor``."""
+    ``privates`` (the layout, the settings check) and the model's ``predictor``."""
 
-    def __init__(self, settings: CommSettings, engines: PrivateComms, predictor: Predictor) -> None:
+    def __init__(self, settings: CommSettings, privates: PrivateComms,
+                 predictor: Predictor) -> None:
         self.settings = settings
-        self.engines = engines
+        self.privates = privates
         self.predictor = predictor
         self.layout: topology.Layout | None = None
 
@@ -61,7 +62,7 @@ class Screen:
         """
         _same_memory(bufs)
         if collective and not self.settings.agreed:
-            self.settings.check(self.engines.main().comm)
+            self.settings.check(self.privates.main().comm)
         if not pol.enabled:
             return "codec none"
         if collective and self.settings.comm.Get_size() == 1:
@@ -104,7 +105,7 @@ class Screen:
         sends every host collective plain, without a probe (the default policy's fast
         path then takes them all)."""
         if self.layout is None:
-            self.layout = topology.layout(self.engines.main().comm)
+            self.layout = topology.layout(self.privates.main().comm)
         if self.layout.spans_nodes:
             return False
         if pol is self.settings.default:

@@ -30,7 +30,7 @@
  *   - RECEIVE (Recv): any size, once the state has a `p2p_limit`. A receive cannot
  *     know whether the sender compressed, so the message is received as bytes
  *     straight into the buffer, and a message of odd length (a compressed frame,
- *     mpicomp/frame.py; plain float data always has an even length) is handed,
+ *     mpicomp/frame_format.py; plain float data always has an even length) is handed,
  *     with its status, to `frame`, which decodes it in place;
  *   - SENDRECV (Sendrecv, its receive buffer given by position): a send below
  *     `p2p_limit`, its receive as RECEIVE's;
@@ -46,6 +46,7 @@
 #include <stdint.h>
 
 #define SLOTS 16    /* sizes counted in a table per method; more go to a dict */
+#define MAX_PARAMS 12  /* the most parameters an mpi4py method of the table takes */
 
 /* the parts, in the order their definitions need (one translation unit) */
 #include "shortcut_state.h"

@@ -12,8 +12,9 @@ signature gives the positions) on the class a compiled
 :class:`PlainMethod` (``_shortcut.c``), a method descriptor like
 mpi4py's own methods, and :func:`update` gives a communicator a
 :class:`ShortcutState` (its size limit and its counts) in the class's
-``_shortcut`` slot. A call without keyword arguments (but mpi4py's own:
-``op``, ``root``, ``dest``, ``source``, ``tag``, ...) whose first buffer is
+``_shortcut`` slot. A call without keyword arguments (but mpi4py's own
+parameters, which it puts in their places, mpi4py's defaults in the gaps) whose
+first buffer is
 exactly a ``numpy.ndarray`` of fewer bytes than the limit (and whose other
 buffer, if any, is one too or None) is counted by size and handed to
 mpi4py's method; every other call, and every call on a communicator without
@@ -54,7 +55,16 @@ from mpi4py import MPI
 
 from .. import frame_format
 from ..backend import mpi_library
-from .methods import FAST_METHODS, METHODS, RECEIVED_PLAIN, PlainLimits, keywords, params
+from .methods import (
+    FAST_METHODS,
+    METHODS,
+    RECEIVED_PLAIN,
+    REQUIRED,
+    PlainLimits,
+    keywords,
+    param_defaults,
+    params,
+)
 
 try:
     from . import _shortcut
@@ -96,7 +106,7 @@ def install(cls: type) -> None:
             getattr(MPI.Intracomm, m.name), cls.__dict__[m.name], np.ndarray,
             cls.__dict__["_shortcut"], index, names, keywords(m), kind=m.kind, mpi=m.mpi,
             sized=at(m.sized), other=at(m.other), vspec=at(m.vspec), per_rank=m.per_rank,
-            **receiving))
+            param_defaults=param_defaults(m.name), required=REQUIRED, **receiving))
     bind_mpi()
 
 

@@ -28,8 +28,8 @@ import math
 from mpi4py import MPI
 
 __all__ = ["COLLECTIVES", "FAST_METHODS", "METHODS", "NO_LIMITS", "PER_RANK", "RECEIVED_PLAIN",
-           "RECEIVES", "RECEIVING", "SENDS", "FastMethod", "PlainLimits", "collective_limit",
-           "p2p_limit", "params"]
+           "RECEIVES", "RECEIVING", "REQUIRED", "SENDS", "FastMethod", "PlainLimits",
+           "collective_limit", "p2p_limit", "param_defaults", "params"]
 
 #: the reason the stats give for the plain calls of RECEIVES
 RECEIVED_PLAIN = "sender sent plain data"
@@ -61,8 +61,8 @@ class FastMethod:
     vspec: str | None = None
     #: in place, the call's size is one rank's part of the receive buffer
     per_rank: bool = False
-    #: the keywords a call may pass and still take the shortcut (default: every
-    #: parameter that is not a buffer)
+    #: the keywords a call may pass and still take the shortcut (default: every parameter
+    #: of mpi4py's method; the compiled method puts them in their places)
     keywords: tuple[str, ...] | None = None
     #: whether its calls hand this rank's bytes to MPI to send (a receive's do not: the
     #: stats count no wire bytes for it)
@@ -101,9 +101,8 @@ FAST_METHODS: tuple[FastMethod, ...] = (
     FastMethod("Recv", "receive", "MPI_Recv", sized="buf", other=None, sends=False),
     # its send below p2p_limit, its receive (positional, as the receive takes it) counted
     # as a Recv
-    FastMethod("Sendrecv", "sendrecv", "MPI_Sendrecv", other=None, keywords=("status",)),
-    FastMethod("Sendrecv_replace", "replace", "MPI_Sendrecv_replace", sized="buf", other=None,
-               keywords=("status",)),
+    FastMethod("Sendrecv", "sendrecv", "MPI_Sendrecv", other=None),
+    FastMethod("Sendrecv_replace", "replace", "MPI_Sendrecv_replace", sized="buf", other=None),
 )
 
 #: the methods' names, in the table's order
@@ -147,7 +146,20 @@ def keywords(method: FastMethod) -> tuple[str, ...]:
     """The keywords a call may pass and still take the shortcut."""
     if method.keywords is not None:
         return method.keywords
-    return tuple(p for p in params(method.name) if not p.endswith("buf"))
+    return params(method.name)
+
+
+#: the default of a parameter that has none (:func:`param_defaults`)
+REQUIRED = object()
+
+
+def param_defaults(name: str) -> tuple[object, ...]:
+    """The defaults of mpi4py's parameters of ``MPI.Intracomm.<name>`` after the
+    communicator (:data:`REQUIRED` where there is none): the compiled method fills a
+    keyword call's gaps with them."""
+    found = tuple(inspect.signature(getattr(MPI.Intracomm, name)).parameters.values())[1:]
+    return tuple(REQUIRED if p.default is inspect.Parameter.empty else p.default
+                 for p in found)
 
 
 def collective_limit(enabled: bool, threshold: float, size1: bool) -> tuple[float, str]:

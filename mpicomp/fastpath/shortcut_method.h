@@ -121,15 +121,24 @@ method_vectorcall(PyObject *self_obj, PyObject *const *args, size_t nargsf, PyOb
 {
     Method *self = (Method *)self_obj;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs > self->sized && PyObject_TypeCheck(args[0], self->owner)
-            && plain_keywords(self, kwnames)) {
-        PyObject *state_obj = *(PyObject **)((char *)args[0] + self->offset);
+    /* a call with keywords (mpi4py's own only) is taken as the same call by position */
+    PyObject *full[MAX_PARAMS + 1];
+    PyObject *const *pos = args;
+    Py_ssize_t npos = nargs;
+    int fits = 1;
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
+        fits = plain_keywords(self, kwnames)
+               && all_positional(self, args, nargs, kwnames, full, &npos);
+        pos = full;
+    }
+    if (fits && npos > self->sized && PyObject_TypeCheck(pos[0], self->owner)) {
+        PyObject *state_obj = *(PyObject **)((char *)pos[0] + self->offset);
         if (state_obj != NULL && Py_TYPE(state_obj) == &StateType
                 && self->counted < Py_SIZE(state_obj)) {
             State *state = (State *)state_obj;
             double limit = self->kind == COLLECTIVE ? state->limit : state->p2p_limit;
             PyObject *result = NULL;
-            int rc = limit > 0 ? shortcut_call(self, state, args, nargs, kwnames, limit,
+            int rc = limit > 0 ? shortcut_call(self, state, pos, npos, NULL, limit,
                                                &result) : 0;
             if (rc != 0)
                 return rc < 0 ? NULL : result;
@@ -144,18 +153,19 @@ method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     static char *names[] = {"plain", "slow", "array", "slot", "index", "params", "keywords",
                             "kind", "mpi", "frame", "status_type", "byte", "defaults",
                             "recv_index", "sized", "other", "vspec", "per_rank", "min_frame",
-                            NULL};
+                            "param_defaults", "required", NULL};
     PyObject *plain, *slow, *array, *slot, *params, *keywords, *mpi_name = Py_None;
     PyObject *frame = Py_None, *status_type = Py_None, *byte = Py_None, *defaults = Py_None;
+    PyObject *param_defaults = Py_None, *required = Py_None;
     const char *kind_name = "collective";
     int index, recv_index = -1, sized = 1, other = 0, vspec = 0, per_rank = 0;
     long long min_frame = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!iO!O!|$sOOOOOiiiipL:PlainMethod", names,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO!O!iO!O!|$sOOOOOiiiipLOO:PlainMethod", names,
                                      &plain, &slow, &PyType_Type, &array, &PyMemberDescr_Type,
                                      &slot, &index, &PyTuple_Type, &params, &PyTuple_Type,
                                      &keywords, &kind_name, &mpi_name, &frame, &status_type,
                                      &byte, &defaults, &recv_index, &sized, &other, &vspec,
-                                     &per_rank, &min_frame))
+                                     &per_rank, &min_frame, &param_defaults, &required))
         return NULL;
     static const char *KINDS[] = {"collective", "send", "receive", "sendrecv", "replace"};
     int kind = -1;
@@ -215,9 +225,16 @@ method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         else if (strcmp(n, kind == SENDRECV ? "recvbuf" : "buf") == 0)
             at.into = pos;
     }
-    if (nparams < 1 || nparams > 12 || sized > nparams || other > nparams || vspec > nparams) {
-        PyErr_Format(PyExc_ValueError, "PlainMethod: params names 1 to 12 parameters and "
-                     "sized, other and vspec are among them, got %zd", nparams);
+    if (nparams < 1 || nparams > MAX_PARAMS || sized > nparams || other > nparams
+            || vspec > nparams) {
+        PyErr_Format(PyExc_ValueError, "PlainMethod: params names 1 to %d parameters and "
+                     "sized, other and vspec are among them, got %zd", MAX_PARAMS, nparams);
+        return NULL;
+    }
+    if (param_defaults != Py_None
+            && (!PyTuple_Check(param_defaults) || PyTuple_GET_SIZE(param_defaults) != nparams)) {
+        PyErr_SetString(PyExc_TypeError, "PlainMethod: param_defaults must be None or a "
+                        "tuple of one default per parameter");
         return NULL;
     }
     at.gap = kind == REPLACE ? 2 : 0;
@@ -312,6 +329,9 @@ method_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->status_type = Py_NewRef(status_type);
     self->byte = Py_NewRef(byte);
     self->defaults = Py_NewRef(defaults);
+    self->params = Py_NewRef(params);
+    self->param_defaults = Py_NewRef(param_defaults);
+    self->required = Py_NewRef(required);
     self->vectorcall = method_vectorcall;
     return (PyObject *)self;
 }
@@ -328,6 +348,9 @@ method_traverse(Method *self, visitproc visit, void *arg)
     Py_VISIT(self->status_type);
     Py_VISIT(self->byte);
     Py_VISIT(self->defaults);
+    Py_VISIT(self->params);
+    Py_VISIT(self->param_defaults);
+    Py_VISIT(self->required);
     return 0;
 }
 
@@ -343,6 +366,9 @@ method_clear(Method *self)
     Py_CLEAR(self->status_type);
     Py_CLEAR(self->byte);
     Py_CLEAR(self->defaults);
+    Py_CLEAR(self->params);
+    Py_CLEAR(self->param_defaults);
+    Py_CLEAR(self->required);
     return 0;
 }
 

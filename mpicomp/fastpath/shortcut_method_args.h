@@ -24,7 +24,7 @@ typedef struct {
     PyObject *plain;       /* mpi4py's unbound method, e.g. MPI.Intracomm.Allreduce */
     PyObject *slow;        /* the Python function it stands in for (self first) */
     PyObject *frame;       /* receiving kinds: frame(comm, buf, status) for an odd length
-                              of at least min_frame bytes (frame.MIN_FRAME_NBYTES) */
+                              of at least min_frame bytes (frame_format.MIN_FRAME_NBYTES) */
     long long min_frame;   /* receiving kinds: no frame is shorter (shorter: plain data) */
     PyObject *status_type; /* receiving kinds: MPI.Status */
     PyObject *byte;        /* receiving kinds: MPI.BYTE */
@@ -48,6 +48,10 @@ typedef struct {
     PyTypeObject *owner;   /* the class whose slot holds the state */
     Py_ssize_t offset;     /* where that slot lies in an instance */
     PyObject *keywords;    /* tuple of the keyword arguments mpi4py's method takes (op, root) */
+    PyObject *params;      /* mpi4py's parameter names after the communicator */
+    PyObject *param_defaults; /* their defaults (`required`: none), to put a keyword call's
+                              arguments in their places (None: keyword calls not taken) */
+    PyObject *required;    /* the marker of a parameter without a default */
     int index;             /* this method's counts in the state */
     vectorcallfunc vectorcall;
 } Method;
@@ -69,6 +73,45 @@ plain_keywords(Method *self, PyObject *kwnames)
         if (!known)
             return 0;
     }
+    return 1;
+}
+
+/* a keyword call's arguments all by position in `full` (the communicator, then every
+ * parameter: the positional ones, the keywords in their places, the defaults in the gaps;
+ * *n set): 1, or 0 when a keyword is not one of mpi4py's parameters, names a positional
+ * argument again, or a parameter without a default is missing (the Python method then
+ * takes the call, and raises where mpi4py would) */
+static int
+all_positional(Method *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+               PyObject **full, Py_ssize_t *n)
+{
+    if (self->param_defaults == Py_None)
+        return 0;
+    Py_ssize_t nparams = PyTuple_GET_SIZE(self->params);
+    if (nargs < 1 || nargs > nparams + 1)
+        return 0;
+    for (Py_ssize_t i = 0; i <= nparams; i++)
+        full[i] = i < nargs ? args[i] : NULL;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kwnames); k++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, k);
+        Py_ssize_t found = -1;
+        for (Py_ssize_t j = 0; j < nparams && found < 0; j++) {
+            PyObject *param = PyTuple_GET_ITEM(self->params, j);
+            if (name == param || PyUnicode_Compare(name, param) == 0)
+                found = j + 1;
+        }
+        if (found < nargs || full[found] != NULL)
+            return 0;
+        full[found] = args[nargs + k];
+    }
+    for (Py_ssize_t i = nargs; i <= nparams; i++) {
+        if (full[i] == NULL) {
+            full[i] = PyTuple_GET_ITEM(self->param_defaults, i - 1);
+            if (full[i] == self->required)
+                return 0;
+        }
+    }
+    *n = nparams + 1;
     return 1;
 }
 

@@ -47,8 +47,8 @@ __all__ = ["ColumnParallelLinear", "CompressedAllGather", "CompressedReduceScatt
            "gather_from_sequence", "init_process_group", "reduce_from_group",
            "reduce_scatter_to_sequence", "scatter_to_group"]
 
-#: what ``mpicomp.torch.tensor_parallel`` and ``.pipeline`` give (imported on first use:
-#: they import torch)
+#: what ``mpicomp.torch.tensor_parallel``, ``.pipeline_parallel``, ``.sharded`` and
+#: ``.fsdp`` give (imported on first use: they import torch)
 _TENSOR_PARALLEL = ("ColumnParallelLinear", "RowParallelLinear",
                     "allreduce_sequence_parallel_grads", "copy_to_group", "gather_from_group",
                     "gather_from_sequence", "reduce_from_group", "reduce_scatter_to_sequence",
