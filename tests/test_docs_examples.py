@@ -1,4 +1,4 @@
-"""The examples of docs/usage.md run as written and pass their own asserts.
+"""The examples of docs/usage.md and README.md run as written and pass their own asserts.
 
 Each example is a fenced ``python`` block preceded by a comment line
 
@@ -26,6 +26,7 @@ pytestmark = pytest.mark.slow  # left out of make test-quick
 
 ROOT = Path(__file__).resolve().parent.parent
 USAGE = ROOT / "docs" / "usage.md"
+README = ROOT / "README.md"
 TIMEOUT_S = 120
 
 _EXAMPLE = re.compile(
@@ -54,15 +55,17 @@ def parse_examples(text: str) -> list[dict]:
     return examples
 
 
-EXAMPLES = parse_examples(USAGE.read_text())
+EXAMPLES = parse_examples(USAGE.read_text()) + parse_examples(README.read_text())
 
 
 def test_usage_has_examples():
     names = [e["name"] for e in EXAMPLES]
     assert len(names) == len(set(names)), f"duplicate example names: {names}"
-    # every ```python block in usage.md is a marked, tested example
-    assert len(EXAMPLES) == USAGE.read_text().count("```python"), "unmarked python block"
-    assert {"per_call", "per_communicator", "environment", "environment_off"} <= set(names)
+    # every ```python block in usage.md and README.md is a marked, tested example
+    blocks = USAGE.read_text().count("```python") + README.read_text().count("```python")
+    assert len(EXAMPLES) == blocks, "unmarked python block"
+    assert {"per_call", "per_communicator", "environment", "environment_off",
+            "readme"} <= set(names)
 
 
 def test_parse_examples():
