@@ -121,8 +121,14 @@ class Policy:
         return dataclasses.replace(self, **given) if given else self
 
     def merged_over(self, base: Policy) -> Policy:
-        """This policy where set, ``base`` elsewhere."""
-        return base.override(**dataclasses.asdict(self))
+        """This policy where set, ``base`` elsewhere (both checked when made: a setting is
+        checked once, where it is given, not again at each level it passes)."""
+        merged = object.__new__(Policy)
+        for field in dataclasses.fields(self):
+            mine = getattr(self, field.name)
+            object.__setattr__(merged, field.name,
+                               mine if mine is not None else getattr(base, field.name))
+        return merged
 
 
 
