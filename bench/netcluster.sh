@@ -47,6 +47,9 @@
 #   MPIEXEC_TIMEOUT  seconds after which mpiexec ends a hung job (default 600)
 #   MPICOMP_THREADS  codec threads per rank (default: this machine's cores / all ranks,
 #                    since the simulated hosts share them)
+#   MPICOMP_CACHE_DIR  the calibrations' folder; the ranks get its subfolder
+#                    netcluster-RATE (one per shaped rate; unless MPICOMP_CALIBRATION
+#                    names a file)
 #   NETCLUSTER_DEBUG=1  print every launch and the MPI transport on stderr
 #
 # Needs root, ip and tc (iproute2), and a kernel with network namespaces,
@@ -296,6 +299,12 @@ if [ -z "${MPICOMP_THREADS:-}" ]; then
     export MPICOMP_THREADS=$(( $(nproc) / (HOSTS * PPN) > 0 ? $(nproc) / (HOSTS * PPN) : 1 ))
 fi
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+# A calibration is cached per layout, thread budget, host and MPI library, none of which
+# tells one shaped rate from another: each rate keeps its calibrations in a folder of its
+# own, so a job at 1gbit never takes the model's numbers measured at 400mbit
+if [ -z "${MPICOMP_CALIBRATION:-}" ]; then
+    export MPICOMP_CACHE_DIR="${MPICOMP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/mpicomp}/netcluster-$RATE"
+fi
 if [ "${NETCLUSTER_DEBUG:-0}" = 1 ]; then
     export MPIR_CVAR_DEBUG_SUMMARY=1
 fi
