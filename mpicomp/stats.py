@@ -76,7 +76,6 @@ class Stats:
     def __init__(self) -> None:
         _LIVE.add(self)
         self._ops: dict[str, OpStats] = {}
-        self._fast: dict[tuple[str, int, str], int] = {}
         #: the compiled plain-MPI shortcut's state, and the reasons its collectives and its
         #: sends went plain
         self._shortcut: Any = None
@@ -112,26 +111,23 @@ class Stats:
             self._shortcut, self._limits = state, limits
 
     def _fold_fast(self) -> None:
-        """Move the fast-path counts into the table (caller holds the lock)."""
-        if self._shortcut is not None:
-            for index, name in enumerate(fast_methods.METHODS):
-                reason = (RECEIVED_PLAIN if name == "Recv"
-                          else self._limits.collective_reason
-                          if name in fast_methods.COLLECTIVES else self._limits.p2p_reason)
-                for nbytes, calls in self._shortcut.take(index).items():
-                    key = (name, nbytes, reason)
-                    self._fast[key] = self._fast.get(key, 0) + calls
-        while self._fast:
-            (name, nbytes, reason), calls = self._fast.popitem()
-            s = self._ops.setdefault(name, OpStats())
-            s.calls += calls
-            s.raw_bytes += calls * nbytes
-            if name not in fast_methods.RECEIVING:  # (wire bytes: what this rank sent)
-                s.wire_bytes += calls * nbytes
-            if reason == BELOW_THRESHOLD:
-                reason = below_threshold(nbytes, self.threshold)
-            s.fallbacks[reason] += calls
-            s.memory["host"] += calls
+        """Move the compiled fast path's counts into the table (caller holds the lock)."""
+        if self._shortcut is None:
+            return
+        for index, name in enumerate(fast_methods.METHODS):
+            reason = (RECEIVED_PLAIN if name == "Recv"
+                      else self._limits.collective_reason
+                      if name in fast_methods.COLLECTIVES else self._limits.p2p_reason)
+            for nbytes, calls in self._shortcut.take(index).items():
+                s = self._ops.setdefault(name, OpStats())
+                s.calls += calls
+                s.raw_bytes += calls * nbytes
+                if name not in fast_methods.RECEIVING:  # (wire bytes: what this rank sent)
+                    s.wire_bytes += calls * nbytes
+                why = below_threshold(nbytes, self.threshold) if reason == BELOW_THRESHOLD \
+                    else reason
+                s.fallbacks[why] += calls
+                s.memory["host"] += calls
 
     def __repr__(self) -> str:
         return f"Stats({self.as_dict()!r})"
