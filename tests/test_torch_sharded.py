@@ -117,7 +117,7 @@ def test_compressed_gradients_and_parameters_keep_replicas_identical(comm, feedb
     # reduce-scattered during backward, each gradient quantized once (the direct algorithm)
     assert stats["Ireduce_scatter_block"]["compressed"] == 30
     assert stats["Ireduce_scatter_block"]["algorithms"] == {"direct": 30}
-    assert stats["Allgather"]["compressed"] == 30
+    assert stats["Iallgather"]["compressed"] == 30
     # the owner's master values are exact; the parameters it holds are their decoding
     mine = opt.flat.numpy()
     master = opt.master_values().numpy()
@@ -128,6 +128,68 @@ def test_compressed_gradients_and_parameters_keep_replicas_identical(comm, feedb
                                   np.dtype(np.float32))
     assert np.abs(owned - exact).max() <= c * np.abs(master).max() + a
     assert torch.nn.functional.mse_loss(model(x), t).item() < first
+
+
+class _Skipping(torch.nn.Module):
+    """Three linear layers; the middle one is used only when ``use_middle``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(3)
+        self.a, self.b, self.c = (torch.nn.Linear(5, 9), torch.nn.Linear(9, 9),
+                                  torch.nn.Linear(9, 3))
+        self.use_middle = True
+
+    def forward(self, x):
+        h = torch.tanh(self.a(x))
+        if self.use_middle:
+            h = torch.tanh(self.b(h))
+        return self.c(h)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("param_codec", ["none", "bitplane"])
+def test_parameters_gathered_during_forward_are_the_bits_of_a_blocking_gather(comm,
+                                                                              param_codec):
+    """gather_during_forward: step() returns with the allgathers in flight (several
+    buckets, cut through tensors), forward waits for each; a layer forward skips is
+    gathered by the next step or a checkpoint. Every step's parameters are the bits of the
+    same run gathered in step(), on every rank alike."""
+    r = comm.Get_rank()
+    params = {"codec": param_codec, "rate": 8.25, "threshold": 0} \
+        if param_codec != "none" else None
+    runs = []
+    for overlap in (False, True):
+        dp = mpicomp.Comm(comm)
+        model = _Skipping()
+        opt = mt.ShardedOptimizer(model.named_parameters(), torch.optim.Adam, comm=dp,
+                                  lr=0.01, codec="bitplane", rate=4.25, threshold=0,
+                                  param_settings=params, bucket_mib=1e-4)
+        assert len(opt.buckets) > 3
+        if overlap:
+            opt.gather_during_forward(model)
+        seen = []
+        for step in range(6):
+            model.use_middle = step % 3 != 1  # (step 1 and 4 leave b's buckets in flight)
+            x, t = _data(r, step)
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), t).backward()
+            opt.step()
+            if overlap and step == 0:  # in flight until forward (or a checkpoint) waits
+                everyone = set(range(len(opt.buckets)))
+                assert set(opt._gathers) == everyone
+                of_a = {piece.bucket for q in model.a.parameters()
+                        for piece in opt.layout.pieces[id(q)]}
+                model.a(x)  # waits for a's buckets, and only for them
+                assert set(opt._gathers) == everyone - of_a
+            state = opt.state_dict()  # (waits for every bucket)
+            seen.append(state["params"].numpy().tobytes())
+        if overlap:
+            with pytest.raises(ValueError, match="already called"):
+                opt.gather_during_forward(model)
+        assert len(set(comm.allgather(seen[-1]))) == 1
+        runs.append(seen)
+    assert runs[0] == runs[1]
 
 
 @pytest.mark.mpi(min_size=2)

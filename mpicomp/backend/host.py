@@ -149,13 +149,27 @@ class HostArrays:
 
     def finite(self, x: np.ndarray, rt: np.ndarray | None = None) -> bool:
         """True when every ``x`` (``x - rt`` when given) is finite."""
+        if rt is not None and _fused(x, rt):
+            from ..kernels import feedback_cpu
+
+            return feedback_cpu.count_nonfinite_difference(x.reshape(-1), rt.reshape(-1)) == 0
         with np.errstate(over="ignore", invalid="ignore"):
             return bool(np.isfinite(x if rt is None else x - rt).all())
 
     def residual(self, x: np.ndarray, rt: np.ndarray, prev: np.ndarray | None, a: float,
                  b: float, lim: float) -> np.ndarray:
-        """``clip(a * prev + b * (x - rt), -lim, lim)`` in ``x``'s dtype (a new array)."""
+        """``clip(a * prev + b * (x - rt), -lim, lim)`` in ``x``'s dtype, into ``prev`` when
+        given (else a new array)."""
         t = x.dtype.type
+        if _fused(x, rt) and (prev is None or (prev.dtype == x.dtype and prev.size == x.size
+                                               and prev.flags.c_contiguous)):
+            from ..kernels import feedback_cpu
+
+            out = np.empty_like(x) if prev is None else prev
+            feedback_cpu.residual(x.reshape(-1), rt.reshape(-1),
+                                  None if prev is None else prev.reshape(-1), a, b, lim,
+                                  out.reshape(-1))
+            return out
         v = t(a) * prev if (prev is not None and a != 0) else np.zeros_like(x)
         if b != 0:
             v += t(b) * (x - rt)
@@ -194,6 +208,13 @@ class HostMemory(HostArrays):
 
 #: host operations without a scratch pool (the gradient reducer's)
 HOST = HostArrays()
+
+
+def _fused(x: np.ndarray, rt: np.ndarray) -> bool:
+    """Whether error feedback's passes over ``x`` and ``rt`` run as one kernel each
+    (``kernels/feedback_cpu.py``): float32/float64, contiguous, alike."""
+    return (x.dtype in (np.float32, np.float64) and rt.dtype == x.dtype
+            and rt.size == x.size and x.flags.c_contiguous and rt.flags.c_contiguous)
 
 
 def _head(stream: np.ndarray, n: int) -> np.ndarray:

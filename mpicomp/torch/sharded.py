@@ -30,6 +30,9 @@ every bucket). Then:
    "bitplane", "rate": 8.25}``, ZeRO++'s quantized weights; float32 parameters),
    the owner keeping its exact master values. Every rank decodes every part,
    its own included, so the parameters are the same bits on every replica.
+   With :meth:`ShardedOptimizer.gather_during_forward` the gathers start in
+   forward's order and the next forward waits for each bucket just before
+   the first submodule that uses it (Megatron's ``overlap_param_gather``).
 
 Per rank, for ``P`` float32 parameter values on ``p`` ranks: the parameters
 (``4P`` bytes), the gradient shard (``4P/p``) and a few buckets in flight,
@@ -53,6 +56,7 @@ from mpi4py import MPI
 
 from ..training.feedback import ErrorFeedback
 from .flat_layout import FlatLayout, param_groups
+from .progress import Progress
 from .shard_gradients import GradientShards
 from .tensors import world as _world
 
@@ -150,6 +154,10 @@ class ShardedOptimizer:
             **given)
         self._counted = self._norm_ranges()
         self.steps = 0
+        #: parameter allgathers in flight, by bucket: (request, its helper's future)
+        self._gathers: dict[int, tuple[Any, Any]] = {}
+        self._gather_hooks: list[Any] | None = None  # gather_during_forward's
+        self._progress = Progress()
 
     def _check_parameters(self) -> None:
         names = [n for n, _ in self.named]
@@ -176,23 +184,69 @@ class ShardedOptimizer:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self.finish_param_gather()  # (the master values are a gather's send buffers)
         self.grads.reduce_unreduced()
         self.optimizer.step()
         self.grads.take()
-        for b, m in zip(self.buckets, self.masters, strict=True):
-            whole = self._wire(self.flat[self.layout.whole(b)])
-            if self.aliased:
-                self.comm.Allgather(MPI.IN_PLACE, whole, **self.param_settings)
-            elif self.dtype == torch.float32:  # compressed: the owner decodes its part too
-                self.comm.Allgather(m.detach().numpy(), whole, **self.param_settings)
-            else:
-                with torch.no_grad():
-                    self.flat[self.layout.mine(b)].copy_(m)
-                self.comm.Allgather(MPI.IN_PLACE, whole, **self.param_settings)
-        if self.staged:
-            self._write_staged()
+        # forward's order: the layout holds the parameters in reverse
+        for k in reversed(range(len(self.buckets))):
+            self._start_gather(k)
+        if self._gather_hooks is None:
+            self.finish_param_gather()
         self.steps += 1
         return loss
+
+    def gather_during_forward(self, module: torch.nn.Module) -> None:
+        """From now on :meth:`step` starts the parameter allgathers and returns, and the
+        next forward of ``module`` overlaps them (Megatron's ``overlap_param_gather``): a
+        forward pre-hook on each submodule that holds parameters waits for the buckets of
+        its own parameters, which start in the order forward uses them. Whatever reads the
+        parameters otherwise (an evaluation outside ``module``'s forward, a hash, a
+        checkpoint of the module) calls :meth:`finish_param_gather` first; this optimizer's
+        own methods do. Host (CPU) parameters only."""
+        if self.staged:
+            raise ValueError("gather_during_forward: parameters on the host only (these are "
+                             f"on {self.named[0][1].device}, staged through the host)")
+        if self._gather_hooks is not None:
+            raise ValueError("gather_during_forward: already called")
+        where = {id(q): sorted({piece.bucket for piece in self.layout.pieces[id(q)]})
+                 for _, _, q, _ in self.layout.placed}
+        hooks = []
+        for sub in module.modules():
+            mine = sorted({k for q in sub.parameters(recurse=False) if id(q) in where
+                           for k in where[id(q)]})
+            if mine:
+                hooks.append(sub.register_forward_pre_hook(
+                    lambda _m, _args, ks=tuple(mine): self.finish_param_gather(ks)))
+        self._gather_hooks = hooks
+
+    def finish_param_gather(self, buckets: Iterable[int] | None = None) -> None:
+        """Wait for the parameter allgathers :meth:`step` started (of ``buckets``, by index,
+        else all): after it the parameters hold the step's values (at once unless
+        :meth:`gather_during_forward` was called)."""
+        waited = False
+        for k in (list(self._gathers) if buckets is None else buckets):
+            started = self._gathers.pop(k, None)
+            if started is not None:
+                req, tested = started
+                tested.result()  # (the helper thread completes it: one thread at a time may)
+                req.Wait()
+                waited = True
+        if waited and self.staged:  # (staged: every bucket at once, in step)
+            self._write_staged()
+
+    def _start_gather(self, k: int) -> None:
+        b, m = self.buckets[k], self.masters[k]
+        whole = self._wire(self.flat[self.layout.whole(b)])
+        if self.aliased:
+            req = self.comm.Iallgather(MPI.IN_PLACE, whole, **self.param_settings)
+        elif self.dtype == torch.float32:  # compressed: the owner decodes its part too
+            req = self.comm.Iallgather(m.detach().numpy(), whole, **self.param_settings)
+        else:
+            with torch.no_grad():
+                self.flat[self.layout.mine(b)].copy_(m)
+            req = self.comm.Iallgather(MPI.IN_PLACE, whole, **self.param_settings)
+        self._gathers[k] = (req, self._progress.watch(req))
 
     def _write_staged(self) -> None:
         with torch.no_grad():
@@ -244,6 +298,7 @@ class ShardedOptimizer:
         holds them, the error feedback's residuals and the step count, and the layout
         (ranks, buckets) a resume must match. Loaded by :meth:`load_state_dict`, a resumed
         run continues with the same bits as an uninterrupted one."""
+        self.finish_param_gather()
         return {"optimizer": self.optimizer.state_dict(),
                 "master": self.master_values(),
                 "params": self.flat.detach().clone(),
@@ -276,6 +331,7 @@ class ShardedOptimizer:
         if any(every):
             raise ValueError("ShardedOptimizer.load_state_dict: the state does not match the "
                              f"optimizer ({next(m for m in every if m)})")
+        self.finish_param_gather()
         with torch.no_grad():
             self.flat.copy_(state["params"])
             if self._master_flat is not None:
