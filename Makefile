@@ -102,7 +102,7 @@ endif
 	@touch $@
 
 GPU_PYTHON ?= 3.12
-GPU_WHEELS := mpich==5.0.2 mpi4py==4.1.2 pytest-mpi==0.6 zfpy==1.0.1.post0 pysz==1.1.0
+GPU_WHEELS := mpich==5.0.2 mpi4py==4.1.2 pytest-mpi==0.6 zfpy==1.0.1.post0 pysz==1.1.0 zstandard==0.25.0
 GPU_PLATFORMS := manylinux_2_28_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64
 
 gpu-wheels:

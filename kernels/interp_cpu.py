@@ -1,0 +1,175 @@
+"""Numba CPU passes of the ``errbound`` codec's shaped mode: multilevel interpolation.
+
+An array of up to 3 dimensions ``(n0, n1, n2)`` (C order, flat here) is
+coded coarse to fine. ``S`` is the smallest power of two at least every
+dimension; the value at the origin comes first, predicted as 0. Then for
+each stride ``s = S, S/2, ..., 2`` (``h = s / 2``) and each axis ``a`` in
+turn, the *targets* are the points whose coordinate along ``a`` is an odd
+multiple of ``h``, along the axes before ``a`` a multiple of ``h``, along
+the axes after it a multiple of ``s``: their neighbours at ``+-h`` and
+``+-3h`` along ``a`` are known (reconstructed) by then. Each target is
+predicted from them:
+
+* cubic, ``(-r[-3h] + 9 r[-h] + 9 r[+h] - r[+3h]) / 16``, with two
+  neighbours known on each side;
+* linear, ``(r[-h] + r[+h]) / 2``, with one on each side;
+* ``r[-h]`` at the far edge.
+
+The prediction error is quantized to ``q = rint((x - p) / step)`` with
+``step = 2 * bound``, and the target reconstructed as ``r = p + q * step``
+(float64, the decoder computes the same bits). A target whose ``|q|`` is
+over :data:`MAX_Q`, or whose reconstruction rounded to the data's dtype
+misses ``x`` by more than ``bound``, is an *escape*: it keeps ``x``
+exactly (``r = x``, stored apart by the caller). Every point is a target
+exactly once; its code lands at the pass's offset plus its place in the
+pass (C order over the targets), so a pass's targets run in parallel.
+
+Codes are zigzag-mapped (``0, -1, 1, -2, ...`` to ``0, 1, 2, 3, ...``) to
+16 bits, :data:`ESCAPE` marking an escape, and written as two byte planes
+(the low bytes of all codes, then the high bytes: for an entropy coder, the
+high plane of smooth data is nearly all zeros).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from ..threads import start_numba_workers
+
+start_numba_workers()  # before any kernel here runs: idle OpenMP workers sleep
+
+__all__ = ["ESCAPE", "MAX_Q", "code_pass", "passes"]
+
+#: the code of an escape (a value kept exactly)
+ESCAPE = 0xFFFF
+#: the largest ``|q|`` coded (its zigzag code is ``2 * MAX_Q``, below :data:`ESCAPE`)
+MAX_Q = 32766
+
+
+def passes(dims: tuple[int, int, int]) -> list[tuple[int, int, int, int]]:
+    """The coding passes of an array of ``dims``: ``(axis, h, s, code offset)`` each, the
+    origin's pass first (axis -1); their targets are every point once."""
+    n = dims[0] * dims[1] * dims[2]
+    out = [(-1, 0, 0, 0)]
+    if n == 0:
+        return []
+    top = 1
+    while top < max(dims):
+        top *= 2
+    at = 1
+    s = top
+    while s >= 2:
+        h = s // 2
+        for ax in range(3):
+            out.append((ax, h, s, at))
+            count = 1
+            for d in range(3):
+                first, stride = (h, s) if d == ax else ((0, h) if d < ax else (0, s))
+                count *= max(0, (dims[d] - first + stride - 1) // stride)
+            at += count
+        s = h
+    if at != n:
+        raise AssertionError(f"interpolation passes over {dims} code {at} points, not {n}")
+    return out
+
+
+@njit(inline="always")
+def _grid(ax, h, s, n, d):
+    """(first coordinate, stride, count) of a pass's targets along dimension ``d``."""
+    if d == ax:
+        first, stride = h, s
+    elif d < ax:
+        first, stride = 0, h
+    else:
+        first, stride = 0, s
+    count = (n - first + stride - 1) // stride
+    return first, stride, max(count, 0)
+
+
+@njit(inline="always")
+def _targets(n0, n1, n2, ax, h, s):
+    """(first, stride, count) along each dimension of a pass's targets, then the flat
+    distance of neighbours along ``ax`` and its dimension (the origin's pass: ``ax`` -1)."""
+    if ax < 0:
+        return 0, 1, 1, 0, 1, 1, 0, 1, 1, 1, 1
+    f0, d0, c0 = _grid(ax, h, s, n0, 0)
+    f1, d1, c1 = _grid(ax, h, s, n1, 1)
+    f2, d2, c2 = _grid(ax, h, s, n2, 2)
+    stride = n1 * n2 if ax == 0 else (n2 if ax == 1 else 1)
+    nax = n0 if ax == 0 else (n1 if ax == 1 else n2)
+    return f0, d0, c0, f1, d1, c1, f2, d2, c2, stride, nax
+
+
+@njit(inline="always")
+def _predict(rec, idx, i, n, h, stride):
+    """The prediction of ``rec[idx]``, at coordinate ``i`` of ``n`` along an axis whose
+    neighbours lie ``stride`` values apart (see the module)."""
+    left = rec[idx - h * stride]
+    if i + h >= n:
+        return left
+    right = rec[idx + h * stride]
+    if i >= 3 * h and i + 3 * h < n:
+        return (-rec[idx - 3 * h * stride] + 9.0 * left + 9.0 * right
+                - rec[idx + 3 * h * stride]) / 16.0
+    return (left + right) / 2.0
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def code_pass(x, rec, planes, escapes, n0, n1, n2, ax, h, s, at, step, bound, single,
+              decoding):
+    """One pass's targets (flat, ``n0 * n1 * n2`` values; ``ax`` -1: the origin alone,
+    predicted as 0). Encoding: the codes of ``x`` into ``planes`` (low bytes at ``at +
+    k``, high bytes ``n`` later), the reconstructions into ``rec`` (float64),
+    ``escapes[idx] = 1`` where a target keeps its value; returns the non-finite targets
+    seen. Decoding (``x`` and ``escapes`` unread): the reconstructions from the codes (an
+    escape's value is in ``rec`` already); returns the codes past :data:`MAX_Q` that are
+    not :data:`ESCAPE` (a damaged stream)."""
+    n = n0 * n1 * n2
+    f0, d0, c0, f1, d1, c1, f2, d2, c2, stride, nax = _targets(n0, n1, n2, ax, h, s)
+    bad = 0
+    for t0 in prange(c0):
+        i0 = f0 + t0 * d0
+        for t1 in range(c1):
+            i1 = f1 + t1 * d1
+            base = (i0 * n1 + i1) * n2
+            k0 = at + (t0 * c1 + t1) * c2
+            for t2 in range(c2):
+                i2 = f2 + t2 * d2
+                idx = base + i2
+                k = k0 + t2
+                if decoding:
+                    code = np.int64(planes[k]) | (np.int64(planes[n + k]) << 8)
+                    if code == ESCAPE:
+                        continue
+                    if code > 2 * MAX_Q:
+                        bad += 1
+                        continue
+                pred = 0.0
+                if ax >= 0:
+                    i = i0 if ax == 0 else (i1 if ax == 1 else i2)
+                    pred = _predict(rec, idx, i, nax, h, stride)
+                if decoding:
+                    q = (code >> 1) ^ -(code & 1)
+                    rec[idx] = pred + np.float64(q) * step
+                    continue
+                v = np.float64(x[idx])
+                code = ESCAPE
+                r = v
+                if not np.isfinite(v):
+                    bad += 1
+                    r = 0.0
+                else:
+                    qf = np.rint((v - pred) / step)
+                    if abs(qf) <= MAX_Q:
+                        cand = pred + qf * step
+                        back = np.float64(np.float32(cand)) if single else cand
+                        if abs(v - back) <= bound:
+                            qi = np.int64(qf)
+                            code = (qi << 1) ^ (qi >> 63)
+                            r = cand
+                if code == ESCAPE:
+                    escapes[idx] = 1
+                rec[idx] = r
+                planes[k] = np.uint8(code & 0xFF)
+                planes[n + k] = np.uint8(code >> 8)
+    return bad
