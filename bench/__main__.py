@@ -16,6 +16,7 @@ from . import (
     codecs,
     ef_check,
     errbound_ab,
+    field_rd,
     first_call,
     headline,
     model_check,
@@ -33,6 +34,8 @@ SUBCOMMANDS = {
     "accuracy": (accuracy, "bitplane vs zfp 1D/3D PSNR at equal bits per value"),
     "rate-distortion": (rate_distortion, "errbound's bits per value at bitplane's PSNR, and "
                                          "both codecs' speeds"),
+    "field-rd": (field_rd, "errbound with shape= on 2-D and 3-D fields (py-pde's Gray-Scott, "
+                           "the wave equation) against SZ3 and zfp at SZ3's PSNR, and speeds"),
     "errbound-ab": (errbound_ab, "errbound's kernels at another commit against this tree's, "
                                  "in one process: same bytes, speed ratio"),
     "allreduce": (allreduce, "compressed vs plain MPI Allreduce: time, bytes, error "

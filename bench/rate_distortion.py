@@ -38,7 +38,7 @@ from .metrics import error_stats
 from .report import Column, command_line, format_table, machine_lines, progress
 
 __all__ = ["CURVE_RATES", "CURVE_TOLERANCES", "RATES", "ZFP_CURVE_RATES", "add_arguments",
-           "curves", "main", "run"]
+           "curves", "main", "matching", "plot_curves", "round_trip", "run"]
 
 #: bitplane's rates (blocks of 32: P + 8/32 bits per value for float32)
 RATES = (4.25, 8.25, 16.25)
@@ -50,27 +50,27 @@ CURVE_TOLERANCES = tuple(10.0 ** (-e / 2) for e in range(2, 13))
 _STEPS = 24
 
 
-def _round_trip(codec: Any, x: np.ndarray) -> tuple[float, float]:
+def round_trip(codec: Any, x: np.ndarray) -> tuple[float, float]:
     """(PSNR dB, bits per value) of one encode/decode."""
     s = codec.encode(x)
     y = codec.decode(s, out=np.empty_like(x))
     return error_stats(x, y)["psnr_db"], 8.0 * s.size / x.size
 
 
-def _matching(make: Any, x: np.ndarray, psnr: float) -> tuple[float, float, float]:
+def matching(make: Any, x: np.ndarray, psnr: float) -> tuple[float, float, float]:
     """(tolerance, PSNR, bits) of the loosest relative tolerance whose PSNR >= ``psnr``."""
     lo, hi = -12.0, 0.0  # log10 of the tolerance: tight (meets) .. loose (misses)
     best = None
     for _ in range(_STEPS):
         mid = (lo + hi) / 2
-        got, bits = _round_trip(make(10.0 ** mid), x)
+        got, bits = round_trip(make(10.0 ** mid), x)
         if got >= psnr:
             lo, best = mid, (10.0 ** mid, got, bits)
         else:
             hi = mid
     if best is None:
         tol = 10.0 ** lo
-        got, bits = _round_trip(make(tol), x)
+        got, bits = round_trip(make(tol), x)
         best = (tol, got, bits)
     return best
 
@@ -119,9 +119,9 @@ COLUMNS = [
 
 def _row(kind: str, x: np.ndarray, rate: float, repeat: int, with_sz3: bool) -> dict[str, Any]:
     bp = get_codec("bitplane", rate=rate)
-    psnr, bits_bp = _round_trip(bp, x)
-    tol, psnr_eb, bits_eb = _matching(_errbound, x, psnr)
-    zfp_psnr, _ = _round_trip(get_codec("zfp", rate=math.floor(rate * 4) / 4, dims=1), x)
+    psnr, bits_bp = round_trip(bp, x)
+    tol, psnr_eb, bits_eb = matching(_errbound, x, psnr)
+    zfp_psnr, _ = round_trip(get_codec("zfp", rate=math.floor(rate * 4) / 4, dims=1), x)
     enc_bp, dec_bp = _speeds(bp, x, repeat)
     enc_eb, dec_eb = _speeds(_errbound(tol), x, repeat)
     row = {"data": kind, "rate": rate, "psnr": psnr, "bits_bitplane": bits_bp,
@@ -129,7 +129,7 @@ def _row(kind: str, x: np.ndarray, rate: float, repeat: int, with_sz3: bool) -> 
            "psnr_errbound": psnr_eb, "psnr_zfp": zfp_psnr, "enc_bitplane": enc_bp,
            "dec_bitplane": dec_bp, "enc_errbound": enc_eb, "dec_errbound": dec_eb}
     if with_sz3:
-        tol_sz, psnr_sz, bits_sz = _matching(sz3.SZ3, x, psnr)
+        tol_sz, psnr_sz, bits_sz = matching(sz3.SZ3, x, psnr)
         enc_sz, dec_sz = _speeds(sz3.SZ3(tol_sz), x, repeat)
         row.update({"bits_sz3": bits_sz, "psnr_sz3": psnr_sz, "tolerance_sz3": tol_sz,
                     "ratio_sz3": bits_eb / bits_sz, "enc_sz3": enc_sz, "dec_sz3": dec_sz,
@@ -139,26 +139,30 @@ def _row(kind: str, x: np.ndarray, rate: float, repeat: int, with_sz3: bool) -> 
 
 def curves(x: np.ndarray, with_sz3: bool) -> dict[str, list[tuple[float, float]]]:
     """Each codec's (bits per value, PSNR) points on ``x``."""
-    out = {"bitplane": [_round_trip(get_codec("bitplane", rate=r), x)[::-1] for r in CURVE_RATES],
-           "zfp 1D": [_round_trip(get_codec("zfp", rate=r, dims=1), x)[::-1]
+    out = {"bitplane": [round_trip(get_codec("bitplane", rate=r), x)[::-1] for r in CURVE_RATES],
+           "zfp 1D": [round_trip(get_codec("zfp", rate=r, dims=1), x)[::-1]
                       for r in ZFP_CURVE_RATES],
-           "errbound": [_round_trip(_errbound(t), x)[::-1] for t in CURVE_TOLERANCES]}
+           "errbound": [round_trip(_errbound(t), x)[::-1] for t in CURVE_TOLERANCES]}
     if with_sz3:
-        out["SZ3"] = [_round_trip(sz3.SZ3(t), x)[::-1] for t in CURVE_TOLERANCES]
+        out["SZ3"] = [round_trip(sz3.SZ3(t), x)[::-1] for t in CURVE_TOLERANCES]
     return out
 
 
-def _plot(path: str, sets: dict[str, dict[str, list[tuple[float, float]]]],
-          title: str) -> None:
+def plot_curves(path: str, sets: dict[str, dict[str, list[tuple[float, float]]]],
+                title: str, styles: dict[str, str] | None = None,
+                max_bits: float = 20) -> None:
+    """PSNR against bits per value: a panel per data set, a line per codec (``styles``:
+    matplotlib format strings by codec name; the default a marker of its own each)."""
     from .plot import _pyplot
 
     plt = _pyplot()
+    styles = styles or {"bitplane": "o-", "zfp 1D": "s-", "errbound": "^-", "SZ3": "d--"}
     fig, axes = plt.subplots(1, len(sets), figsize=(5 * len(sets), 4.5), squeeze=False)
-    styles = {"bitplane": "o-", "zfp 1D": "s-", "errbound": "^-", "SZ3": "d--"}
     for ax, (kind, lines) in zip(axes[0], sets.items(), strict=True):
         for name, points in lines.items():
-            points = sorted(p for p in points if p[0] <= 20)
-            ax.plot(*zip(*points, strict=True), styles[name], label=name, markersize=4)
+            points = sorted(p for p in points if p[0] <= max_bits)
+            ax.plot(*zip(*points, strict=True), styles.get(name, "o-"), label=name,
+                    markersize=4)
         ax.set_title(kind)
         ax.set_xlabel("bits per value")
         ax.set_ylabel("PSNR (dB)")
@@ -207,7 +211,7 @@ def run(n: int = 1 << 20, dtype: Any = "float32", data: str = "real,weights,fiel
     print(format_table(COLUMNS, rows, header), end="", file=out)
     out.flush()
     if plot_path:
-        _plot(plot_path, sets, f"{n} float32 values per set; {command_line(argv)}")
+        plot_curves(plot_path, sets, f"{n} float32 values per set; {command_line(argv)}")
         progress(f"rate-distortion: curves written to {plot_path}", err)
     return rows
 

@@ -7,8 +7,10 @@ and that zfp's stream equals zfpy's.
 from __future__ import annotations
 
 import io
+import json
 import math
 
+import numpy as np
 import pytest
 
 from mpicomp.bench import accuracy, codecs, rate_distortion
@@ -79,6 +81,45 @@ def test_rate_distortion_matches_bitplanes_psnr_with_errbound(tmp_path):
     text = out.getvalue()
     assert "# command: " in text and text.count("\ngradient ") == 3, text
 
+
+@pytest.mark.skipif(not _has("pysz") or not _has("zfpy"), reason="needs pysz and zfpy")
+def test_field_rd_meets_sz3s_psnr_on_a_field(tmp_path):
+    """Every row: shaped errbound at or above SZ3's PSNR (the bisection's invariant), bits
+    from the streams, fewer than flat errbound's on a smooth field, speeds measured; the
+    table printed with its command; JSON and curves written."""
+    from mpicomp.bench import field_rd
+
+    out = io.StringIO()
+    plot, js = tmp_path / "f.png", tmp_path / "f.json"
+    rows = field_rd.run(data="wave2d", side2=64, tolerances=(1e-2, 1e-4), repeat=1,
+                        out=out, argv=["field-rd"],
+                        plot_path=str(plot) if _has("matplotlib") else None,
+                        json_path=str(js))
+    assert [(r["data"], r["sz3_tolerance"]) for r in rows] == [("wave2d", 1e-2),
+                                                               ("wave2d", 1e-4)]
+    for r in rows:
+        assert r["psnr_shaped"] >= r["psnr"], r
+        assert 0 < r["bits_shaped"] < r["bits_flat"] < 33, r
+        assert r["ratio"] == pytest.approx(r["bits_shaped"] / r["bits_sz3"])
+        assert min(r["enc_1"], r["dec_1"], r["enc_n"], r["dec_n"], r["enc_sz3"]) > 0, r
+    assert json.loads(js.read_text())[0]["shape"] == [64, 64]
+    if _has("matplotlib"):
+        assert plot.stat().st_size > 10_000
+    assert "# command: " in out.getvalue()
+
+
+@pytest.mark.skipif(not _has("pde"), reason="needs py-pde")
+def test_gray_scott_fields_are_solved_patterns():
+    """py-pde's Gray-Scott solve: the requested grid, finite, a pattern (not the flat
+    initial state), the same bits for the same seed."""
+    from mpicomp.bench.pde_fields import gray_scott
+
+    a = gray_scott((24, 32), seed=1, t_end=200)
+    assert a.shape == (24, 32) and a.dtype == np.float32 and np.isfinite(a).all()
+    assert float(a.std()) > 0.01
+    assert np.array_equal(a, gray_scott((24, 32), seed=1, t_end=200))
+    with pytest.raises(ValueError, match="2 or 3 dimensions"):
+        gray_scott((5, 5))
 
 
 def test_errbound_case_specs():
