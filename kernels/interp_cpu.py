@@ -46,13 +46,13 @@ ESCAPE = 0xFFFF
 MAX_Q = 32766
 
 
-def passes(dims: tuple[int, int, int]) -> list[tuple[int, int, int, int]]:
-    """The coding passes of an array of ``dims``: ``(axis, h, s, code offset)`` each, the
-    origin's pass first (axis -1); their targets are every point once."""
+def passes(dims: tuple[int, int, int]) -> list[tuple[int, int, int, int, int]]:
+    """The coding passes of an array of ``dims``: ``(axis, h, s, code offset, targets)``
+    each, the origin's pass first (axis -1); their targets are every point once."""
     n = dims[0] * dims[1] * dims[2]
-    out = [(-1, 0, 0, 0)]
     if n == 0:
         return []
+    out = [(-1, 0, 0, 0, 1)]
     top = 1
     while top < max(dims):
         top *= 2
@@ -61,11 +61,12 @@ def passes(dims: tuple[int, int, int]) -> list[tuple[int, int, int, int]]:
     while s >= 2:
         h = s // 2
         for ax in range(3):
-            out.append((ax, h, s, at))
             count = 1
             for d in range(3):
                 first, stride = (h, s) if d == ax else ((0, h) if d < ax else (0, s))
                 count *= max(0, (dims[d] - first + stride - 1) // stride)
+            if count:
+                out.append((ax, h, s, at, count))
             at += count
         s = h
     if at != n:

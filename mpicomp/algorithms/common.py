@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from collections.abc import Callable
@@ -284,7 +285,21 @@ def pieces(ctx: Ctx, count: int, dtype: Any) -> tuple[list[int], list[int]]:
     way; the codecs code each block on its own, so the decoded values do
     not depend on the cut.
     """
-    return split(count, pieces_of(ctx.codec, count, dtype))
+    k = pieces_of(ctx.codec, count, dtype)
+    return split(count, k, _align(ctx.codec, count // k))
+
+
+def _align(codec: Codec, per_piece: int) -> int:
+    """Where pieces may start: every :data:`ALIGN` values, and for a codec that predicts
+    across a field's dimensions (errbound's ``shape``) at whole rows, or planes where a
+    piece holds two or more, so that each piece is a slab of the field."""
+    shape = getattr(codec, "shape", None)
+    if not isinstance(shape, tuple) or len(shape) < 2:
+        return ALIGN
+    unit = shape[-1]
+    if len(shape) >= 3 and per_piece >= 2 * shape[-1] * shape[-2]:
+        unit = shape[-1] * shape[-2]
+    return math.lcm(ALIGN, unit)
 
 
 def split(n: int, parts: int, align: int = ALIGN) -> tuple[list[int], list[int]]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 import struct
+import threading
 
 import numpy as np
 
@@ -43,6 +44,27 @@ _U32 = struct.Struct("<I")
 #: zstd's level: the fastest of the standard levels (1) codes the planes of smooth fields
 #: within a few percent of level 3 (docs/decisions.md)
 ZSTD_LEVEL = 1
+
+
+#: passes of fewer targets run on one thread (a parallel region costs more than they do)
+SERIAL_BELOW = 16384
+#: scratch kept per thread for buffers of up to this many values (larger ones allocate
+#: their own: 11 bytes a value)
+KEEP_VALUES = 1 << 20
+_kept = threading.local()
+
+
+def _scratch(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(float64 reconstructions, 2 code planes, escape flags) for ``n`` values: this thread's
+    kept arrays when ``n`` is at most :data:`KEEP_VALUES`, else new ones."""
+    if n > KEEP_VALUES:
+        return np.empty(n, np.float64), np.empty(2 * n, np.uint8), np.empty(n, np.uint8)
+    kept = getattr(_kept, "arrays", None)
+    if kept is None or kept[0].size < n:
+        size = max(n, 1 << 12)
+        kept = _kept.arrays = (np.empty(size, np.float64), np.empty(2 * size, np.uint8),
+                               np.empty(size, np.uint8))
+    return kept[0][:n], kept[1][:2 * n], kept[2][:n]
 
 
 def dims_of(shape: tuple[int, ...] | None, count: int) -> tuple[int, int, int] | None:
@@ -86,15 +108,14 @@ def encode_into(x: np.ndarray, dims: tuple[int, int, int], bound: float, out: np
 
     n = x.size
     step = 2.0 * bound
-    rec = np.empty(n, np.float64)
-    planes = np.empty(2 * n, np.uint8)
-    escapes = np.zeros(n, np.uint8)
+    rec, planes, escapes = _scratch(n)
+    escapes[:] = 0
     single = x.dtype == np.float32
     bad = 0
     xr = readonly(x)
-    for ax, h, s, at in interp_cpu.passes(dims):
+    for ax, h, s, at, count in interp_cpu.passes(dims):
         bad += run_kernel(interp_cpu.code_pass, xr, rec, planes, escapes, *dims, ax, h, s,
-                          at, step, bound, single, False)
+                          at, step, bound, single, False, serial=count < SERIAL_BELOW)
     if bad:
         raise ValueError(f"nonfinite: {bad} value(s) NaN or Inf")
     frame = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(planes.data)
@@ -177,20 +198,21 @@ def decode_into(buf: np.ndarray, out: np.ndarray) -> None:
     if len(planes) != 2 * n:
         raise ValueError(f"errbound shaped stream: its frame holds {len(planes)} bytes of "
                          f"codes, {2 * n} expected")
-    planes = np.frombuffer(bytearray(planes), np.uint8)  # (writable: the pass's own type)
+    rec, codes, _ = _scratch(n)
+    codes[:] = np.frombuffer(planes, np.uint8)  # (writable: the pass's own type)
     where = np.frombuffer(buf[esc:esc + 4 * nesc].tobytes(), "<u4").astype(np.int64)
     if nesc and (where[-1] >= n or (nesc > 1 and not bool((np.diff(where) > 0).all()))):
         raise ValueError("errbound shaped stream: escape positions out of order or range")
     values = np.frombuffer(buf[esc + 4 * nesc:esc + nesc * (4 + out.itemsize)].tobytes(),
                            out.dtype)
-    rec = np.zeros(n, np.float64)
-    rec[where] = values
+    rec[where] = values  # (a damaged stream's other escapes: whatever rec held)
     full = (*([1] * (3 - len(dims))), *dims)
     bad = 0
     none = np.zeros(0, out.dtype)  # (x and escapes: a decode reads neither)
-    for ax, h, s, k in interp_cpu.passes(full):  # type: ignore[arg-type]
-        bad += run_kernel(interp_cpu.code_pass, none, rec, planes, none.view(np.uint8), *full,
-                          ax, h, s, k, step, 0.0, out.dtype == np.float32, True)
+    for ax, h, s, k, count in interp_cpu.passes(full):  # type: ignore[arg-type]
+        bad += run_kernel(interp_cpu.code_pass, none, rec, codes, none.view(np.uint8), *full,
+                          ax, h, s, k, step, 0.0, out.dtype == np.float32, True,
+                          serial=count < SERIAL_BELOW)
     if bad:
         raise ValueError(f"errbound shaped stream: {bad} code(s) no encoder writes")
     out[...] = rec  # (rounded to the dtype once, as the encoder checked)
