@@ -15,8 +15,8 @@ predicted from them:
 * linear, ``(r[-h] + r[+h]) / 2``, with one on each side;
 * ``r[-h]`` at the far edge.
 
-The prediction error is quantized to ``q = rint((x - p) / step)`` with
-``step = 2 * bound``, and the target reconstructed as ``r = p + q * step``
+The prediction error is quantized to ``q = rint((x - p) * (1 / step))``
+with ``step = 2 * bound``, and the target reconstructed as ``r = p + q * step``
 (float64, the decoder computes the same bits). A target whose ``|q|`` is
 over :data:`MAX_Q`, or whose reconstruction rounded to the data's dtype
 misses ``x`` by more than ``bound``, is an *escape*: it keeps ``x``
@@ -116,8 +116,8 @@ def _predict(rec, idx, i, n, h, stride):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def code_pass(x, rec, planes, escapes, n0, n1, n2, ax, h, s, at, step, bound, single,
-              decoding):
+def code_pass(x, rec, planes, escapes, n0, n1, n2, ax, h, s, at, step, inv_step, bound,
+              single, decoding):
     """One pass's targets (flat, ``n0 * n1 * n2`` values; ``ax`` -1: the origin alone,
     predicted as 0). Encoding: the codes of ``x`` into ``planes`` (low bytes at ``at +
     k``, high bytes ``n`` later), the reconstructions into ``rec`` (float64),
@@ -160,7 +160,7 @@ def code_pass(x, rec, planes, escapes, n0, n1, n2, ax, h, s, at, step, bound, si
                     bad += 1
                     r = 0.0
                 else:
-                    qf = np.rint((v - pred) / step)
+                    qf = np.rint((v - pred) * inv_step)
                     if abs(qf) <= MAX_Q:
                         cand = pred + qf * step
                         back = np.float64(np.float32(cand)) if single else cand

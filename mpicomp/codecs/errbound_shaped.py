@@ -115,7 +115,8 @@ def encode_into(x: np.ndarray, dims: tuple[int, int, int], bound: float, out: np
     xr = readonly(x)
     for ax, h, s, at, count in interp_cpu.passes(dims):
         bad += run_kernel(interp_cpu.code_pass, xr, rec, planes, escapes, *dims, ax, h, s,
-                          at, step, bound, single, False, serial=count < SERIAL_BELOW)
+                          at, step, 1.0 / step, bound, single, False,
+                          serial=count < SERIAL_BELOW)
     if bad:
         raise ValueError(f"nonfinite: {bad} value(s) NaN or Inf")
     frame = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(planes.data)
@@ -211,7 +212,7 @@ def decode_into(buf: np.ndarray, out: np.ndarray) -> None:
     none = np.zeros(0, out.dtype)  # (x and escapes: a decode reads neither)
     for ax, h, s, k, count in interp_cpu.passes(full):  # type: ignore[arg-type]
         bad += run_kernel(interp_cpu.code_pass, none, rec, codes, none.view(np.uint8), *full,
-                          ax, h, s, k, step, 0.0, out.dtype == np.float32, True,
+                          ax, h, s, k, step, 0.0, 0.0, out.dtype == np.float32, True,
                           serial=count < SERIAL_BELOW)
     if bad:
         raise ValueError(f"errbound shaped stream: {bad} code(s) no encoder writes")
