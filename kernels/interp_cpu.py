@@ -121,56 +121,60 @@ def code_pass(x, rec, planes, escapes, n0, n1, n2, ax, h, s, at, step, inv_step,
     """One pass's targets (flat, ``n0 * n1 * n2`` values; ``ax`` -1: the origin alone,
     predicted as 0). Encoding: the codes of ``x`` into ``planes`` (low bytes at ``at +
     k``, high bytes ``n`` later), the reconstructions into ``rec`` (float64),
-    ``escapes[idx] = 1`` where a target keeps its value; returns the non-finite targets
-    seen. Decoding (``x`` and ``escapes`` unread): the reconstructions from the codes (an
-    escape's value is in ``rec`` already); returns the codes past :data:`MAX_Q` that are
-    not :data:`ESCAPE` (a damaged stream)."""
+    ``escapes[idx] = 1`` where a target keeps its value. Decoding (``x`` and
+    ``escapes`` unread): the reconstructions from the codes (an escape's value is in
+    ``rec`` already). Returns ``(bad, escapes)``: encoding, the
+    non-finite targets and the escapes; decoding, the codes past :data:`MAX_Q` that are
+    not :data:`ESCAPE` (a damaged stream), and 0."""
     n = n0 * n1 * n2
     f0, d0, c0, f1, d1, c1, f2, d2, c2, stride, nax = _targets(n0, n1, n2, ax, h, s)
     bad = 0
-    for t0 in prange(c0):
+    kept = 0
+    for row in prange(c0 * c1):  # (the rows of both outer dimensions: a 2-D field's too)
+        t0 = row // c1
+        t1 = row - t0 * c1
         i0 = f0 + t0 * d0
-        for t1 in range(c1):
-            i1 = f1 + t1 * d1
-            base = (i0 * n1 + i1) * n2
-            k0 = at + (t0 * c1 + t1) * c2
-            for t2 in range(c2):
-                i2 = f2 + t2 * d2
-                idx = base + i2
-                k = k0 + t2
-                if decoding:
-                    code = np.int64(planes[k]) | (np.int64(planes[n + k]) << 8)
-                    if code == ESCAPE:
-                        continue
-                    if code > 2 * MAX_Q:
-                        bad += 1
-                        continue
-                pred = 0.0
-                if ax >= 0:
-                    i = i0 if ax == 0 else (i1 if ax == 1 else i2)
-                    pred = _predict(rec, idx, i, nax, h, stride)
-                if decoding:
-                    q = (code >> 1) ^ -(code & 1)
-                    rec[idx] = pred + np.float64(q) * step
-                    continue
-                v = np.float64(x[idx])
-                code = ESCAPE
-                r = v
-                if not np.isfinite(v):
-                    bad += 1
-                    r = 0.0
-                else:
-                    qf = np.rint((v - pred) * inv_step)
-                    if abs(qf) <= MAX_Q:
-                        cand = pred + qf * step
-                        back = np.float64(np.float32(cand)) if single else cand
-                        if abs(v - back) <= bound:
-                            qi = np.int64(qf)
-                            code = (qi << 1) ^ (qi >> 63)
-                            r = cand
+        i1 = f1 + t1 * d1
+        base = (i0 * n1 + i1) * n2
+        k0 = at + row * c2
+        for t2 in range(c2):
+            i2 = f2 + t2 * d2
+            idx = base + i2
+            k = k0 + t2
+            if decoding:
+                code = np.int64(planes[k]) | (np.int64(planes[n + k]) << 8)
                 if code == ESCAPE:
-                    escapes[idx] = 1
-                rec[idx] = r
-                planes[k] = np.uint8(code & 0xFF)
-                planes[n + k] = np.uint8(code >> 8)
-    return bad
+                    continue
+                if code > 2 * MAX_Q:
+                    bad += 1
+                    continue
+            pred = 0.0
+            if ax >= 0:
+                i = i0 if ax == 0 else (i1 if ax == 1 else i2)
+                pred = _predict(rec, idx, i, nax, h, stride)
+            if decoding:
+                q = (code >> 1) ^ -(code & 1)
+                rec[idx] = pred + np.float64(q) * step
+                continue
+            v = np.float64(x[idx])
+            code = ESCAPE
+            r = v
+            if not np.isfinite(v):
+                bad += 1
+                r = 0.0
+            else:
+                qf = np.rint((v - pred) * inv_step)
+                if abs(qf) <= MAX_Q:
+                    cand = pred + qf * step
+                    back = np.float64(np.float32(cand)) if single else cand
+                    if abs(v - back) <= bound:
+                        qi = np.int64(qf)
+                        code = (qi << 1) ^ (qi >> 63)
+                        r = cand
+            if code == ESCAPE:
+                escapes[idx] = 1
+                kept += 1
+            rec[idx] = r
+            planes[k] = np.uint8(code & 0xFF)
+            planes[n + k] = np.uint8(code >> 8)
+    return bad, kept

@@ -111,16 +111,18 @@ def encode_into(x: np.ndarray, dims: tuple[int, int, int], bound: float, out: np
     rec, planes, escapes = _scratch(n)
     escapes[:] = 0
     single = x.dtype == np.float32
-    bad = 0
+    bad = kept = 0
     xr = readonly(x)
     for ax, h, s, at, count in interp_cpu.passes(dims):
-        bad += run_kernel(interp_cpu.code_pass, xr, rec, planes, escapes, *dims, ax, h, s,
+        b, k = run_kernel(interp_cpu.code_pass, xr, rec, planes, escapes, *dims, ax, h, s,
                           at, step, 1.0 / step, bound, single, False,
                           serial=count < SERIAL_BELOW)
+        bad += b
+        kept += k
     if bad:
         raise ValueError(f"nonfinite: {bad} value(s) NaN or Inf")
     frame = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(planes.data)
-    where = np.flatnonzero(escapes).astype(np.uint32)
+    where = (np.flatnonzero(escapes) if kept else np.zeros(0, np.intp)).astype(np.uint32)
     d = len(dims)
     total = (HEAD.size + 4 * d + 4 + len(frame) + 4 + where.size * (4 + x.itemsize))
     if total > out.size:
@@ -213,7 +215,7 @@ def decode_into(buf: np.ndarray, out: np.ndarray) -> None:
     for ax, h, s, k, count in interp_cpu.passes(full):  # type: ignore[arg-type]
         bad += run_kernel(interp_cpu.code_pass, none, rec, codes, none.view(np.uint8), *full,
                           ax, h, s, k, step, 0.0, 0.0, out.dtype == np.float32, True,
-                          serial=count < SERIAL_BELOW)
+                          serial=count < SERIAL_BELOW)[0]
     if bad:
         raise ValueError(f"errbound shaped stream: {bad} code(s) no encoder writes")
     out[...] = rec  # (rounded to the dtype once, as the encoder checked)
