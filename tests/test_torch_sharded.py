@@ -187,6 +187,11 @@ def test_parameters_gathered_during_forward_are_the_bits_of_a_blocking_gather(co
         if overlap:
             with pytest.raises(ValueError, match="already called"):
                 opt.gather_during_forward(model)
+            opt.remove_hooks()  # step() gathers by itself again
+            x, t = _data(r, 6)
+            torch.nn.functional.mse_loss(model(x), t).backward()
+            opt.step()
+            assert not opt._gathers
         assert len(set(comm.allgather(seen[-1]))) == 1
         runs.append(seen)
     assert runs[0] == runs[1]

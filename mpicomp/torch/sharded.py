@@ -380,8 +380,13 @@ class ShardedOptimizer:
         return self.layout.owned()
 
     def remove_hooks(self) -> None:
-        """Stop reducing gradients during backward (``step()`` then reduces ``.grad``)."""
+        """Stop reducing gradients during backward (``step()`` then reduces ``.grad``) and
+        gathering parameters during forward (``step()`` then gathers them itself)."""
         self.grads.remove_hooks()
+        self.finish_param_gather()
+        for h in self._gather_hooks or []:
+            h.remove()
+        self._gather_hooks = None
 
     # -- helpers -------------------------------------------------------------------------
     def _norm_ranges(self) -> list[tuple[int, int]]:
