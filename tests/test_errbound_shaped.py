@@ -84,6 +84,8 @@ def test_auto_takes_an_arrays_own_shape_and_flat_arrays_stay_flat():
     flat = get_codec("errbound", tolerance=1e-3)
     assert bytes(auto.encode(x.ravel())) == bytes(flat.encode(x.ravel()))
     assert bytes(flat.encode(x)) == bytes(flat.encode(x.ravel()))  # no shape: flat
+    with pytest.raises(ValueError, match="bad step"):  # a codec without a shape
+        flat.decode(s, out=np.empty_like(x))  # reads a shaped stream's step as a bad one
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -183,7 +183,7 @@ class ErrboundCodec(Codec):
         from ..kernels import errbound_cpu
         from ..kernels.launch import readonly, run_kernel
 
-        if errbound_shaped.is_shaped(buf):
+        if self.shape is not None and errbound_shaped.is_shaped(buf):
             errbound_shaped.decode_into(buf, out)
             return
         count = out.size
@@ -310,7 +310,7 @@ class ErrboundCodec(Codec):
         shaped stream's sections)."""
         dt = self._check_dtype(dtype)
         buf = np.asarray(buf)
-        if errbound_shaped.is_shaped(buf):
+        if self.shape is not None and errbound_shaped.is_shaped(buf):
             return errbound_shaped.used_nbytes(buf, count, dt.itemsize)
         return int(_offsets(_sections(buf, count)[1], count)[-1])
 

@@ -26,7 +26,9 @@ E size     their values, in the data's dtype
 =========  =====================================================
 
 A buffer whose shaped stream would not fit the codec's upper bound (the
-flat stream's) is coded flat instead.
+flat stream's) is coded flat instead. Only a codec with a ``shape`` reads a
+negative step as a shaped stream; without one it is a flat stream's bad
+step, refused alike on the host and the device.
 """
 from __future__ import annotations
 
