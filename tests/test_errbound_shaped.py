@@ -84,6 +84,8 @@ def test_auto_takes_an_arrays_own_shape_and_flat_arrays_stay_flat():
     flat = get_codec("errbound", tolerance=1e-3)
     assert bytes(auto.encode(x.ravel())) == bytes(flat.encode(x.ravel()))
     assert bytes(flat.encode(x)) == bytes(flat.encode(x.ravel()))  # no shape: flat
+    with pytest.raises(ValueError):  # an out buffer below the upper bound, as encode checks
+        auto.encode(x, out=np.empty(10, np.uint8))
     with pytest.raises(ValueError, match="bad step"):  # a codec without a shape
         flat.decode(s, out=np.empty_like(x))  # reads a shaped stream's step as a bad one
 

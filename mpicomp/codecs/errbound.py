@@ -50,7 +50,7 @@ from ..kernels.errbound_layout import (
     valid_code,
 )
 from . import errbound_shaped
-from .base import Codec
+from .base import Codec, _check_stream_out
 
 __all__ = ["HEADER_NBYTES", "ErrboundCodec"]
 
@@ -146,8 +146,7 @@ class ErrboundCodec(Codec):
         across its own dimensions."""
         if self.shape == "auto" and type(x) is np.ndarray and x.ndim >= 2:
             flat = self._check_input(x)
-            stream = out if out is not None else np.empty(
-                self.stream_nbytes(flat.size, flat.dtype), np.uint8)
+            stream = _check_stream_out(out, self.stream_nbytes(flat.size, flat.dtype))
             return stream[:self._encode_host(flat, stream, x.shape)]
         return super().encode(x, out, checked=checked)
 
