@@ -59,6 +59,7 @@ from .errbound_block import (
     block_code_after,
     block_values,
     carry_history,
+    choose_code_of_widths,
     flush_bits,
     is_mask,
     mask_head,
@@ -70,6 +71,7 @@ from .errbound_block import (
     raw_values,
     zeros_block,
 )
+from .errbound_pricing import price_block_vec32, residual_codes
 from .jit import NUMBA_INLINE, njit
 from .vector_ir import I8, I32, I64, call_intrinsic, element_pointer, load, splat, store, vector
 
@@ -91,41 +93,76 @@ _BMI2 = (numba.config.CPU_NAME in (None, "host")
          and bool(binding.get_host_cpu_features().get("bmi2", False)))
 
 
-@intrinsic
-def put_planes_vec32(typingctx, q, width, out, pos):
-    """The ``width`` plane words of the 32 code slots of ``q`` at ``out[pos:pos + 4 width]``
-    (plane ``j``: bit ``width - 1 - j`` of each code, code ``i`` at bit ``i``).
+def _emit_planes(context, b, codes, wv, outtype, outv, posv, stopv):
+    """IR storing the ``wv`` plane words of the 32 codes ``codes`` (``<32 x i32>``, none
+    wider than ``wv`` bits) at ``out[pos:pos + 4 w]`` (plane ``j``: bit ``w - 1 - j`` of
+    each code, code ``i`` at bit ``i``); the bytes up to ``out[stop]`` are the caller's to
+    overwrite.
 
-    The codes are shifted left by ``32 - width`` (plane ``j`` is then bit ``31 - j`` of
-    each) and cut into their bytes, 32 lanes of one byte each (byte ``3 - j // 8`` of every
+    The codes are shifted left by ``32 - w`` (plane ``j`` is then bit ``31 - j`` of each)
+    and cut into their bytes, 32 lanes of one byte each (byte ``3 - j // 8`` of every
     code); plane ``j`` is the sign bits of that byte vector shifted left by ``j % 8`` in
     16-bit lanes (a byte's top bit after the shift is its own bit ``7 - j % 8``): one
     ``vpsllw`` and one ``vpmovmskb`` a plane on x86, where shifting and comparing the
-    32-bit codes took four of each and a pack."""
-    sig = types.void(q, width, out, pos)
+    32-bit codes took four of each and a pack. Where ``stop`` leaves room, a byte's eight
+    planes are stored whole (those past ``w`` are zero words, overwritten by what
+    follows): one branch a byte, not a plane, whose outcome varies from block to block on
+    noise-like data."""
+    bytes32, words16 = vector(I8, _LANES), vector(ir.IntType(16), _LANES // 2)
+    with b.if_then(b.icmp_signed(">", wv, ir.Constant(I64, 0)), likely=True):
+        shift = b.sub(ir.Constant(I32, 32), b.trunc(wv, I32))  # (1 to 32 - 1: w >= 1)
+        top = b.shl(codes, splat(b, shift, _WORDS32))
+
+        def plane(pairs, k, r):
+            moved = b.bitcast(b.shl(pairs, splat(b, r, words16)), bytes32)
+            word = b.bitcast(b.icmp_signed("<", moved, splat(b, 0, bytes32)), I32)
+            at = b.add(posv, ir.Constant(I64, 4 * (8 * k + r)))
+            store(b, word, element_pointer(context, b, outtype, outv, at))
+
+        for k in range(4):  # planes 8k to 8k + 7: byte 3 - k of each code
+            with b.if_then(b.icmp_signed(">", wv, ir.Constant(I64, 8 * k)), likely=k < 1):
+                byte = b.trunc(b.lshr(top, splat(b, 24 - 8 * k, _WORDS32)), bytes32)
+                pairs = b.bitcast(byte, words16)
+                room = b.icmp_signed("<=", b.add(posv, ir.Constant(I64, 32 * (k + 1))), stopv)
+                with b.if_else(room, likely=True) as (whole, single):
+                    with whole:
+                        for r in range(8):
+                            plane(pairs, k, r)
+                    with single:
+                        for r in range(8):
+                            with b.if_then(b.icmp_signed(">", wv, ir.Constant(I64, 8 * k + r))):
+                                plane(pairs, k, r)
+
+
+@intrinsic
+def put_planes_vec32(typingctx, q, width, out, pos, stop):
+    """The ``width`` plane words of the 32 code slots of ``q`` at ``out[pos:pos + 4 width]``
+    (:func:`_emit_planes`; the bytes up to ``out[stop]`` are the caller's to overwrite)."""
+    sig = types.void(q, width, out, pos, stop)
 
     def codegen(context, b, signature, args):
-        qv, wv, outv, posv = args
-        bytes32, words16 = vector(I8, _LANES), vector(ir.IntType(16), _LANES // 2)
-        with b.if_then(b.icmp_signed(">", wv, ir.Constant(I64, 0)), likely=True):
-            codes = load(b, element_pointer(context, b, signature.args[0], qv,
-                                            ir.Constant(I64, _CODES)), vector(I64, _LANES))
-            shift = b.sub(ir.Constant(I32, 32), b.trunc(wv, I32))  # (1 to 32 - 1: w >= 1)
-            top = b.shl(b.trunc(codes, _WORDS32), splat(b, shift, _WORDS32))
-            for k in range(4):  # planes 8k to 8k + 7: byte 3 - k of each code
-                with b.if_then(b.icmp_signed(">", wv, ir.Constant(I64, 8 * k)), likely=k < 1):
-                    byte = b.trunc(b.lshr(top, splat(b, 24 - 8 * k, _WORDS32)), bytes32)
-                    pairs = b.bitcast(byte, words16)
-                    for r in range(8):
-                        j = 8 * k + r
-                        with b.if_then(b.icmp_signed(">", wv, ir.Constant(I64, j)),
-                                       likely=j < 8):
-                            moved = b.bitcast(b.shl(pairs, splat(b, r, words16)), bytes32)
-                            word = b.bitcast(b.icmp_signed("<", moved, splat(b, 0, bytes32)),
-                                             I32)
-                            at = b.add(posv, ir.Constant(I64, 4 * j))
-                            store(b, word, element_pointer(context, b, signature.args[2],
-                                                           outv, at))
+        qv, wv, outv, posv, stopv = args
+        codes = b.trunc(load(b, element_pointer(context, b, signature.args[0], qv,
+                                                ir.Constant(I64, _CODES)), vector(I64, _LANES)),
+                        _WORDS32)
+        _emit_planes(context, b, codes, wv, signature.args[2], outv, posv, stopv)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def put_residual_planes_vec32(typingctx, q, order, width, out, pos, stop):
+    """The ``width`` plane words of the zigzag codes of a full block's residuals of
+    ``order`` (0: its values) at ``out[pos:pos + 4 width]``, from its history and value
+    slots in ``q`` (``errbound_pricing.residual_codes``, :func:`_emit_planes`): a width or
+    delta block's planes without its codes' round trip through the code slots."""
+    sig = types.void(q, order, width, out, pos, stop)
+
+    def codegen(context, b, signature, args):
+        qv, orderv, wv, outv, posv, stopv = args
+        codes = residual_codes(context, b, signature.args[0], qv, orderv)
+        _emit_planes(context, b, codes, wv, signature.args[3], outv, posv, stopv)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -362,13 +399,20 @@ def _mask_codes(q, n):
 
 @njit(inline=NUMBA_INLINE)
 def _put_mask_block(q, n, w, out, p, stop, words):
-    """A mask block of ``n`` quantized values (in their slots) at ``out[p:stop]``: its mask,
-    then each plane's bits of the non-zeros (:func:`extract` of a whole plane word made in
-    ``words``), one plane after the other; returns the position after the block."""
-    m = np.uint64(_mask_codes(q, n))
+    """A mask block of ``n`` quantized values (in their slots) at ``out[p:stop]``
+    (:func:`_put_mask_planes`); returns the position after the block."""
+    return _put_mask_planes(q, np.uint64(_mask_codes(q, n)), w, out, p, stop, words)
+
+
+@njit(inline=NUMBA_INLINE)
+def _put_mask_planes(q, m, w, out, p, stop, words):
+    """A mask block whose code slots hold each non-zero's code minus one (0 at a zero's),
+    ``m`` its mask, at ``out[p:stop]``: the mask, then each plane's bits of the non-zeros
+    (:func:`extract` of a whole plane word made in ``words``), one plane after the other;
+    returns the position after the block."""
     count = popcount64(np.int64(m))
     _store4(out, p, m)
-    put_planes_vec32(q, w, words, np.int64(0))
+    put_planes_vec32(q, w, words, np.int64(0), np.int64(words.size))
     at = p + np.int64(4)
     acc = np.uint64(0)
     fill = np.int64(0)
@@ -395,10 +439,13 @@ def _put_block_of(q, n, code, out, p, stop, words):
     w = plane_width(code)
     if is_mask(code):
         return _put_mask_block(q, n, w, out, p, stop, words)
-    for i in range(n, BLOCK):  # (lanes past a short block: 0 in every plane)
-        q[_code_slot(i)] = np.int64(0)
-    _zigzags(q, n, _delta_order(code))
-    put_planes_vec32(q, w, out, p)
+    if n == np.int64(BLOCK):
+        put_residual_planes_vec32(q, _delta_order(code), w, out, p, stop)
+    else:
+        for i in range(n, BLOCK):  # (lanes past a short block: 0 in every plane)
+            q[_code_slot(i)] = np.int64(0)
+        _zigzags(q, n, _delta_order(code))
+        put_planes_vec32(q, w, out, p, stop)
     return p + np.int64(4) * w
 
 
@@ -426,6 +473,27 @@ def pack_group_vec32(x, xb, group, inv_step, codes, out, pos, stop, itemsize, q,
         p = _put_block(q, n, code, out, p, stop, words)
 
 
+@njit
+def _code_block_scalar(x, xb, start, end, inv_step, step, bound, single, codes, b, out, p,
+                       stop, itemsize, q, words):
+    """Block ``b`` (``x[start:end]``) priced by ``errbound_block.block_code_after`` and its
+    bytes at ``out[p:stop]``; returns ``(the position after them, 1 for a block holding
+    NaN or Inf, else 0)``. A function of its own, not inlined: the full blocks' loop of
+    :func:`code_group_vec32` keeps its registers (inlined, its spills cost that loop a
+    fifth of its time)."""
+    code, nbits = block_code_after(x, start, end, inv_step, step, bound, single, q)
+    nonfinite = np.int64(0)
+    if code == np.int64(NONFINITE):
+        nonfinite = np.int64(1)
+        code = np.int64(0)
+    codes[b] = np.uint8(code)
+    if code == np.int64(RAW):
+        p = raw_bytes(xb, start, end, itemsize, out, p)
+    elif code != np.int64(0):
+        p = _put_block(q, end - start, code, out, p, stop, words)
+    return p, nonfinite
+
+
 @njit(inline=NUMBA_INLINE)
 def code_group_vec32(x, xb, group, inv_step, step, bound, single, codes, out, pos, stop,
                      itemsize, q, words):
@@ -436,18 +504,31 @@ def code_group_vec32(x, xb, group, inv_step, step, bound, single, codes, out, po
     first, last = _group_blocks(group, codes.size)
     p = np.int64(pos)
     bad = np.int64(0)
+    raw_block_bits = np.int64(BLOCK) * np.int64(32 if single else 64)
     for b in range(first, last):
         start, end = _block_values(b, x.size)
         carry_history(q, b == first)  # (from the block before's value slots, kept as is)
-        code, nbits = block_code_after(x, start, end, inv_step, step, bound, single, q)
-        if code == np.int64(NONFINITE):
-            bad += np.int64(1)
-            code = np.int64(0)
-        codes[b] = np.uint8(code)
-        if code == np.int64(RAW):
-            p = raw_bytes(xb, start, end, itemsize, out, p)
-        elif code != np.int64(0):
-            p = _put_block(q, end - start, code, out, p, stop, words)
+        if end - start == np.int64(BLOCK):
+            status, w, wz, nonzero, w1, w2, w3, m = price_block_vec32(x, start, inv_step, step,
+                                                                      bound, q)
+            if status == np.int64(0):
+                code, nbits = choose_code_of_widths(np.int64(BLOCK), raw_block_bits, w, wz,
+                                                    nonzero, w1, w2, w3)
+                codes[b] = np.uint8(code)
+                if code == np.int64(RAW):  # (never for a full block: kept for the format)
+                    p = raw_bytes(xb, start, end, itemsize, out, p)
+                elif is_mask(code):  # (its codes in their slots)
+                    p = _put_mask_planes(q, np.uint64(m), plane_width(code), out, p, stop,
+                                         words)
+                elif code != np.int64(0):
+                    put_residual_planes_vec32(q, _delta_order(code), plane_width(code), out,
+                                              p, stop)
+                    p += np.int64(4) * plane_width(code)
+                continue
+        # a short block, one that fails a check, or one of wide values: the scalar pricing
+        p, nonfinite = _code_block_scalar(x, xb, start, end, inv_step, step, bound, single,
+                                          codes, b, out, p, stop, itemsize, q, words)
+        bad += nonfinite
     return p, bad
 
 

@@ -501,7 +501,8 @@ def test_the_one_pass_encode_writes_the_two_pass_bytes(dtype):
     """The codec's one-pass encode (groups written from their raw bytes' place, then moved
     to their offsets) against the codes pass and the packing at offsets (the CUDA
     kernels' steps), over several parallel iterations' runs of groups: compressible runs
-    that move far, raw runs that move a few bytes or not at all."""
+    that move far, raw runs that move a few bytes or not at all; the one pass prices full
+    blocks on 32-bit lanes (``errbound_pricing``), the codes pass with the scalar code."""
     from mpicomp.codecs.errbound import _offsets, _sections
     from mpicomp.kernels import errbound_cpu
 
@@ -514,8 +515,18 @@ def test_the_one_pass_encode_writes_the_two_pass_bytes(dtype):
     wave = np.sin(np.arange(n) / 50.0)  # delta blocks, each after a block out of range (raw)
     for b in range(0, n // BLOCK, 3):
         wave[b * BLOCK:(b + 1) * BLOCK] = 1e12
+    # integers around the 32-bit pricing's limits (2**27, the history's too), past 31 bits,
+    # and residuals of 32 bits and more, in units of the first tolerance's step (0.02)
+    # (a block of 2**31 - 2**8 after one of its negative: a first residual that wraps to
+    # 10 bits modulo 2**32, where the scalar code sees 33)
+    magnitude = rng.choice([2.0**4, 2.0**20, 2.0**26, 2.0**27, 2.0**28, 2.0**30,
+                            2.0**31 - 2.0**8, 2.0**32], n // BLOCK + 1)
+    magnitude *= np.where(rng.random(magnitude.size) < 0.5, -1, 1)
+    wide = np.repeat(magnitude, BLOCK)[:n] * (1 + rng.integers(-3, 4, n) * 2.0**-26) * 0.02
+    wide[(rng.random(n) < 0.2) & (np.abs(wide) < 1e6)] = 0.0  # (mask blocks)
     for x, relative in [(_data(kind, n, dtype), True) for kind in KINDS] + [
-            (mixed, True), (wave, False)]:
+            (mixed, True), (wave, False), (wide, False)]:
+        after_raw = x is wave
         x = np.asarray(x, dtype)
         for tol in (1e-2, 1e-6):
             c = get_codec("errbound", tolerance=tol, relative=relative)
@@ -531,7 +542,7 @@ def test_the_one_pass_encode_writes_the_two_pass_bytes(dtype):
             two[:8] = np.frombuffer(np.float64(step).tobytes(), np.uint8)
             errbound_cpu.pack(x, x.view(np.uint8), inv_step, code, offsets, two, x.itemsize)
             np.testing.assert_array_equal(s, two[:offsets[-1]])
-            if not relative:  # (the case it is there for: delta blocks after raw ones)
+            if after_raw:  # (the case it is there for: delta blocks after raw ones)
                 assert RAW in code and any(DELTA <= v <= DELTA3 + WIDEST for v in code)
 
 
