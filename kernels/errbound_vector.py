@@ -404,12 +404,14 @@ def _put_mask_block(q, n, w, out, p, stop, words):
     return _put_mask_planes(q, np.uint64(_mask_codes(q, n)), w, out, p, stop, words)
 
 
-@njit(inline=NUMBA_INLINE)
+@njit(inline="always")
 def _put_mask_planes(q, m, w, out, p, stop, words):
     """A mask block whose code slots hold each non-zero's code minus one (0 at a zero's),
     ``m`` its mask, at ``out[p:stop]``: the mask, then each plane's bits of the non-zeros
     (:func:`extract` of a whole plane word made in ``words``), one plane after the other;
-    returns the position after the block."""
+    returns the position after the block. (Inlined by LLVM, not Numba: Numba's inlining
+    kept reference counting of the arrays in the encode's loop, three atomic calls a
+    mask block.)"""
     count = popcount64(np.int64(m))
     _store4(out, p, m)
     put_planes_vec32(q, w, words, np.int64(0), np.int64(words.size))
