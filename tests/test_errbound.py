@@ -548,7 +548,7 @@ def test_the_one_pass_encode_writes_the_two_pass_bytes(dtype):
 
 def test_a_variable_codecs_chunk_is_cut_for_a_fraction_of_its_upper_bound():
     """The collectives in pieces cut an errbound chunk as if its stream were VARIABLE_RATIO
-    times smaller than its upper bound (the raw bytes), not for the upper bound (4x the
+    times smaller than its upper bound (the raw bytes), not for the upper bound (8x the
     pieces, each a kernel call and a message), and a fixed-rate codec's for its size."""
     from mpicomp.algorithms.common import MAX_PIECES, PIECE_BYTES, VARIABLE_RATIO, pieces_of
 
