@@ -90,6 +90,99 @@ def test_auto_takes_an_arrays_own_shape_and_flat_arrays_stay_flat():
         flat.decode(s, out=np.empty_like(x))  # reads a shaped stream's step as a bad one
 
 
+def _passes_one_at_a_time(x, rec, planes, escapes, dims, step, bound, decoding):
+    """The passes with every target through the per-target code (``interp_cpu._predict``
+    and ``_code_one``, the edges' path): the reference of the branch-free loops."""
+    from numba import njit
+
+    @njit
+    def one_pass(x, rec, planes, escapes, n0, n1, n2, ax, h, s, at, step, inv_step, bound,
+                 single, decoding):
+        n = n0 * n1 * n2
+        f0, d0, c0, f1, d1, c1, f2, d2, c2, stride, nax = interp_cpu._targets(n0, n1, n2, ax,
+                                                                              h, s)
+        bad = 0
+        kept = 0
+        for row in range(c0 * c1):
+            i0 = f0 + (row // c1) * d0
+            i1 = f1 + (row - (row // c1) * c1) * d1
+            for t2 in range(c2):
+                i2 = f2 + t2 * d2
+                idx = (i0 * n1 + i1) * n2 + i2
+                pred = 0.0
+                if ax >= 0:
+                    i = i0 if ax == 0 else (i1 if ax == 1 else i2)
+                    pred = interp_cpu._predict(rec, idx, i, nax, h, stride)
+                b, e = interp_cpu._code_one(x, rec, planes, escapes, idx, at + row * c2 + t2,
+                                            n, pred, step, inv_step, bound, single, decoding)
+                bad += b
+                kept += e
+        return bad, kept
+
+    total = [0, 0]
+    for ax, h, s, at, _ in interp_cpu.passes(dims):
+        b, k = one_pass(x, rec, planes, escapes, *dims, ax, h, s, at, step,
+                        0.0 if decoding else 1.0 / step, bound, rec.dtype == np.float32
+                        if decoding else x.dtype == np.float32, decoding)
+        total[0] += b
+        total[1] += k
+    return total
+
+
+@pytest.mark.parametrize("dims", [(1, 512, 300), (24, 20, 18), (1, 37, 101), (3, 1, 33)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_the_branch_free_loops_code_what_the_per_target_code_does(dims, dtype):
+    """code_pass runs a row's cubic targets in branch-free loops (the finest level's stride
+    a constant): the same codes, reconstructions, escapes and counts as every target
+    through the per-target code, on smooth data, noise with escapes, NaN (counted), and
+    decoding a stream of random codes (damaged ones counted, their targets left)."""
+    rng = np.random.default_rng(7)
+    n = int(np.prod(dims))
+    g = np.indices(dims).astype(np.float64)
+    smooth = np.sin(g[0] / 7.0) + np.cos(g[1] / 5.0) * np.sin(g[2] / 11.0)
+    noisy = rng.standard_normal(dims) * 10.0 ** rng.integers(-3, 3, dims)
+    nan = smooth.copy().ravel()
+    nan[rng.integers(0, n, 3)] = np.nan
+    for data in (smooth, smooth + 1e-3 * rng.standard_normal(dims), noisy, nan):
+        x = np.ascontiguousarray(np.asarray(data, dtype).ravel())
+        for bound in (1e-1, 1e-4):
+            got, want = [], []
+            for runs, out in ((None, got), (True, want)):
+                rec, planes, escapes = np.zeros(n), np.zeros(2 * n, np.uint8), np.zeros(n, np.uint8)
+                if runs:
+                    counts = _passes_one_at_a_time(x, rec, planes, escapes, dims, 2 * bound,
+                                                   bound, False)
+                else:
+                    counts = [0, 0]
+                    for ax, h, s, at, _ in interp_cpu.passes(dims):
+                        b, k = interp_cpu.code_pass(x, rec, planes, escapes, *dims, ax, h, s, at,
+                                                    2 * bound, 0.5 / bound, bound,
+                                                    dtype == np.float32, False)
+                        counts[0] += b
+                        counts[1] += k
+                out += [rec, planes, escapes, counts]
+            for a, b in zip(got, want, strict=True):
+                np.testing.assert_array_equal(a, b)
+    codes = rng.integers(0, 256, 2 * n).astype(np.uint8)
+    for k, low in zip(rng.choice(n, 8, replace=False), [0xFE, 0xFD, 0xFF, 0xFF] * 2,
+                      strict=True):  # damaged codes (65534, 65533) and escapes (65535)
+        codes[k], codes[n + k] = low, 0xFF
+    results = []
+    for runs in (False, True):
+        rec = np.full(n, 1.5)
+        none = np.zeros(0, dtype)
+        if runs:
+            bad = _passes_one_at_a_time(none, rec, codes, none.view(np.uint8), dims, 0.01, 0.0,
+                                        True)[0]
+        else:
+            bad = sum(interp_cpu.code_pass(none, rec, codes, none.view(np.uint8), *dims, ax, h,
+                                           s, at, 0.01, 0.0, 0.0, dtype == np.float32, True)[0]
+                      for ax, h, s, at, _ in interp_cpu.passes(dims))
+        results.append((rec, bad))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    assert results[0][1] == results[1][1] > 0
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_values_the_step_cannot_reach_are_kept_exactly(dtype):
     """Escapes: errors too large to code (a spike of 1e9 in a field at 1e-3) and a bound
