@@ -128,7 +128,8 @@ def price_block_vec32(typingctx, x, start, inv_step, step, bound, q):
               element_pointer(context, b, signature.args[5], qv, ir.Constant(I64, HISTORY)))
         h = _history_vector(b, context, signature.args[5], qv)
         z = _zigzag(b, v)
-        widest = b.or_(_or_lanes(b, z), _or_lanes(b, _zigzag(b, h)))
+        z_or = _or_lanes(b, z)
+        widest = b.or_(z_or, _or_lanes(b, _zigzag(b, h)))
         ok = b.and_(b.icmp_unsigned("==", b.bitcast(fails, I32), ir.Constant(I32, 0)),
                     b.icmp_unsigned("<", widest, ir.Constant(I32, _GUARD)))
         zero = ir.Constant(I64, 0)
@@ -138,7 +139,7 @@ def price_block_vec32(typingctx, x, start, inv_step, step, bound, q):
             nonzero = b.icmp_unsigned("!=", z, splat(b, 0, _W32))
             count = call_intrinsic(b, "llvm.ctpop.i32", I32, b.bitcast(nonzero, I32))
             less = b.sub(z, b.zext(nonzero, _W32))  # (each non-zero's code minus one)
-            widths = [_bit_length(b, _or_lanes(b, z)), _bit_length(b, _or_lanes(b, less)),
+            widths = [_bit_length(b, z_or), _bit_length(b, _or_lanes(b, less)),
                       b.zext(count, I64)]
             widths += [_bit_length(b, _or_lanes(b, _zigzag(b, d))) for d in _residuals(b, h, v)]
             store(b, b.zext(less, vector(I64, _LANES)),  # (a mask block's codes)

@@ -114,17 +114,15 @@ def _predict(rec, idx, i, n, h, stride):
     left = rec[idx - h * stride]
     if i + h >= n:
         return left
-    right = rec[idx + h * stride]
-    if i >= 3 * h and i + 3 * h < n:
-        return (-rec[idx - 3 * h * stride] + 9.0 * left + 9.0 * right
-                - rec[idx + 3 * h * stride]) / 16.0
-    return (left + right) / 2.0
+    if _is_cubic(i, n, h):
+        return _cubic_at(rec, np.uint64(idx), h * stride)
+    return (left + rec[idx + h * stride]) / 2.0
 
 
 @njit(inline="always")
 def _cubic_at(rec, idx, off):
     """The cubic prediction of ``rec[idx]`` (``idx`` unsigned) from its neighbours ``off``
-    apart, the operations in :func:`_predict`'s order (the same bits)."""
+    apart: ``(-r[-3] + 9 r[-1] + 9 r[+1] - r[+3]) / 16``, in that order."""
     o1 = np.uint64(off)
     o3 = np.uint64(3 * off)
     return (-rec[idx - o3] + 9.0 * rec[idx - o1] + 9.0 * rec[idx + o1] - rec[idx + o3]) / 16.0
@@ -270,14 +268,15 @@ def _code_targets(x, rec, planes, escapes, t_from, t_to, base, f2, d2, k0, i0, i
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def code_pass(x, rec, planes, escapes, n0, n1, n2, ax, h, s, at, step, inv_step, bound,
-              single, decoding):
+def code_pass(x, rec, planes, escapes, vals, flags, n0, n1, n2, ax, h, s, at, step,
+              inv_step, bound, single, decoding):
     """One pass's targets (flat, ``n0 * n1 * n2`` values; ``ax`` -1: the origin alone,
     predicted as 0). Encoding: the codes of ``x`` into ``planes`` (low bytes at ``at +
     k``, high bytes ``n`` later), the reconstructions into ``rec`` (float64),
-    ``escapes[idx] = 1`` where a target keeps its value. Decoding (``x`` and
-    ``escapes`` unread): the reconstructions from the codes (an escape's value is in
-    ``rec`` already). Returns ``(bad, escapes)``: encoding, the
+    ``escapes[idx] = 1`` where a target keeps its value; ``vals`` (float64) and
+    ``flags`` (uint8): scratch of the pass's targets or more. Decoding (``x``,
+    ``escapes``, ``vals`` and ``flags`` unread): the reconstructions from the codes (an
+    escape's value is in ``rec`` already). Returns ``(bad, escapes)``: encoding, the
     non-finite targets and the escapes; decoding, the codes past :data:`MAX_Q` that are
     not :data:`ESCAPE` (a damaged stream), and 0.
 
@@ -289,8 +288,6 @@ def code_pass(x, rec, planes, escapes, n0, n1, n2, ax, h, s, at, step, inv_step,
     f0, d0, c0, f1, d1, c1, f2, d2, c2, stride, nax = _targets(n0, n1, n2, ax, h, s)
     bad = 0
     kept = 0
-    vals = np.empty(0 if decoding else c0 * c1 * c2)  # (each row's reconstructions
-    flags = np.empty(0 if decoding else c0 * c1 * c2, np.uint8)  # and escapes: scratch)
     for row in prange(c0 * c1):  # (the rows of both outer dimensions: a 2-D field's too)
         t0 = row // c1
         t1 = row - t0 * c1
@@ -315,7 +312,7 @@ def code_pass(x, rec, planes, escapes, n0, n1, n2, ax, h, s, at, step, inv_step,
         kept += e
         if lo < hi:  # (the finest level's stride, 2, a constant when it compiles: the
             # loops vectorize there, where LLVM speculates a stride of 1 otherwise)
-            scratch = vals[row * c2:(row + 1) * c2], flags[row * c2:(row + 1) * c2]
+            scratch = vals[row * c2:(row + 1) * c2], flags[row * c2:(row + 1) * c2]  # (its own)
             if d2 == 2:
                 b, e = _cubic_span(x, rec, planes, escapes, base + f2, 2, k0, lo, hi,
                                    h * stride, n, step, inv_step, bound, single, decoding,

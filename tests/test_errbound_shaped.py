@@ -155,7 +155,8 @@ def test_the_branch_free_loops_code_what_the_per_target_code_does(dims, dtype):
                 else:
                     counts = [0, 0]
                     for ax, h, s, at, _ in interp_cpu.passes(dims):
-                        b, k = interp_cpu.code_pass(x, rec, planes, escapes, *dims, ax, h, s, at,
+                        b, k = interp_cpu.code_pass(x, rec, planes, escapes, np.empty(n),
+                                                    np.empty(n, np.uint8), *dims, ax, h, s, at,
                                                     2 * bound, 0.5 / bound, bound,
                                                     dtype == np.float32, False)
                         counts[0] += b
@@ -175,8 +176,9 @@ def test_the_branch_free_loops_code_what_the_per_target_code_does(dims, dtype):
             bad = _passes_one_at_a_time(none, rec, codes, none.view(np.uint8), dims, 0.01, 0.0,
                                         True)[0]
         else:
-            bad = sum(interp_cpu.code_pass(none, rec, codes, none.view(np.uint8), *dims, ax, h,
-                                           s, at, 0.01, 0.0, 0.0, dtype == np.float32, True)[0]
+            bad = sum(interp_cpu.code_pass(none, rec, codes, none.view(np.uint8), none,
+                                           none.view(np.uint8), *dims, ax, h, s, at, 0.01, 0.0,
+                                           0.0, dtype == np.float32, True)[0]
                       for ax, h, s, at, _ in interp_cpu.passes(dims))
         results.append((rec, bad))
     np.testing.assert_array_equal(results[0][0], results[1][0])

@@ -56,17 +56,21 @@ KEEP_VALUES = 1 << 20
 _kept = threading.local()
 
 
-def _scratch(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(float64 reconstructions, 2 code planes, escape flags) for ``n`` values: this thread's
-    kept arrays when ``n`` is at most :data:`KEEP_VALUES`, else new ones."""
+def _scratch(n: int) -> tuple[np.ndarray, ...]:
+    """(float64 reconstructions, 2 code planes, escape flags, and a pass's float64 and
+    uint8 scratch) for ``n`` values: this thread's kept arrays when ``n`` is at most
+    :data:`KEEP_VALUES`, else new ones."""
     if n > KEEP_VALUES:
-        return np.empty(n, np.float64), np.empty(2 * n, np.uint8), np.empty(n, np.uint8)
+        return _new_scratch(n)
     kept = getattr(_kept, "arrays", None)
     if kept is None or kept[0].size < n:
-        size = max(n, 1 << 12)
-        kept = _kept.arrays = (np.empty(size, np.float64), np.empty(2 * size, np.uint8),
-                               np.empty(size, np.uint8))
-    return kept[0][:n], kept[1][:2 * n], kept[2][:n]
+        kept = _kept.arrays = _new_scratch(max(n, 1 << 12))
+    return tuple(a[:a.size // kept[0].size * n] for a in kept)
+
+
+def _new_scratch(n: int) -> tuple[np.ndarray, ...]:
+    return (np.empty(n, np.float64), np.empty(2 * n, np.uint8), np.empty(n, np.uint8),
+            np.empty(n, np.float64), np.empty(n, np.uint8))
 
 
 def dims_of(shape: tuple[int, ...] | None, count: int) -> tuple[int, int, int] | None:
@@ -110,14 +114,14 @@ def encode_into(x: np.ndarray, dims: tuple[int, int, int], bound: float, out: np
 
     n = x.size
     step = 2.0 * bound
-    rec, planes, escapes = _scratch(n)
+    rec, planes, escapes, vals, flags = _scratch(n)
     escapes[:] = 0
     single = x.dtype == np.float32
     bad = kept = 0
     xr = readonly(x)
     for ax, h, s, at, count in interp_cpu.passes(dims):
-        b, k = run_kernel(interp_cpu.code_pass, xr, rec, planes, escapes, *dims, ax, h, s,
-                          at, step, 1.0 / step, bound, single, False,
+        b, k = run_kernel(interp_cpu.code_pass, xr, rec, planes, escapes, vals, flags, *dims,
+                          ax, h, s, at, step, 1.0 / step, bound, single, False,
                           serial=count < SERIAL_BELOW)
         bad += b
         kept += k
@@ -203,7 +207,7 @@ def decode_into(buf: np.ndarray, out: np.ndarray) -> None:
     if len(planes) != 2 * n:
         raise ValueError(f"errbound shaped stream: its frame holds {len(planes)} bytes of "
                          f"codes, {2 * n} expected")
-    rec, codes, _ = _scratch(n)
+    rec, codes = _scratch(n)[:2]
     codes[:] = np.frombuffer(planes, np.uint8)  # (writable: the pass's own type)
     where = np.frombuffer(buf[esc:esc + 4 * nesc].tobytes(), "<u4").astype(np.int64)
     if nesc and (where[-1] >= n or (nesc > 1 and not bool((np.diff(where) > 0).all()))):
@@ -215,7 +219,8 @@ def decode_into(buf: np.ndarray, out: np.ndarray) -> None:
     bad = 0
     none = np.zeros(0, out.dtype)  # (x and escapes: a decode reads neither)
     for ax, h, s, k, count in interp_cpu.passes(full):  # type: ignore[arg-type]
-        bad += run_kernel(interp_cpu.code_pass, none, rec, codes, none.view(np.uint8), *full,
+        bad += run_kernel(interp_cpu.code_pass, none, rec, codes, none.view(np.uint8), none,
+                          none.view(np.uint8), *full,
                           ax, h, s, k, step, 0.0, 0.0, out.dtype == np.float32, True,
                           serial=count < SERIAL_BELOW)[0]
     if bad:
