@@ -78,17 +78,16 @@ PLAIN = {"codec": "none"}
 BF16 = {"codec": {"id": "cast", "dtype": "bfloat16"}, "threshold": 0}
 AGGRESSIVE = {"codec": "bitplane", "rate": 4.25, "threshold": 0}
 MILD = {"codec": "bitplane", "rate": 16.25, "threshold": 0}
-#: a sharded optimizer's parameter allgather under the hybrid policy (ZeRO++'s 8-bit
-#: weights: every step's parameters decode the exact master values, errors do not add up)
-PARAMS = {"codec": "bitplane", "rate": 8.25, "threshold": 0}
-#: gradient buckets (MiB): the baselines' (about a third of the model's 3.3 MiB of
-#: gradients a bucket, so that backward overlaps them: 2.5% more tokens/s for bf16 than one
-#: 25 MiB bucket in dp4, 40 steps at 400 Mbit/s), the compressed policies' (one bucket a
-#: settings group: fewer agreements and codec calls competing with backward for the cores;
-#: 2.5% more tokens/s for hybrid than 1 MiB buckets there). A sharded optimizer takes the
-#: small buckets in every policy: its parameter gathers overlap the next forward only in
-#: several buckets (dp4-sharded, 40 steps at 400 Mbit/s: bf16 6%, hybrid 5% more tokens/s
-#: than with 25 MiB, naive 2% fewer)
+#: a sharded optimizer's parameter allgather under the hybrid policy: each step's change
+#: of the parameters (``gather_deltas``: the master values less the replicas', so what a
+#: gather lost goes with the next step's; the replicas stay within one step's codec
+#: error of the master values)
+PARAMS = {"codec": "bitplane", "rate": 3.25, "threshold": 0}
+#: gradient (and sharded parameter) buckets, MiB, each policy's faster choice in every
+#: layout (docs/decisions.md): plain's small ones (about a third of the model's 3.3 MiB a
+#: bucket, so that backward overlaps them: native nonblocking MPI), one bucket for the
+#: policies whose calls go through mpicomp's codecs, bf16 included (fewer agreements and
+#: codec calls competing with backward for the cores)
 SMALL_BUCKETS, BIG_BUCKETS = 1.0, 25.0
 #: gradients of fewer values than this go plain under the hybrid policy
 SMALL_TENSOR = 4096
@@ -103,17 +102,18 @@ def policy_settings(policy: str, local_tp: bool = False) -> dict[str, Any]:
     tensor-parallel ranks share a host, their traffic shared memory)."""
     if policy == "plain":
         return {"tp": PLAIN, "pp": PLAIN, "grad": PLAIN, "feedback": "none", "rules": [],
-                "params": PLAIN, "bucket_mib": SMALL_BUCKETS}
+                "params": PLAIN, "param_deltas": False, "bucket_mib": SMALL_BUCKETS}
     if policy == "bf16":
         return {"tp": BF16, "pp": BF16, "grad": BF16, "feedback": "none", "rules": [],
-                "params": BF16, "bucket_mib": SMALL_BUCKETS}
+                "params": BF16, "param_deltas": False, "bucket_mib": BIG_BUCKETS}
     if policy == "naive":
         return {"tp": AGGRESSIVE, "pp": AGGRESSIVE, "grad": AGGRESSIVE, "feedback": "none",
-                "rules": [], "params": AGGRESSIVE, "bucket_mib": BIG_BUCKETS}
+                "rules": [], "params": AGGRESSIVE, "param_deltas": False,
+                "bucket_mib": BIG_BUCKETS}
     if policy == "hybrid":
         return {"tp": BF16 if local_tp else MILD, "pp": MILD, "grad": AGGRESSIVE,
                 "feedback": "loco", "rules": [("*norm*", PLAIN), (_small, PLAIN)],
-                "params": PARAMS, "bucket_mib": BIG_BUCKETS}
+                "params": PARAMS, "param_deltas": True, "bucket_mib": BIG_BUCKETS}
     raise ValueError(f"policy must be one of {list(POLICIES)}, got {policy!r}")
 
 
@@ -147,6 +147,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bucket-mib", type=float, default=None,
                         help="gradient buckets of at most this many MiB in every policy "
                              "(default: each policy's own, see policy_settings)")
+    parser.add_argument("--param-rate", type=float, default=None,
+                        help="the bitplane parameter gathers (naive, hybrid) at this "
+                             "rate (default: each policy's own, see policy_settings)")
+    parser.add_argument("--feedback", choices=("none", "classic", "loco"), default=None,
+                        help="the error feedback of the policies that have one (hybrid) "
+                             "(default: each policy's own)")
     parser.add_argument("--val-kib", type=int, default=256,
                         help="KiB of held-out text the final validation loss scores (256)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per rank (1)")
@@ -244,13 +250,16 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
     first, last = g.pp_rank == 0, g.pp_rank == pp - 1
     named = list(module.named_parameters())
     grad = dict(s["grad"])
-    bucket_mib = args.bucket_mib if args.bucket_mib is not None else \
-        SMALL_BUCKETS if sharded else s["bucket_mib"]
+    if args.param_rate is not None and s["params"].get("codec") == "bitplane":  # (exploring)
+        s = {**s, "params": {**s["params"], "rate": args.param_rate}}
+    if args.feedback is not None and s["feedback"] != "none":
+        s = {**s, "feedback": args.feedback}
+    bucket_mib = args.bucket_mib if args.bucket_mib is not None else s["bucket_mib"]
     if sharded:
         opt = mt.ShardedOptimizer(named, torch.optim.Adam, comm=g.dp, lr=args.lr,
                                   betas=(0.9, args.beta2), bucket_mib=bucket_mib,
                                   error_feedback=s["feedback"], param_settings=s["params"],
-                                  **grad)
+                                  gather_deltas=s["param_deltas"], **grad)
         # (gradients reduce-scatter during backward: their starts and waits are the comm)
         clock.wrap(g.dp, "Ireduce_scatter_block", "comm")
         clock.wrap(opt.grads, "complete_oldest", "comm")

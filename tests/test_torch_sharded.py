@@ -148,7 +148,52 @@ class _Skipping(torch.nn.Module):
 
 
 @pytest.mark.mpi(min_size=2)
-@pytest.mark.parametrize("param_codec", ["none", "bitplane"])
+def test_parameter_changes_gathered_compressed_stay_within_one_gathers_error(comm):
+    """gather_deltas at bitplane 4.25 (gradients plain): after every step the replicas hold
+    the same bits, and the values each rank owns are within the codec's bound of this
+    step's change from the master values (what a gather lost goes with the next change:
+    no error builds up over the steps), far closer than gathering the values at the same
+    rate; the changes' receive buffers are counted in ``memory()``."""
+    r = comm.Get_rank()
+    params = {"codec": "bitplane", "rate": 4.25, "threshold": 0}
+    c, a = bounds.codec_constants(get_codec({"id": "bitplane", "rate": 4.25}),
+                                  np.dtype(np.float32))
+    eps = float(np.finfo(np.float32).eps)
+    worst = {}
+    for deltas in (False, True):
+        dp = mpicomp.Comm(comm)
+        model = _model(0)
+        opt = mt.ShardedOptimizer(model.named_parameters(), torch.optim.Adam, comm=dp,
+                                  lr=0.01, codec="none", param_settings=params,
+                                  gather_deltas=deltas, bucket_mib=1e-4)
+        in_flat, in_master = opt.owned()
+        worst[deltas] = 0.0
+        for step in range(20):
+            before = opt.flat.numpy()[in_flat].copy()
+            x, t = _data(r, step)
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), t).backward()
+            opt.step()
+            assert len(set(comm.allgather(_blob(model)))) == 1  # identical replicas
+            owned = opt.flat.numpy()[in_flat]
+            master = opt.master_values().numpy()[in_master]
+            gap = float(np.abs(owned - master).max())
+            if deltas:  # the codec's bound on this step's change (and two roundings)
+                change = np.abs(master - before).max()
+                assert gap <= c * change + a + 2 * eps * np.abs(master).max()
+            worst[deltas] = max(worst[deltas], gap)
+        assert dp.stats()["Iallgather"]["compressed"] == 20 * len(opt.buckets)
+        held = opt.memory()["parameters"] - opt.flat.numel() * 4  # (step() starts all)
+        assert held == (4 * sum(opt.layout.whole(b).stop - opt.layout.whole(b).start
+                                for b in opt.buckets) if deltas else 0)
+    assert 0 < worst[True] and 8 * worst[True] < worst[False]
+    with pytest.raises(ValueError, match="gather_deltas sends each step's parameter change"):
+        mt.ShardedOptimizer(_model(0).parameters(), comm=mpicomp.Comm(comm),
+                            gather_deltas=True)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("param_codec", ["none", "bitplane", "deltas"])
 def test_parameters_gathered_during_forward_are_the_bits_of_a_blocking_gather(comm,
                                                                               param_codec):
     """gather_during_forward: step() returns with the allgathers in flight (several
@@ -156,7 +201,7 @@ def test_parameters_gathered_during_forward_are_the_bits_of_a_blocking_gather(co
     gathered by the next step or a checkpoint. Every step's parameters are the bits of the
     same run gathered in step(), on every rank alike."""
     r = comm.Get_rank()
-    params = {"codec": param_codec, "rate": 8.25, "threshold": 0} \
+    params = {"codec": "bitplane", "rate": 8.25, "threshold": 0} \
         if param_codec != "none" else None
     runs = []
     for overlap in (False, True):
@@ -164,7 +209,8 @@ def test_parameters_gathered_during_forward_are_the_bits_of_a_blocking_gather(co
         model = _Skipping()
         opt = mt.ShardedOptimizer(model.named_parameters(), torch.optim.Adam, comm=dp,
                                   lr=0.01, codec="bitplane", rate=4.25, threshold=0,
-                                  param_settings=params, bucket_mib=1e-4)
+                                  param_settings=params, gather_deltas=param_codec == "deltas",
+                                  bucket_mib=1e-4)
         assert len(opt.buckets) > 3
         if overlap:
             opt.gather_during_forward(model)
@@ -230,16 +276,22 @@ def _steps(model, opt, comm, first: int, last: int) -> bytes:
 
 
 @pytest.mark.mpi(min_size=2)
-@pytest.mark.parametrize("feedback", ["none", "loco"])
+@pytest.mark.parametrize("feedback", ["none", "loco", "loco+deltas"])
 def test_a_run_saved_and_resumed_gives_the_bits_of_an_uninterrupted_one(comm, feedback):
     """state_dict() mid-way (each rank its own), a new model and optimizer (other initial
     weights) loading it: the parameters after the remaining steps are bitwise those of the
     uninterrupted run, compressed gradients and error feedback (residuals, LoCo's reset
-    count: reset_every 2) included."""
+    count: reset_every 2) included, and compressed parameter changes (gather_deltas: the
+    master values and the replicas' values both carried over)."""
     import copy
 
+    deltas = feedback.endswith("+deltas")
+    feedback = feedback.removesuffix("+deltas")
     settings = {"codec": "bitplane", "rate": 4.25, "threshold": 0, "error_feedback": feedback,
                 "reset_every": 2, "bucket_mib": 1e-4, "lr": 1e-2}
+    if deltas:
+        settings.update(param_settings={"codec": "bitplane", "rate": 4.25, "threshold": 0},
+                        gather_deltas=True)
     whole = _steps(*_fresh(0, comm, settings), comm, 0, 6)
     model, opt = _fresh(0, comm, settings)
     _steps(model, opt, comm, 0, 3)

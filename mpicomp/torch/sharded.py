@@ -30,6 +30,12 @@ every bucket). Then:
    "bitplane", "rate": 8.25}``, ZeRO++'s quantized weights; float32 parameters),
    the owner keeping its exact master values. Every rank decodes every part,
    its own included, so the parameters are the same bits on every replica.
+   With ``gather_deltas=True`` each step gathers the parameters' change instead:
+   the owner's master values minus the values the replicas hold, which every
+   rank adds to its parameters. What a compressed gather lost is then part of
+   the next step's change (error feedback on the parameters): the replicas stay
+   within one gather's codec error of the master values, an error of the size
+   of a step's update rather than of the weights, so a low rate holds the loss.
    With :meth:`ShardedOptimizer.gather_during_forward` the gathers start in
    forward's order and the next forward waits for each bucket just before
    the first submodule that uses it (Megatron's ``overlap_param_gather``).
@@ -81,7 +87,8 @@ class ShardedOptimizer:
     def __init__(self, params: Iterable[Any], optimizer_class: Any = torch.optim.Adam,
                  comm: Any = None, error_feedback: str = "none", beta: float = 0.8,
                  reset_every: int = 1024, residual_dtype: Any = None,
-                 param_settings: Mapping[str, Any] | None = None, bucket_mib: float = 25.0,
+                 param_settings: Mapping[str, Any] | None = None, gather_deltas: bool = False,
+                 bucket_mib: float = 25.0,
                  tensor_parallel: Any = None, pipeline_parallel: Any = None,
                  **optimizer_defaults_and_settings: Any) -> None:
         self.comm = _world(comm)
@@ -99,6 +106,14 @@ class ShardedOptimizer:
         if feedback.active and self.comm.resolved_policy(**self.gradient_settings).auto:
             raise ValueError("error feedback needs a named codec (the codec is 'auto'); "
                              "pass codec= with error_feedback=")
+        if gather_deltas and not compress_params:
+            raise ValueError("gather_deltas sends each step's parameter change compressed: "
+                             "give param_settings a codec (e.g. {'codec': 'bitplane', "
+                             f"'rate': 4.25}}), got param_settings={param_settings!r}")
+        #: whether the parameter gathers carry each step's change (see the module)
+        self.gather_deltas = bool(gather_deltas)
+        #: bytes of the changes' receive buffers at their most so far (gather_deltas)
+        self.peak_delta_bytes = 0
         if not float(bucket_mib) > 0:
             raise ValueError(f"bucket_mib must be > 0, got {bucket_mib!r}")
         self.dtype = self.named[0][1].dtype
@@ -154,8 +169,11 @@ class ShardedOptimizer:
             **given)
         self._counted = self._norm_ranges()
         self.steps = 0
-        #: parameter allgathers in flight, by bucket: (request, its helper's future)
-        self._gathers: dict[int, tuple[Any, Any]] = {}
+        #: parameter allgathers in flight, by bucket: (request, its helper's future, and with
+        #: gather_deltas the change received, to add to the bucket's parameters, and this
+        #: rank's part of it, the send buffer)
+        self._gathers: dict[int, tuple[Any, Any, Any]] = {}
+        self._delta_bytes = 0  # (the changes' receive buffers now held)
         self._gather_hooks: list[Any] | None = None  # gather_during_forward's
         self._progress = Progress()
 
@@ -228,9 +246,14 @@ class ShardedOptimizer:
         for k in (list(self._gathers) if buckets is None else buckets):
             started = self._gathers.pop(k, None)
             if started is not None:
-                req, tested = started
+                req, tested, change = started
                 tested.result()  # (the helper thread completes it: one thread at a time may)
                 req.Wait()
+                if change is not None:  # the same bits added on every rank
+                    received, _sent = change
+                    with torch.no_grad():
+                        self.flat[self.layout.whole(self.buckets[k])].add_(received)
+                    self._delta_bytes -= received.numel() * 4
                 waited = True
         if waited and self.staged:  # (staged: every bucket at once, in step)
             self._write_staged()
@@ -238,7 +261,16 @@ class ShardedOptimizer:
     def _start_gather(self, k: int) -> None:
         b, m = self.buckets[k], self.masters[k]
         whole = self._wire(self.flat[self.layout.whole(b)])
-        if self.aliased:
+        change = None
+        if self.gather_deltas:  # the master values less what every replica holds
+            with torch.no_grad():
+                mine = m.detach() - self.flat[self.layout.mine(b)]
+            received = torch.empty(whole.size, dtype=torch.float32)
+            req = self.comm.Iallgather(mine.numpy(), received.numpy(), **self.param_settings)
+            change = (received, mine)
+            self._delta_bytes += received.numel() * 4
+            self.peak_delta_bytes = max(self.peak_delta_bytes, self._delta_bytes)
+        elif self.aliased:
             req = self.comm.Iallgather(MPI.IN_PLACE, whole, **self.param_settings)
         elif self.dtype == torch.float32:  # compressed: the owner decodes its part too
             req = self.comm.Iallgather(m.detach().numpy(), whole, **self.param_settings)
@@ -246,7 +278,7 @@ class ShardedOptimizer:
             with torch.no_grad():
                 self.flat[self.layout.mine(b)].copy_(m)
             req = self.comm.Iallgather(MPI.IN_PLACE, whole, **self.param_settings)
-        self._gathers[k] = (req, self._progress.watch(req))
+        self._gathers[k] = (req, self._progress.watch(req), change)
 
     def _write_staged(self) -> None:
         with torch.no_grad():
@@ -360,13 +392,16 @@ class ShardedOptimizer:
 
     def memory(self) -> dict[str, int]:
         """Bytes this rank holds now for the model's training state, by kind: the
-        ``parameters`` (the flat vector), the ``gradients`` (the shard and, at their most
-        so far, the buckets in flight and any ``.grad`` not yet freed), the ``optimizer``
-        (:meth:`state_bytes`) and the error ``feedback``'s residuals."""
+        ``parameters`` (the flat vector and, with ``gather_deltas``, the changes' receive
+        buffers at their most so far: a bucket each in flight), the ``gradients`` (the
+        shard and, at their most so far, the buckets in flight and any ``.grad`` not yet
+        freed), the ``optimizer`` (:meth:`state_bytes`) and the error ``feedback``'s
+        residuals."""
         grads = self.grads.shard.numel() * 4 + self.grads.peak_buffer_bytes
         grads += sum(q.grad.numel() * q.grad.element_size() for _, q in self.named
                      if q.grad is not None)
-        return {"parameters": self.flat.numel() * self.flat.element_size(),
+        return {"parameters": self.flat.numel() * self.flat.element_size()
+                + self.peak_delta_bytes,
                 "gradients": grads, "optimizer": self.state_bytes(),
                 "feedback": self.feedback.nbytes()}
 
