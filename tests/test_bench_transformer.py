@@ -93,7 +93,13 @@ def test_policies_name_their_settings():
     hybrid = transformer.policy_settings("hybrid")
     assert hybrid["feedback"] == "loco" and hybrid["grad"]["rate"] == 4.25
     assert hybrid["tp"]["rate"] == hybrid["pp"]["rate"] == 16.25
-    assert hybrid["params"]["rate"] == 8.25
+    assert hybrid["params"]["rate"] == 3.25 and hybrid["param_deltas"]  # (each step's change)
+    assert not any(transformer.policy_settings(p)["param_deltas"]
+                   for p in ("plain", "bf16", "naive"))
+    # each policy's faster bucket size: native MPI in small buckets, mpicomp's calls in one
+    assert transformer.policy_settings("plain")["bucket_mib"] == transformer.SMALL_BUCKETS
+    assert all(transformer.policy_settings(p)["bucket_mib"] == transformer.BIG_BUCKETS
+               for p in ("bf16", "naive", "hybrid"))
     assert transformer.policy_settings("hybrid", local_tp=True)["tp"] == transformer.BF16
     with pytest.raises(ValueError, match="policy must be one of"):
         transformer.policy_settings("gentle")
