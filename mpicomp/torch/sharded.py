@@ -171,9 +171,8 @@ class ShardedOptimizer:
         self.steps = 0
         #: parameter allgathers in flight, by bucket: (request, its helper's future, and with
         #: gather_deltas the change received, to add to the bucket's parameters, and this
-        #: rank's part of it, the send buffer)
-        self._gathers: dict[int, tuple[Any, Any, Any]] = {}
-        self._delta_bytes = 0  # (the changes' receive buffers now held)
+        #: rank's part of it, the send buffer; else None twice)
+        self._gathers: dict[int, tuple[Any, Any, Any, Any]] = {}
         self._gather_hooks: list[Any] | None = None  # gather_during_forward's
         self._progress = Progress()
 
@@ -246,14 +245,12 @@ class ShardedOptimizer:
         for k in (list(self._gathers) if buckets is None else buckets):
             started = self._gathers.pop(k, None)
             if started is not None:
-                req, tested, change = started
+                req, tested, received, _sent = started
                 tested.result()  # (the helper thread completes it: one thread at a time may)
                 req.Wait()
-                if change is not None:  # the same bits added on every rank
-                    received, _sent = change
+                if received is not None:  # the same bits added on every rank
                     with torch.no_grad():
                         self.flat[self.layout.whole(self.buckets[k])].add_(received)
-                    self._delta_bytes -= received.numel() * 4
                 waited = True
         if waited and self.staged:  # (staged: every bucket at once, in step)
             self._write_staged()
@@ -261,15 +258,15 @@ class ShardedOptimizer:
     def _start_gather(self, k: int) -> None:
         b, m = self.buckets[k], self.masters[k]
         whole = self._wire(self.flat[self.layout.whole(b)])
-        change = None
+        received = mine = None
         if self.gather_deltas:  # the master values less what every replica holds
             with torch.no_grad():
                 mine = m.detach() - self.flat[self.layout.mine(b)]
             received = torch.empty(whole.size, dtype=torch.float32)
             req = self.comm.Iallgather(mine.numpy(), received.numpy(), **self.param_settings)
-            change = (received, mine)
-            self._delta_bytes += received.numel() * 4
-            self.peak_delta_bytes = max(self.peak_delta_bytes, self._delta_bytes)
+            held = received.numel() * 4 + sum(g[2].numel() * 4 for g in self._gathers.values()
+                                              if g[2] is not None)
+            self.peak_delta_bytes = max(self.peak_delta_bytes, held)
         elif self.aliased:
             req = self.comm.Iallgather(MPI.IN_PLACE, whole, **self.param_settings)
         elif self.dtype == torch.float32:  # compressed: the owner decodes its part too
@@ -278,7 +275,7 @@ class ShardedOptimizer:
             with torch.no_grad():
                 self.flat[self.layout.mine(b)].copy_(m)
             req = self.comm.Iallgather(MPI.IN_PLACE, whole, **self.param_settings)
-        self._gathers[k] = (req, self._progress.watch(req), change)
+        self._gathers[k] = (req, self._progress.watch(req), received, mine)
 
     def _write_staged(self) -> None:
         with torch.no_grad():
