@@ -48,7 +48,7 @@ __all__ = ["DEFAULT_CASES", "add_arguments", "main", "parse_sizes", "run"]
 
 DEFAULT_SIZES = "256K,4M,64M"
 DEFAULT_CASES = "bitplane:4.25,bitplane:8.25,bitplane:16.25,cast:bfloat16,zfp:8,zfp:16"
-DEFAULT_ALGORITHMS = "allgather,ring,recursive_doubling,homomorphic"
+DEFAULT_ALGORITHMS = "allgather,ring,direct,recursive_doubling,homomorphic"
 #: "default" in --algorithms adds the case a user gets with no settings at all
 #: (codec auto: compressed only where the calibrated model predicts a gain)
 DEFAULT_HOMOMORPHIC_RATES = "4.25,8.25,16.25"

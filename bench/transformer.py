@@ -150,6 +150,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--param-rate", type=float, default=None,
                         help="the bitplane parameter gathers (naive, hybrid) at this "
                              "rate (default: each policy's own, see policy_settings)")
+    parser.add_argument("--grad-rate", type=float, default=None,
+                        help="the bitplane data-parallel gradients (naive, hybrid) at this "
+                             "rate (default: each policy's own, see policy_settings)")
+    parser.add_argument("--grad-algorithm", default=None,
+                        help="the data-parallel gradients' allreduce (or reduce-scatter) "
+                             "algorithm (default: each policy's own, see policy_settings)")
     parser.add_argument("--feedback", choices=("none", "classic", "loco"), default=None,
                         help="the error feedback of the policies that have one (hybrid) "
                              "(default: each policy's own)")
@@ -250,6 +256,10 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
     first, last = g.pp_rank == 0, g.pp_rank == pp - 1
     named = list(module.named_parameters())
     grad = dict(s["grad"])
+    if args.grad_rate is not None and grad.get("codec") == "bitplane":  # (exploring)
+        grad["rate"] = args.grad_rate
+    if args.grad_algorithm is not None and grad.get("codec") not in (None, "none"):
+        grad["algorithm"] = args.grad_algorithm
     if args.param_rate is not None and s["params"].get("codec") == "bitplane":  # (exploring)
         s = {**s, "params": {**s["params"], "rate": args.param_rate}}
     if args.feedback is not None and s["feedback"] != "none":

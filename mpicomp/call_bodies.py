@@ -40,25 +40,32 @@ __all__ = ["SPECULATIVE", "allgather", "allgatherv", "alltoall", "bcast", "cast_
 
 #: allreduce algorithms that screen their data speculatively (host buffers, a codec
 #: with guarded encodes): their encoders replace the agreement step's scan
-SPECULATIVE = frozenset({"ring"})
+SPECULATIVE = frozenset({"ring", "direct"})
 
 
 # -- bodies ------------------------------------------------------------------------------
 def allgather(ctx: Ctx, private: PrivateComm, x: np.ndarray, out: np.ndarray,
               counts: list[int], displs: list[int], pol: Resolved,
               on_device: bool) -> str | None:
-    """Allgather: node-aware where nodes hold several ranks, else the ring's allgather."""
+    """Allgather: node-aware where nodes hold several ranks, else the direct allgather (few
+    ranks, small blocks) or the ring's (``algorithm="ring"`` or ``"direct"`` chooses)."""
     if private.local_ranks(pol, on_device):
         collectives.allgather_nodes(ctx, x, out, private.layout().node_of,
                                     *private.node_comms())
         return "allgather-hierarchical"
-    collectives.allgatherv(ctx, x, out, counts, displs)
-    return None
+    ran = collectives.allgatherv(ctx, x, out, counts, displs, _allgather_algorithm(pol))
+    return f"allgather-{ran}"
 
 
 def allgatherv(ctx: Ctx, private: PrivateComm, x: np.ndarray | None, out: np.ndarray,
-               counts: list[int], displs: list[int]) -> None:
-    collectives.allgatherv(ctx, x, out, counts, displs)
+               counts: list[int], displs: list[int], pol: Resolved) -> None:
+    collectives.allgatherv(ctx, x, out, counts, displs, _allgather_algorithm(pol))
+
+
+def _allgather_algorithm(pol: Resolved) -> str:
+    """A data-movement allgather's ``algorithm`` setting: ``"ring"``, ``"direct"`` or (any
+    other) ``"auto"``."""
+    return pol.algorithm if pol.algorithm in ("ring", "direct") else "auto"
 
 
 def alltoall(ctx: Ctx, private: PrivateComm, x: np.ndarray, out: np.ndarray, n: int,
@@ -175,7 +182,7 @@ def plan_reduce(call: Any, rec: Recorder, *, sbuf: Buf, rbuf: Buf | None, root: 
 def plan_reduce_scatter(call: Any, rec: Recorder, *, counts: list[int], rank: int, sbuf: Buf,
                         rbuf: Buf) -> Any:
     """Reduce_scatter(_block): SUM only; the ring's reduce-scatter, or with the algorithm
-    ``allgather`` the direct one (each rank's own block exact)."""
+    ``allgather`` or ``direct`` the direct one (each rank's own block exact)."""
     name = call.collective
     if op_name(call.op) != "SUM":
         return f"op {op_name(call.op)}: {name} compresses only SUM"
@@ -186,6 +193,6 @@ def plan_reduce_scatter(call: Any, rec: Recorder, *, counts: list[int], rank: in
         raise ValueError(f"{name}: recvbuf holds {rbuf.count} values, needs {counts[rank]}")
     x = sbuf.data(0, total)
     body = functools.partial(_reduce_scatter, x=x, out=rbuf.data(), counts=counts,
-                             direct=call.pol.algorithm == "allgather")
+                             direct=call.pol.algorithm in ("allgather", "direct"))
     return dataclasses.replace(call, local=x, body=body, encodes=max(call.summands - 1, 1),
                                settings=f"{name} counts={counts}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
+from .algorithms import direct
 from .algorithms.chain import bcast as chain_bcast
 from .algorithms.chain import chained
 from .algorithms.common import Ctx, pieces_of
@@ -34,8 +35,6 @@ __all__ = ["allgather_nodes", "allgatherv", "alltoall", "bcast", "bcast_nodes", 
 TAG_ALLTOALL = 13
 #: message tag of the node-aware allgather on the leaders' communicator
 TAG_NODE_PACK = 14
-#: message tag of the direct reduce-scatter
-TAG_DIRECT_RS = 16
 
 
 def _offsets(sizes: list[int]) -> list[int]:
@@ -43,13 +42,22 @@ def _offsets(sizes: list[int]) -> list[int]:
 
 
 def allgatherv(ctx: Ctx, x: np.ndarray | None, out: np.ndarray,
-               counts: list[int], displs: list[int]) -> None:
-    """Rank r's ``counts[r]`` values (``x``, or ``out`` at ``displs[r]`` when None) to all:
-    the ring's allgather in pieces, :func:`mpicomp.algorithms.ring.allgather`."""
+               counts: list[int], displs: list[int], algorithm: str = "auto") -> str:
+    """Rank r's ``counts[r]`` values (``x``, or ``out`` at ``displs[r]`` when None) to all, in
+    pieces: the direct allgather (:func:`mpicomp.algorithms.direct.allgather`) on up to
+    :data:`~mpicomp.algorithms.direct.MAX_RANKS` ranks with blocks of up to
+    :data:`~mpicomp.algorithms.direct.MAX_BLOCK_BYTES`, or where ``algorithm`` is
+    ``"direct"``, else the ring's (:func:`mpicomp.algorithms.ring.allgather`); returns
+    which ran."""
     r = ctx.rank
-    # in place too: the ring encodes all of its own block before it decodes anything
+    # in place too: both encode all of their own block before they decode anything
     mine = x if x is not None else out[displs[r] : displs[r] + counts[r]]
+    small = max(counts) * out.dtype.itemsize <= direct.MAX_BLOCK_BYTES
+    if algorithm == "direct" or (algorithm == "auto" and ctx.size <= direct.MAX_RANKS and small):
+        direct.allgather(ctx, mine, out, counts, displs)
+        return "direct"
     ring_allgather(ctx, mine, out, counts, displs)
+    return "ring"
 
 
 def alltoall(ctx: Ctx, x: np.ndarray, out: np.ndarray, count: int,
@@ -300,39 +308,13 @@ def reduce_scatter(ctx: Ctx, x: np.ndarray, out: np.ndarray, counts: list[int]) 
 
 def reduce_scatter_direct(ctx: Ctx, x: np.ndarray, out: np.ndarray, counts: list[int]) -> None:
     """Sum over ranks of block r (``counts[r]`` values) into rank r's ``out``, every input
-    quantized once: block j of ``x`` is encoded and sent straight to rank j (in pieces, as
-    :func:`alltoall`: one block encoded while the others travel), and rank r adds the
-    ``p - 1`` decoded blocks to its own block, exact, in rank order (the same bits every
-    run). What a rank's contribution lost is its own round trip of each block it sent,
-    which error feedback can give back whole; the ring requantizes partial sums ``p - 1``
-    times. The same wire bytes per rank as the ring, in one round."""
-    p, r, dt = ctx.size, ctx.rank, x.dtype
-    displs = _offsets(counts)
-    nbs = [ctx.nbytes(c, dt) for c in counts]
-    starts = _offsets(nbs)
-    n, nb = counts[r], nbs[r]
-    send = ctx.wire("send", sum(nbs))
-    recv = ctx.wire("recv", p * nb)
+    quantized once (:func:`mpicomp.algorithms.direct.reduce_scatter`: block j of ``x``
+    encoded and sent straight to rank j, one block encoded while the others travel; rank r
+    adds the ``p - 1`` decoded blocks to its own, exact, in rank order). What a rank's
+    contribution lost is its own round trip of each block it sent, which error feedback
+    can give back whole; the ring requantizes partial sums ``p - 1`` times. The same wire
+    bytes per rank as the ring, in one round."""
+    r, displs = ctx.rank, _offsets(counts)
     # (a copy: in place, the sum is written over the input)
-    own = ctx.copy_of(x[displs[r] : displs[r] + n], "reduce-scatter-own")
-    arrivals = {i: ctx.irecv(recv[i * nb : (i + 1) * nb], i, TAG_DIRECT_RS)
-                for i in range(p) if i != r}
-    sends = []
-    for s in range(1, p):
-        j = (r + s) % p
-        stream = ctx.encode_into(x[displs[j] : displs[j] + counts[j]],
-                                 send[starts[j] : starts[j] + nbs[j]])
-        sends.append(ctx.isend(stream, j, TAG_DIRECT_RS))
-    ctx.post_verdict()
-    acc, term = out[:n], ctx.values("term", n, dt)
-    for i in range(p):
-        if i == r:
-            value = own
-        else:
-            ctx.wait(arrivals[i])
-            value = ctx.decode(recv[i * nb : (i + 1) * nb], term)
-        if i == 0:
-            ctx.copy(acc, value)
-        else:
-            ctx.add_into(acc, value)
-    ctx.waitall(sends)
+    own = ctx.copy_of(x[displs[r] : displs[r] + counts[r]], "reduce-scatter-own")
+    direct.reduce_scatter(ctx, x, counts, displs, own, out[: counts[r]], verdict=True)

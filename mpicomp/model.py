@@ -21,6 +21,12 @@ call                         compressed time
 Allreduce, ring              g + overlapped(W, C) (below), with
                              W = 2(p-1) k X(rho n / (p k)), C = E n + D n (2p-1)/p + A n (p-1)/p
                              + k (4p-2) K (K: one kernel call's fixed cost; k (4p-2) calls)
+Allreduce, direct            g + overlapped(W, C) as the ring's, with W = 2 k X(rho n (p-1) /
+                             (p k)): its two rounds each send p - 1 chunks
+                             at once (priced as one exchange of their bytes), the reduce-scatter's
+                             and the allgather's in k pieces; C the ring's (only when named:
+                             the price assumes links as busy as the ring's, and the simulated
+                             cluster measured it slower, docs/algorithms.md)
 Allreduce, allgather         g + E n + F_Allgather(rho n) + D n p + A n (p-1)
 Allreduce, hierarchical     by rails (every node holds L ranks): g + N + R - min(N, R)
                              (1 - 1/S), N = RS(n) + AG(n): node Reduce_scatter and Allgather
@@ -98,8 +104,8 @@ __all__ = ["ALLREDUCE_ALGORITHMS", "FORMAT_VERSION", "GAIN", "Calibration", "Fit
 #: compress only when plain is predicted to take at least this many times longer
 GAIN = 1.2
 
-#: the allreduce algorithms the model chooses from (homomorphic only when asked for;
-#: hierarchical too where nodes hold several ranks and the calibration measured them)
+#: the allreduce algorithms the model chooses from (homomorphic and direct only when asked
+#: for; hierarchical too where nodes hold several ranks and the calibration measured them)
 ALLREDUCE_ALGORITHMS = ("ring", "allgather", "recursive_doubling")
 
 #: the collectives that run node-aware where a job spans nodes of several ranks (or with
@@ -240,8 +246,9 @@ def _allreduce_times(cal: Calibration, n: float, rho: float, e: float, d: float,
     x, a, g = cal.exchange, cal.add_s_per_byte, _agree(cal, n)
     levels = p.bit_length() - 1
     folded = p != 1 << levels
-    return {
-        "ring": ring_terms(cal, n, rho, e, d, k, speculative)["ring"],
+    terms = ring_terms(cal, n, rho, e, d, k, speculative)
+    times = {
+        "ring": terms["ring"],
         "allgather": g + e * n + cal.plain["Allgather"].time(rho * n) + d * n * p
                      + a * n * (p - 1),
         "recursive_doubling": g + levels * (x.time(rho * n) + (e + 2 * d + a) * n)
@@ -249,6 +256,10 @@ def _allreduce_times(cal: Calibration, n: float, rho: float, e: float, d: float,
         # the packed words are added by a Python MPI op: a rough estimate, never chosen alone
         "homomorphic": g + (e + d) * n + 2 * cal.plain["Allreduce"].time(rho * n),
     }
+    both = rho * n * (p - 1) / p  # what each round sends, all its messages together
+    wire = 2 * k * x.time(both / k)
+    times["direct"] = terms["g"] + _overlapped(wire, terms["C"], k, cal.overlap)
+    return times
 
 
 def compressed_times(cal: Calibration, method: str, n: float, rho: float, e: float,

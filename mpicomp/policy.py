@@ -58,7 +58,8 @@ __all__ = [
 ]
 
 #: allreduce algorithms; "auto" picks one by message size and rank count
-ALGORITHMS = ("auto", "allgather", "ring", "recursive_doubling", "homomorphic", "hierarchical")
+ALGORITHMS = ("auto", "allgather", "ring", "direct", "recursive_doubling", "homomorphic",
+              "hierarchical")
 
 #: the codec setting that lets the performance model decide
 AUTO = "auto"

@@ -43,7 +43,7 @@ def encodes(algorithm: str, p: int) -> int:
     """How many encodes' errors reach one value of an allreduce result on ``p`` ranks."""
     if p <= 1:
         return 1
-    if algorithm in ("ring", "allgather", "hierarchical"):
+    if algorithm in ("ring", "direct", "allgather", "hierarchical"):
         return p
     if algorithm == "recursive_doubling":
         return 2 * p

@@ -18,7 +18,7 @@ import mpicomp
 from mpicomp.algorithms import bounds, homomorphic
 from mpicomp.codecs import get_codec
 
-ALGORITHMS = ["allgather", "ring", "recursive_doubling"]
+ALGORITHMS = ["allgather", "ring", "direct", "recursive_doubling"]
 CODECS = [
     {"id": "bitplane", "rate": 8.25},
     {"id": "bitplane", "rate": 16.25},

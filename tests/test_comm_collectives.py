@@ -190,7 +190,7 @@ def test_compressed_suite_within_bounds(comm, config, dt):
             # once a variable codec's calls have learned its ratio)
             ring = name.startswith("Reduce")
             flat = [a for a in stats["Allreduce"]["algorithms"]
-                    if a in ("ring", "allgather", "recursive_doubling")]
+                    if a in ("ring", "direct", "allgather", "recursive_doubling")]
             ran = ["ring"] if ring else (
                 flat or [mc.predict("Allreduce", N * y.itemsize, y.dtype).algorithm])
             key = "Reduce_scatter" if name.startswith("Reduce_scatter") else (
@@ -345,6 +345,8 @@ def test_node_aware_allgather_and_bcast_give_every_rank_the_same_round_trip(
     spans, ppn = len(set(placed)) > 1, max(placed.count(k) for k in placed)
     node_aware = algorithm == "hierarchical" or (spans and ppn > 1)
     label = "-hierarchical" if node_aware else ""
+    # (the flat Allgather of small blocks on up to 8 ranks: the direct one)
+    gathered = "-hierarchical" if node_aware else "-direct"
 
     def trip(v: np.ndarray) -> bytes:
         if p == 1:  # a single rank: plain MPI, exact
@@ -364,7 +366,7 @@ def test_node_aware_allgather_and_bcast_give_every_rank_the_same_round_trip(
         for i in range(p):
             assert y[i * N:(i + 1) * N].tobytes() == trip(everyone[i]), f"block of rank {i}"
         if p > 1:
-            assert mc.stats()["Allgather"]["algorithms"] == {"allgather" + label: 1}
+            assert mc.stats()["Allgather"]["algorithms"] == {"allgather" + gathered: 1}
     for root in range(p):
         mc.reset_stats()
         b = data(root, N, salt=12) if r == root else np.zeros(N, np.float32)
@@ -375,17 +377,19 @@ def test_node_aware_allgather_and_bcast_give_every_rank_the_same_round_trip(
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("algorithm", ["allgather", "direct"])
 @pytest.mark.parametrize("spec", ["bitplane:4.25", "zfp:8", "errbound:1e-3"])
-def test_direct_reduce_scatter_adds_each_ranks_round_trip_to_the_own_block(comm, spec):
-    """``algorithm="allgather"``: rank r's result is, in rank order, the sum of every other
-    rank's round trip of block r and its own block exact (each input quantized once), the
-    same bits blocking, nonblocking, in place and with counts."""
+def test_direct_reduce_scatter_adds_each_ranks_round_trip_to_the_own_block(comm, spec,
+                                                                          algorithm):
+    """``algorithm="allgather"`` or ``"direct"``: rank r's result is, in rank order, the sum
+    of every other rank's round trip of block r and its own block exact (each input
+    quantized once), the same bits blocking, nonblocking, in place and with counts."""
     from mpicomp.backend.host import HOST
     from mpicomp.tolerance import codec_for
 
     p, r = comm.Get_size(), comm.Get_rank()
     name, value = spec.split(":")
-    settings = {"codec": name, "algorithm": "allgather",
+    settings = {"codec": name, "algorithm": algorithm,
                 ("tolerance" if name == "errbound" else "rate"): float(value)}
     mc = mpicomp.Comm(comm, threshold=0)
     pol = mc.resolved_policy(**settings)
@@ -426,6 +430,48 @@ def test_direct_reduce_scatter_adds_each_ranks_round_trip_to_the_own_block(comm,
         assert stats["Reduce_scatter_block"]["algorithms"] == {"direct": 2}
         assert stats["Ireduce_scatter_block"]["algorithms"] == {"direct": 1}
         assert stats["Reduce_scatter"]["algorithms"] == {"direct": 1}
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("spec", ["bitplane:3.25", "zfp:8", "errbound:1e-3"])
+def test_direct_and_ring_allgather_give_the_same_bits(comm, spec):
+    """The direct allgather (auto's on few ranks and small blocks) and the ring's decode the
+    same streams: the same bits, blocking, nonblocking, in place, in several pieces, and
+    Allgatherv's uneven counts; auto picks direct up to 256 KiB a block, the ring above."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    name, value = spec.split(":")
+    settings = {"codec": name, ("tolerance" if name == "errbound" else "rate"): float(value)}
+    mc = mpicomp.Comm(comm, threshold=0)
+    results = {}
+    for n in (N, 300_000):  # one piece; several (300,000 values: 1.2 MB a block)
+        x = data(r, n, np.float32, salt=8)
+        for algorithm in ("ring", "direct"):
+            y = np.full(p * n, np.nan, np.float32)
+            mc.Allgather(x, y, algorithm=algorithm, **settings)
+            z = np.full(p * n, np.nan, np.float32)
+            mc.Iallgather(x, z, algorithm=algorithm, **settings).Wait()
+            w = np.full(p * n, np.nan, np.float32)
+            w[r * n:(r + 1) * n] = x
+            mc.Allgather(MPI.IN_PLACE, w, algorithm=algorithm, **settings)
+            results[n, algorithm] = (y, z, w)
+        mc.reset_stats()
+        mc.Allgather(x, np.empty(p * n, np.float32), **settings)
+        auto = mc.stats()["Allgather"]["algorithms"]
+        if p > 1:
+            small = n * 4 <= 256 * 1024
+            assert auto == {("allgather-direct" if small else "allgather-ring"): 1}, (n, auto)
+    counts = [N - 7 * i for i in range(p)]
+    displs = [sum(counts[:i]) for i in range(p)]
+    xv = data(r, counts[r], np.float32, salt=9)
+    for algorithm in ("ring", "direct"):
+        yv = np.full(sum(counts), np.nan, np.float32)
+        mc.Allgatherv(xv, [yv, (counts, displs)], algorithm=algorithm, **settings)
+        results["v", algorithm] = (yv,)
+    for key in {k[0] for k in results}:
+        for a, b in zip(results[key, "ring"], results[key, "direct"], strict=True):
+            assert a.tobytes() == b.tobytes(), key
+    every = comm.allgather(results[N, "direct"][0].tobytes())
+    assert all(e == every[0] for e in every)
 
 
 @pytest.mark.mpi

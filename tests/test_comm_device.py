@@ -129,7 +129,7 @@ def _allreduce_params() -> list:
     configs = [({"id": "bitplane", "rate": 8.25}, "bitplane8"),
                ({"id": "cast", "dtype": "bfloat16"}, "bf16"),
                ({"id": "errbound", "tolerance": 1e-3}, "errbound")]
-    algorithms = ["allgather", "ring", "recursive_doubling"]
+    algorithms = ["allgather", "ring", "direct", "recursive_doubling"]
     out = []
     for a, algorithm in enumerate(algorithms):
         for c, (config, cname) in enumerate(configs):

@@ -137,6 +137,25 @@ def test_slow_network_compresses_fast_network_does_not():
         model.predict(slow, "Frobnicate", n, BITPLANE8, np.float32, speed)
 
 
+def test_direct_allreduce_is_priced_but_runs_only_when_named():
+    """The direct allreduce sends the ring's bytes in two rounds of ``k`` pieces: its price
+    is the ring's less exchange latencies (``2 (p - 1) k`` steps against ``2 k``), with the
+    pipeline's fill and drain where the wire is the longer. Auto never takes it (measured
+    slower than its price: docs/algorithms.md); named, it is what the prediction says."""
+    n, count = 16 << 20, 4 << 20
+    rho = BITPLANE8.encoded_nbytes(count, np.float32) / n
+    cal, speed = synthetic(4, 4, gbs=0.125, latency=200e-6)
+    k = pieces_of(BITPLANE8, count // 4, np.float32)
+    times = model.compressed_times(cal, "Allreduce", n, rho, *speed, k=k, speculative=True)
+    saved = (2 * 3 * k - 2 * k) * 200e-6
+    assert times["ring"] - times["direct"] == pytest.approx(saved * (1 + 1 / k))
+    auto = model.predict(cal, "Allreduce", n, BITPLANE8, np.float32, speed)
+    named = model.predict(cal, "Allreduce", n, BITPLANE8, np.float32, speed, "direct")
+    assert auto.algorithm == "ring" and "direct" not in auto.candidates
+    assert named.algorithm == "direct"
+    assert named.compressed_s == pytest.approx(times["direct"])
+
+
 def test_a_variable_codec_is_priced_at_its_ratio_plus_its_size_exchange():
     """errbound's streams: at the upper bound without a learned ratio (no gain but in the
     Bcast's chain, which beats MPI's Bcast by its algorithm: faster than plain, compressed

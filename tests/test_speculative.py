@@ -1,6 +1,7 @@
-"""Speculative screening of the ring allreduce: the encoders find unsafe data while it runs.
+"""Speculative screening of the ring and direct allreduces: the encoders find unsafe data while
+it runs.
 
-A compressed ring allreduce of host buffers with a codec that has guarded
+A compressed ring (or direct) allreduce of host buffers with a codec that has guarded
 encodes (bitplane) skips the agreement step's scan of its input: every
 value of a rank's input reaches an encode on that rank, the encoders count
 the blocks that hold NaN/Inf or come near the dtype's range, and one small
@@ -93,9 +94,10 @@ def _data(r: int, p: int, case: str, holder: int) -> np.ndarray:
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("algorithm", ["ring", "direct"])
 @pytest.mark.parametrize("in_place", [False, True], ids=["out", "in_place"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_unsafe_data_goes_plain(comm, plain, case, in_place):
+def test_unsafe_data_goes_plain(comm, plain, case, in_place, algorithm):
     p, r = comm.Get_size(), comm.Get_rank()
     runs = []  # checked after the last collective, so a failure leaves no rank waiting
     for holder in sorted({0, p - 1}):
@@ -103,7 +105,7 @@ def test_unsafe_data_goes_plain(comm, plain, case, in_place):
         keep = x.copy()
         ref = np.empty_like(x)
         plain.Allreduce(x, ref)
-        mc = mpicomp.Comm(comm, codec=CODEC, algorithm="ring", threshold=0)
+        mc = mpicomp.Comm(comm, codec=CODEC, algorithm=algorithm, threshold=0)
         if in_place:
             y = x.copy()
             mc.Allreduce(MPI.IN_PLACE, y)
@@ -129,15 +131,17 @@ def test_unsafe_data_goes_plain(comm, plain, case, in_place):
 
 
 @pytest.mark.mpi
-def test_a_safe_ring_skips_the_scan(comm, plain, monkeypatch):
-    """The speculative path is taken: no max |x| scan of the input on any rank, and the
-    result is the same bits as with the scan (the screening does not change the stream)."""
+@pytest.mark.parametrize("algorithm", ["ring", "direct"])
+def test_a_safe_ring_skips_the_scan(comm, plain, monkeypatch, algorithm):
+    """The speculative path is taken (the ring's, the direct algorithm's): no max |x| scan
+    of the input on any rank, and the result is the same bits as with the scan (the
+    screening does not change the stream)."""
     p, r = comm.Get_size(), comm.Get_rank()
     scans = []
     real = HostMemory.max_abs
     monkeypatch.setattr(HostMemory, "max_abs", lambda self, a: scans.append(a.size) or real(self, a))
     x = _data(r, p, "subnormal", -1)
-    mc = mpicomp.Comm(comm, codec=CODEC, algorithm="ring", threshold=0)
+    mc = mpicomp.Comm(comm, codec=CODEC, algorithm=algorithm, threshold=0)
     y = np.empty_like(x)
     mc.Allreduce(x, y)
     speculative_scans = list(scans)
@@ -148,7 +152,7 @@ def test_a_safe_ring_skips_the_scan(comm, plain, monkeypatch):
     # the unguarded reference: the same bits from the path with the scan
     monkeypatch.setattr(mpicomp.codecs.bitplane.BitplaneCodec, "guards", False)
     z = np.empty_like(x)
-    mpicomp.Comm(comm, codec=CODEC, algorithm="ring", threshold=0).Allreduce(x, z)
+    mpicomp.Comm(comm, codec=CODEC, algorithm=algorithm, threshold=0).Allreduce(x, z)
     assert mc.stats()["Allreduce"]["compressed"] == 1
     assert speculative_scans == [], f"rank {r} scanned {speculative_scans}"
     assert zfp_scans == [N], f"rank {r}: zfp's ring scans its input once, got {zfp_scans}"

@@ -8,6 +8,7 @@ from mpi4py import MPI
 
 import mpicomp
 from mpicomp.algorithms import bounds
+from mpicomp.algorithms.common import split
 from mpicomp.backend.host import HOST
 from mpicomp.codecs import get_codec
 from mpicomp.training import ErrorFeedback, GradientReducer, settings_for
@@ -101,7 +102,7 @@ def test_error_feedback_removes_the_bias_over_steps(comm):
     base = np.random.default_rng(r).standard_normal(4096).astype(np.float32)
     exact = comm.allreduce(base.astype(np.float64)) / p
     errors = {}
-    for mode, algorithm in [(m, a) for a in ("allgather", "ring")
+    for mode, algorithm in [(m, a) for a in ("allgather", "ring", "direct")
                             for m in ("none", "classic", "loco")]:
         red = GradientReducer(comm, codec="bitplane", rate=2.25, threshold=0,
                               algorithm=algorithm, error_feedback=mode, beta=0.5,
@@ -117,6 +118,32 @@ def test_error_feedback_removes_the_bias_over_steps(comm):
     assert errors["classic", "allgather"] < 0.25 * none, errors
     assert errors["loco", "allgather"] < 0.5 * none, errors
     assert errors["classic", "ring"] < 0.8 * errors["none", "ring"], errors
+    # direct: each input quantized once (fed back), then the chunk's sum (not)
+    assert errors["classic", "direct"] < 0.8 * errors["none", "direct"], errors
+
+
+@pytest.mark.mpi
+def test_direct_allreduce_feeds_back_only_the_chunks_a_rank_sent(comm):
+    """``algorithm="direct"`` adds a rank's own chunk exact: its classic residual is zero
+    there, and ``x - C(x)`` on every chunk it sent."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    if p == 1:
+        pytest.skip("one rank sends nothing compressed")
+    n = 5000
+    red = GradientReducer(comm, codec="bitplane", rate=2.25, threshold=0, algorithm="direct",
+                          error_feedback="classic")
+    x = np.random.default_rng(r).standard_normal(n).astype(np.float32)
+    red.reduce({"w": x.copy()})
+    (key,) = red.feedback._state
+    residual = np.asarray(red.feedback._load(key, HOST), np.float32)
+    codec = get_codec("bitplane", rate=2.25)
+    expected = x - codec.decode(codec.encode(x), out=np.empty_like(x))
+    counts, displs = split(n, p)
+    own = slice(displs[r], displs[r] + counts[r])
+    expected[own] = 0
+    assert red.comm.stats()["Iallreduce"]["algorithms"] == {"direct": 1}
+    assert not np.any(residual[own]), "the own chunk crossed no wire: nothing to feed back"
+    np.testing.assert_allclose(residual, expected, rtol=0, atol=1e-6)
 
 
 @pytest.mark.mpi

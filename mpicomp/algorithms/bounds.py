@@ -57,6 +57,8 @@ def quantizations(algorithm: str, p: int, nodes: int | None = None) -> int:
         return 1  # each input once: sum of c*max|x_r| <= c*G
     if algorithm == "ring":
         return p  # p - 1 hops of partial sums, one final chunk
+    if algorithm == "direct":
+        return 2  # each input once (their errors add to c*G), then the chunk's sum
     if algorithm == "recursive_doubling":
         q = 1 << (p.bit_length() - 1)
         return 2 * int(math.log2(q)) + (2 if p != q else 0)

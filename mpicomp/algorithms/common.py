@@ -203,6 +203,19 @@ class Ctx:
         with self.rec.mpi():
             poll(req.Test, idle)
 
+    def wait_any(self, reqs: list[MPI.Request]) -> int:
+        """Complete one of ``reqs`` (those completed before are ``MPI.REQUEST_NULL`` now);
+        its index."""
+        found = [MPI.UNDEFINED]
+
+        def done() -> bool:
+            found[0], flag = MPI.Request.Testany(reqs)
+            return bool(flag)
+
+        with self.rec.mpi():
+            poll(done)
+        return found[0]
+
     def received(self, req: MPI.Request) -> int:
         """Complete the receive ``req``; the bytes it received (a variable codec's stream
         may be shorter than the buffer it was received into)."""

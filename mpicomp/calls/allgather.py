@@ -1,5 +1,6 @@
-"""Allgather and Iallgather: the ring's allgather, in pieces, of compressed blocks, or, on a
-job whose nodes hold several ranks, the node-aware form (plain inside a node)."""
+"""Allgather and Iallgather: the direct (up to 8 ranks) or the ring's allgather, in pieces, of
+compressed blocks, or, on a job whose nodes hold several ranks, the node-aware form (plain
+inside a node)."""
 from __future__ import annotations
 
 import functools

@@ -1,4 +1,5 @@
-"""Allgatherv: the ring's allgather, in pieces, of compressed blocks of any counts."""
+"""Allgatherv: the direct (up to 8 ranks) or the ring's allgather, in pieces, of compressed
+blocks of any counts."""
 from __future__ import annotations
 
 import functools
@@ -37,4 +38,4 @@ def describe(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, settings: dict[str,
         MPI.Intracomm.Allgatherv, (sendbuf, recvbuf), local=local,
         settings=f"Allgatherv counts={counts}",
         body=functools.partial(call_bodies.allgatherv, x=local, out=rbuf.array, counts=counts,
-                               displs=displs))
+                               displs=displs, pol=pol))

@@ -1,6 +1,6 @@
 """Reduce_scatter_block, Ireduce_scatter_block and Reduce_scatter: the ring reduce-scatter
 with recompression (:func:`mpicomp.collectives.reduce_scatter`), or, with
-``algorithm="allgather"`` (the allreduce algorithm that quantizes every input once), the
+``algorithm="allgather"`` or ``"direct"`` (every input quantized once), the
 direct one (:func:`mpicomp.collectives.reduce_scatter_direct`: each block encoded once and
 sent straight to its owner); SUM only."""
 from __future__ import annotations

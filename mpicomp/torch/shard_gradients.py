@@ -161,7 +161,7 @@ class GradientShards:
         if not getattr(req, "compressed", False):
             return x
         pol = self.comm.resolved_policy(**self.settings)
-        if pol.algorithm != "allgather":
+        if pol.algorithm not in ("allgather", "direct"):
             return HOST.roundtrip(pol.codec, x)
         part = x.size // self.layout.size
         out = x.copy()

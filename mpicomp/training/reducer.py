@@ -34,6 +34,7 @@ import numpy as np
 from .. import backend
 from ..backend.device import DEVICE
 from ..backend.host import HOST
+from ..algorithms.common import split
 from . import buckets as bucketing
 from .feedback import ErrorFeedback
 from .rules import Rule, check_rules, settings_for
@@ -161,11 +162,19 @@ class GradientReducer:
 def roundtrip(comm: Any, call: dict[str, Any], x: Any, req: Any, on: Any) -> Any:
     """C(x): what this rank's contribution to the finished ``req`` carried: the codec's round
     trip of ``x`` when the call was compressed, ``x`` itself when it went to plain MPI (the
-    communicator decides that with every rank: NaN/Inf anywhere, below the threshold, ...)."""
+    communicator decides that with every rank: NaN/Inf anywhere, below the threshold, ...).
+    The direct allreduce sends this rank's own chunk nowhere (it is added exact): C(x) is
+    ``x`` there. (The codecs code every block on its own, and chunks start on whole blocks,
+    so the round trip of the whole buffer is that of each chunk sent.)"""
     pol = comm.resolved_policy(**call)
     if pol.auto:
         raise ValueError("error feedback needs a named codec (the codec is 'auto'); pass "
                          "codec= to the reducer or its rules")
     if not getattr(req, "compressed", False):
         return x
-    return on.roundtrip(pol.codec, x)
+    carried = on.roundtrip(pol.codec, x)
+    if getattr(req.record, "reason", "") == "direct":
+        counts, displs = split(x.size, comm.Get_size())
+        at, n = displs[comm.Get_rank()], counts[comm.Get_rank()]
+        on.copy(carried[at : at + n], x[at : at + n])
+    return carried
