@@ -156,6 +156,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grad-algorithm", default=None,
                         help="the data-parallel gradients' allreduce (or reduce-scatter) "
                              "algorithm (default: each policy's own, see policy_settings)")
+    parser.add_argument("--tp-rate", type=float, default=None,
+                        help="the tensor-parallel traffic of the compressing policies (naive, "
+                             "hybrid) bitplane at this rate (default: each policy's own)")
+    parser.add_argument("--no-rules", action="store_true",
+                        help="no gradient goes plain under a policy's rules (hybrid's norms "
+                             "and small tensors take the gradients' setting)")
     parser.add_argument("--feedback", choices=("none", "classic", "loco"), default=None,
                         help="the error feedback of the policies that have one (hybrid) "
                              "(default: each policy's own)")
@@ -244,6 +250,8 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
     host = world.Split_type(MPI.COMM_TYPE_SHARED)  # (tensor-parallel ranks are neighbours)
     local_tp = tp > 1 and host.Get_size() % tp == 0
     s = policy_settings(policy, local_tp)
+    if args.tp_rate is not None and policy not in BASELINES:  # (exploring)
+        s = {**s, "tp": {"codec": "bitplane", "rate": args.tp_rate, "threshold": 0}}
     g = parallel_groups(world, dp=dp, tp=tp, pp=pp,
                         policies={"dp": PLAIN, "tp": s["tp"], "pp": s["pp"]})
     torch.manual_seed(args.seed)
@@ -279,7 +287,7 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
         clock.wrap(g.dp, "Iallgather", "comm")
         clock.wrap(opt, "finish_param_gather", "comm")
     elif dp > 1:
-        rules = list(s["rules"])
+        rules = [] if args.no_rules else list(s["rules"])
         if tp > 1:  # the unsplit parameters' gradients in buckets of their own, by one
             unsplit = set(_unsplit_names(module))  # algorithm on every group (see rules)
             rules.append((lambda name, a: name in unsplit,
