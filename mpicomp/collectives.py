@@ -23,7 +23,7 @@ from mpi4py import MPI
 from .algorithms import direct
 from .algorithms.chain import bcast as chain_bcast
 from .algorithms.chain import chained
-from .algorithms.common import Ctx, pieces_of
+from .algorithms.common import Ctx, offsets, pieces_of
 from .algorithms.ring import allgather as ring_allgather
 from .algorithms.ring import reduce_scatter as ring_reduce_scatter
 
@@ -35,10 +35,6 @@ __all__ = ["allgather_nodes", "allgatherv", "alltoall", "bcast", "bcast_nodes", 
 TAG_ALLTOALL = 13
 #: message tag of the node-aware allgather on the leaders' communicator
 TAG_NODE_PACK = 14
-
-
-def _offsets(sizes: list[int]) -> list[int]:
-    return [int(v) for v in np.cumsum([0] + list(sizes[:-1]))]
 
 
 def allgatherv(ctx: Ctx, x: np.ndarray | None, out: np.ndarray,
@@ -135,8 +131,8 @@ def allgather_nodes(ctx: Ctx, x: np.ndarray, out: np.ndarray, node_of: tuple[int
     mine = ctx.encode(x, "send")
     # every stream's bytes (a variable codec's exchanged first), packs laid out by them
     sizes = ctx.sizes(mine.size) if ctx.codec.variable else [nb] * p
-    within = [_offsets([sizes[i] for i in m]) for m in members]  # a stream's place in its pack
-    first = _offsets([sum(sizes[i] for i in m) for m in members])
+    within = [offsets([sizes[i] for i in m]) for m in members]  # a stream's place in its pack
+    first = offsets([sum(sizes[i] for i in m) for m in members])
     packs = ctx.wire("node-packs", sum(sizes))
 
     def pack(k: int) -> np.ndarray:
@@ -301,7 +297,7 @@ def scatter(ctx: Ctx, x: np.ndarray | None, out: np.ndarray | None, n: int, root
 
 def reduce_scatter(ctx: Ctx, x: np.ndarray, out: np.ndarray, counts: list[int]) -> None:
     """Sum over ranks of block r (``counts[r]`` values) into rank r's ``out`` (ring)."""
-    displs = _offsets(counts)
+    displs = offsets(counts)
     mine = ring_reduce_scatter(ctx, x, counts, displs)
     ctx.copy(out[: counts[ctx.rank]], mine)
 
@@ -314,7 +310,7 @@ def reduce_scatter_direct(ctx: Ctx, x: np.ndarray, out: np.ndarray, counts: list
     contribution lost is its own round trip of each block it sent, which error feedback
     can give back whole; the ring requantizes partial sums ``p - 1`` times. The same wire
     bytes per rank as the ring, in one round."""
-    r, displs = ctx.rank, _offsets(counts)
+    r, displs = ctx.rank, offsets(counts)
     # (a copy: in place, the sum is written over the input)
     own = ctx.copy_of(x[displs[r] : displs[r] + counts[r]], "reduce-scatter-own")
     direct.reduce_scatter(ctx, x, counts, displs, own, out[: counts[r]], verdict=True)

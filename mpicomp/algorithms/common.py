@@ -317,6 +317,15 @@ def _align(codec: Codec, per_piece: int) -> int:
     return math.lcm(ALIGN, unit)
 
 
+def offsets(sizes: list[int]) -> list[int]:
+    """Where each of ``sizes`` starts when they lie one after the other (from 0)."""
+    out, at = [], 0
+    for s in sizes:
+        out.append(int(at))
+        at += s
+    return out
+
+
 def split(n: int, parts: int, align: int = ALIGN) -> tuple[list[int], list[int]]:
     """``n`` values in ``parts`` contiguous chunks whose starts are multiples of ``align``.
 
@@ -348,7 +357,7 @@ class PieceLayout:
             pc, pd = pieces(ctx, count, dtype)
             self.values.append([(displ + d, c) for c, d in zip(pc, pd, strict=True)])
             sizes = [ctx.nbytes(c, dtype) for c in pc]
-            offs = [int(o) for o in np.cumsum([0] + sizes[:-1])]
+            offs = offsets(sizes)
             self.wire.append(list(zip(offs, sizes, strict=True)))
             self.span.append(sum(sizes))
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .common import Ctx, PieceLayout, split
+from .common import Ctx, PieceLayout, offsets, split
 
 __all__ = ["MAX_RANKS", "allgather", "allreduce", "reduce_scatter"]
 
@@ -50,14 +50,6 @@ MAX_RANKS = 8
 #: simulated hosts at 1 Gbit/s against the ring's 1.7, 512 KiB the same, 1 MiB 2.6-3.1
 #: against 2.5 (docs/algorithms.md)
 MAX_BLOCK_BYTES = 256 * 1024
-
-
-def _offsets(sizes: list[int]) -> list[int]:
-    out, at = [], 0
-    for s in sizes:
-        out.append(at)
-        at += s
-    return out
 
 
 def reduce_scatter(ctx: Ctx, x: Any, counts: list[int], displs: list[int], own: Any,
@@ -73,7 +65,7 @@ def reduce_scatter(ctx: Ctx, x: Any, counts: list[int], displs: list[int], own: 
     p, r, dt = ctx.size, ctx.rank, x.dtype
     lay = PieceLayout(ctx, counts, [0] * p, dt)  # piece starts relative to the block
     n, span = counts[r], lay.span[r]
-    bases = _offsets(lay.span)
+    bases = offsets(lay.span)
     send = ctx.wire("send", sum(lay.span))
     recv = ctx.wire("recv", p * span)  # rank i's pieces of block r at i * span
     others = [(r - s) % p for s in range(1, p)]  # (rank r - 1 sends to r first)
@@ -110,7 +102,7 @@ def allgather(ctx: Ctx, mine: Any, out: Any, counts: list[int], displs: list[int
     wait for it, as in the ring's allgather."""
     p, r = ctx.size, ctx.rank
     lay = PieceLayout(ctx, counts, displs, out.dtype)
-    bases = _offsets(lay.span)
+    bases = offsets(lay.span)
     streams = ctx.wire("streams", sum(lay.span))
 
     def piece(c: int, j: int) -> Any:

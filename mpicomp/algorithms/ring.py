@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from .common import Ctx, PieceLayout, split
+from .common import Ctx, PieceLayout, offsets, split
 
 __all__ = ["allgather", "allreduce", "reduce", "reduce_scatter"]
 
@@ -174,7 +174,7 @@ def allgather(ctx: Ctx, mine: Any, out: Any, counts: list[int], displs: list[int
     p, r = ctx.size, ctx.rank
     right, left = (r + 1) % p, (r - 1) % p
     lay = PieceLayout(ctx, counts, displs, out.dtype)
-    bases = [int(b) for b in np.cumsum([0] + lay.span[:-1])]
+    bases = offsets(lay.span)
     streams = ctx.wire("streams", sum(lay.span))
 
     def piece(c: int, j: int) -> Any:
@@ -227,18 +227,18 @@ def _final_streams(
     counts, displs = split(x.size, p)
     mine = reduce_scatter(ctx, x, counts, displs)
     sizes = [ctx.nbytes(c, x.dtype) for c in counts]
-    offsets = [int(v) for v in np.cumsum([0] + sizes[:-1])]
+    starts = offsets(sizes)
     streams = ctx.wire("streams", sum(sizes))
-    used = ctx.encode_into(mine, streams[offsets[r] : offsets[r] + sizes[r]]).size
+    used = ctx.encode_into(mine, streams[starts[r] : starts[r] + sizes[r]]).size
     if ctx.codec.variable:  # the root receives each stream's own length
         sizes = ctx.sizes(used)
-    return streams, counts, displs, sizes, offsets
+    return streams, counts, displs, sizes, starts
 
 
-def _decode_all(ctx: Ctx, streams: np.ndarray, sizes: list[int], offsets: list[int],
+def _decode_all(ctx: Ctx, streams: np.ndarray, sizes: list[int], starts: list[int],
                 counts: list[int], displs: list[int], out: np.ndarray) -> None:
     for c in range(ctx.size):
-        ctx.decode(streams[offsets[c] : offsets[c] + sizes[c]],
+        ctx.decode(streams[starts[c] : starts[c] + sizes[c]],
                    out[displs[c] : displs[c] + counts[c]])
 
 
@@ -248,15 +248,15 @@ def reduce(ctx: Ctx, x: np.ndarray, out: np.ndarray | None, root: int) -> None:
     ``root`` ends with the same bits as the ring allreduce would give it.
     """
     r = ctx.rank
-    streams, counts, displs, sizes, offsets = _final_streams(ctx, x)
+    streams, counts, displs, sizes, starts = _final_streams(ctx, x)
     mine = ctx.wire("mine", sizes[r])
-    ctx.copy(mine, streams[offsets[r] : offsets[r] + sizes[r]])
+    ctx.copy(mine, streams[starts[r] : starts[r] + sizes[r]])
     with ctx.rec.mpi():
         if r == root:
-            ctx.comm.Gatherv(mine, [streams, (sizes, offsets)], root=root)
+            ctx.comm.Gatherv(mine, [streams, (sizes, starts)], root=root)
         else:
             ctx.comm.Gatherv(mine, None, root=root)
     ctx.rec.sent(sizes[r])
     if r == root:
         assert out is not None
-        _decode_all(ctx, streams, sizes, offsets, counts, displs, out)
+        _decode_all(ctx, streams, sizes, starts, counts, displs, out)
