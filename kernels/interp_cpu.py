@@ -22,18 +22,24 @@ over :data:`MAX_Q`, or whose reconstruction rounded to the data's dtype
 misses ``x`` by more than ``bound``, is an *escape*: it keeps ``x``
 exactly (``r = x``, stored apart by the caller). Every point is a target
 exactly once; its code lands at the pass's offset plus its place in the
-pass (C order over the targets), so a pass's targets run in parallel.
+pass (C order over the targets).
 
 Codes are zigzag-mapped (``0, -1, 1, -2, ...`` to ``0, 1, 2, 3, ...``) to
 16 bits, :data:`ESCAPE` marking an escape, and written as two byte planes
 (the low bytes of all codes, then the high bytes: for an entropy coder, the
 high plane of smooth data is nearly all zeros).
 
-Speed: most targets are cubic, and a row's cubic targets run in a loop
-without branches (selects), its reconstructions and escapes first into
-contiguous scratch (a loop that writes no array it reads vectorizes), then
-into place; the finest level's stride (2) is a constant there. The edges'
-targets go one at a time.
+Layout (the speed): each level's reconstructions are kept *compact*, the
+grid at stride ``h`` as an array of ``ceil(n0/h) x ceil(n1/h) x
+ceil(n2/h)`` values, so every loop reads and writes whole rows: a pass
+along axis 0 or 1 predicts a row of targets from whole rows of the coarser
+grid; a pass along axis 2 reads a row's coarser points contiguously and
+writes the finer row interleaved (a store of pairs). The data's values at
+each level come from a pyramid split once, finest first, into each row's
+even and odd points (:func:`split_rows`). The encoder never builds the
+finest grid; the decoder builds it in the output's dtype. An escape's
+value is written in place after its pass (a pass's targets do not read
+each other).
 """
 from __future__ import annotations
 
@@ -44,12 +50,14 @@ from ..threads import start_numba_workers
 
 start_numba_workers()  # before any kernel here runs: idle OpenMP workers sleep
 
-__all__ = ["ESCAPE", "MAX_Q", "code_pass", "passes"]
+__all__ = ["ESCAPE", "MAX_Q", "decode", "encode", "escape_positions", "passes"]
 
 #: the code of an escape (a value kept exactly)
 ESCAPE = 0xFFFF
 #: the largest ``|q|`` coded (its zigzag code is ``2 * MAX_Q``, below :data:`ESCAPE`)
 MAX_Q = 32766
+#: passes of fewer targets run on one thread (a parallel region costs more than they do)
+SERIAL_BELOW = 16384
 
 
 def passes(dims: tuple[int, int, int]) -> list[tuple[int, int, int, int, int]]:
@@ -59,18 +67,14 @@ def passes(dims: tuple[int, int, int]) -> list[tuple[int, int, int, int, int]]:
     if n == 0:
         return []
     out = [(-1, 0, 0, 0, 1)]
-    top = 1
-    while top < max(dims):
-        top *= 2
     at = 1
-    s = top
+    s = _top(dims)
     while s >= 2:
         h = s // 2
         for ax in range(3):
             count = 1
             for d in range(3):
-                first, stride = (h, s) if d == ax else ((0, h) if d < ax else (0, s))
-                count *= max(0, (dims[d] - first + stride - 1) // stride)
+                count *= _odd(dims[d], h) if d == ax else _ceil(dims[d], h if d < ax else s)
             if count:
                 out.append((ax, h, s, at, count))
             at += count
@@ -80,251 +84,614 @@ def passes(dims: tuple[int, int, int]) -> list[tuple[int, int, int, int, int]]:
     return out
 
 
-@njit(inline="always")
-def _grid(ax, h, s, n, d):
-    """(first coordinate, stride, count) of a pass's targets along dimension ``d``."""
-    if d == ax:
-        first, stride = h, s
-    elif d < ax:
-        first, stride = 0, h
-    else:
-        first, stride = 0, s
-    count = (n - first + stride - 1) // stride
-    return first, stride, max(count, 0)
+def _top(dims: tuple[int, ...]) -> int:
+    top = 1
+    while top < max(dims):
+        top *= 2
+    return top
 
 
-@njit(inline="always")
-def _targets(n0, n1, n2, ax, h, s):
-    """(first, stride, count) along each dimension of a pass's targets, then the flat
-    distance of neighbours along ``ax`` and its dimension (the origin's pass: ``ax`` -1)."""
-    if ax < 0:
-        return 0, 1, 1, 0, 1, 1, 0, 1, 1, 1, 1
-    f0, d0, c0 = _grid(ax, h, s, n0, 0)
-    f1, d1, c1 = _grid(ax, h, s, n1, 1)
-    f2, d2, c2 = _grid(ax, h, s, n2, 2)
-    stride = n1 * n2 if ax == 0 else (n2 if ax == 1 else 1)
-    nax = n0 if ax == 0 else (n1 if ax == 1 else n2)
-    return f0, d0, c0, f1, d1, c1, f2, d2, c2, stride, nax
+def _ceil(n: int, step: int) -> int:
+    """The multiples of ``step`` below ``n``."""
+    return (n + step - 1) // step
 
+
+def _odd(n: int, h: int) -> int:
+    """The odd multiples of ``h`` below ``n``."""
+    return (n + h - 1) // (2 * h)
+
+
+# --- one target ------------------------------------------------------------------------
 
 @njit(inline="always")
-def _predict(rec, idx, i, n, h, stride):
-    """The prediction of ``rec[idx]``, at coordinate ``i`` of ``n`` along an axis whose
-    neighbours lie ``stride`` values apart (see the module)."""
-    left = rec[idx - h * stride]
-    if i + h >= n:
-        return left
-    if _is_cubic(i, n, h):
-        return _cubic_at(rec, np.uint64(idx), h * stride)
-    return (left + rec[idx + h * stride]) / 2.0
+def _encode_one(v, pred, step, inv_step, bound, single):
+    """``(code, reconstruction, escape, nonfinite)`` of the value ``v`` (float64)
+    predicted as ``pred``, without a branch (selects)."""
+    qf = np.rint((v - pred) * inv_step)
+    inside = abs(qf) <= MAX_Q  # (False for NaN)
+    qc = qf if inside else 0.0
+    cand = pred + qc * step
+    back = np.float64(np.float32(cand)) if single else cand
+    ok = inside & (abs(v - back) <= bound)
+    finite = v - v == 0.0
+    qi = np.int64(qc)
+    code = ((qi << 1) ^ (qi >> 63)) if ok else np.int64(ESCAPE)
+    r = cand if ok else (v if finite else 0.0)
+    return code, r, np.int64(not ok), np.int64(not finite)
 
 
 @njit(inline="always")
-def _cubic_at(rec, idx, off):
-    """The cubic prediction of ``rec[idx]`` (``idx`` unsigned) from its neighbours ``off``
-    apart: ``(-r[-3] + 9 r[-1] + 9 r[+1] - r[+3]) / 16``, in that order."""
-    o1 = np.uint64(off)
-    o3 = np.uint64(3 * off)
-    return (-rec[idx - o3] + 9.0 * rec[idx - o1] + 9.0 * rec[idx + o1] - rec[idx + o3]) / 16.0
+def _decode_one(planes, k, n, pred, step):
+    """``(reconstruction, damaged)`` of the code at ``planes[k]`` (high byte ``n``
+    later) predicted as ``pred``: an escape's reconstruction is any value (its own is
+    written after the pass), a code past :data:`MAX_Q` that is no escape is damaged."""
+    code = np.int64(planes[k]) | (np.int64(planes[k + n]) << 8)
+    q = (code >> 1) ^ -(code & 1)
+    damaged = (code > 2 * MAX_Q) & (code != ESCAPE)
+    return pred + np.float64(q) * step, np.int64(damaged)
 
 
 @njit(inline="always")
-def _is_cubic(i, n, h):
-    """Whether the target at coordinate ``i`` of ``n`` (neighbours ``h`` apart) has two
-    known neighbours on each side (:func:`_predict`'s cubic case)."""
-    return i >= 3 * h and i + 3 * h < n
-
-
-@njit(inline="always")
-def _code_one(x, rec, planes, escapes, idx, k, n, pred, step, inv_step, bound, single,
-              decoding):
-    """One target predicted as ``pred`` (its code at ``planes[k]``, the high byte ``n``
-    later): :func:`code_pass`'s work on it, with branches (the edges' targets and the
-    origin); returns its ``(bad, kept)`` counts."""
-    if decoding:
-        code = np.int64(planes[k]) | (np.int64(planes[n + k]) << 8)
-        if code == ESCAPE:
-            return 0, 0
-        if code > 2 * MAX_Q:
-            return 1, 0
-        q = (code >> 1) ^ -(code & 1)
-        rec[idx] = pred + np.float64(q) * step
-        return 0, 0
-    v = np.float64(x[idx])
-    code = ESCAPE
-    r = v
-    bad = 0
-    if not np.isfinite(v):
-        bad = 1
-        r = 0.0
-    else:
-        qf = np.rint((v - pred) * inv_step)
-        if abs(qf) <= MAX_Q:
-            cand = pred + qf * step
-            back = np.float64(np.float32(cand)) if single else cand
-            if abs(v - back) <= bound:
-                qi = np.int64(qf)
-                code = (qi << 1) ^ (qi >> 63)
-                r = cand
-    kept = 0
-    if code == ESCAPE:
-        escapes[idx] = 1
-        kept = 1
-    rec[idx] = r
+def _put(planes, k, n, code):
     planes[k] = np.uint8(code & 0xFF)
-    planes[n + k] = np.uint8(code >> 8)
-    return bad, kept
+    planes[k + n] = np.uint8(code >> 8)
 
 
 @njit(inline="always")
-def _encode_cubic(x, rec, planes, escapes, first, stride, k0, lo, hi, off, n, step,
-                  inv_step, bound, single, vals, flags):
-    """Targets ``lo`` to ``hi`` of a row (target ``t`` at ``first + t * stride``, its code
-    at ``k0 + t``), all cubic (neighbours ``off`` apart): :func:`_code_one`'s encode
-    without a branch (selects; unsigned indices), their reconstructions into ``vals``
-    and escapes into ``flags`` (scratch of ``hi - lo`` or more: a loop that writes no
-    array it reads, and nothing with a stride, vectorizes), then into ``rec`` and
-    ``escapes``; returns the ``(bad, kept)`` counts. Every target is written
-    (``escapes`` 0 or 1)."""
+def _kind(j, p):
+    """How target ``j`` (between parents ``j`` and ``j + 1`` of ``p``) is predicted: 2
+    cubic, 1 linear, 0 its left parent."""
+    if j >= 1 and j + 2 <= p - 1:
+        return 2
+    if j + 1 <= p - 1:
+        return 1
+    return 0
+
+
+@njit(inline="always")
+def _predict(par, at, gap, kind):
+    """The prediction of a target whose left parent is ``par[at]``, parents ``gap``
+    apart (``at`` and ``gap`` unsigned), of ``kind`` (:func:`_kind`)."""
+    if kind == 2:
+        return (-par[at - gap] + 9.0 * par[at] + 9.0 * par[at + gap] - par[at + gap + gap]) / 16.0
+    if kind == 1:
+        return (par[at] + par[at + gap]) / 2.0
+    return par[at]
+
+
+# --- rows ------------------------------------------------------------------------------
+
+@njit(cache=True, nogil=True)
+def _split_row(src, base, length, even, e, odd, o):
+    """``src``'s row of ``length`` from ``base`` split: its even points to ``even`` from
+    ``e``, its odd ones to ``odd`` from ``o`` (all unsigned)."""
+    half = length // 2
+    for j in range(half):
+        uj = np.uint64(j)
+        even[e + uj] = src[base + uj + uj]
+        odd[o + uj] = src[base + uj + uj + np.uint64(1)]
+    if length > 2 * half:
+        even[e + np.uint64(half)] = src[base + np.uint64(2 * half)]
+
+
+@njit(cache=True, nogil=True)
+def _copy_row(par, src, out, dst, length):
+    for i in range(length):
+        out[dst + np.uint64(i)] = par[src + np.uint64(i)]
+
+
+@njit(inline="always")
+def _outer_encode_loop(par, src, gap, kind, x, xs, out, dst, planes, k0, nn, length, step,
+                       inv_step, bound, single):
+    """A row of ``length`` targets of a pass along an outer axis encoded: left parents from
+    ``par[src]``, the parents ``gap`` apart, predicted as ``kind`` (:func:`_kind`), their
+    values from ``x[xs]``, reconstructions to ``out[dst]``, codes at ``k0``; returns
+    ``(nonfinite, escapes)``."""
     bad = 0
     kept = 0
-    nn = np.uint64(n)
-    for t in range(lo, hi):
-        idx = np.uint64(first + t * stride)
-        k = np.uint64(k0 + t)
-        pred = _cubic_at(rec, idx, off)
-        v = np.float64(x[idx])
-        qf = np.rint((v - pred) * inv_step)
-        inside = abs(qf) <= MAX_Q  # (False for NaN)
-        qc = qf if inside else 0.0
-        cand = pred + qc * step
-        back = np.float64(np.float32(cand)) if single else cand
-        ok = inside & (abs(v - back) <= bound)
-        finite = v - v == 0.0
-        qi = np.int64(qc)
-        code = ((qi << 1) ^ (qi >> 63)) if ok else np.int64(ESCAPE)
-        vals[np.uint64(t - lo)] = cand if ok else (v if finite else 0.0)
-        flags[np.uint64(t - lo)] = np.uint8(not ok)
-        kept += np.int64(not ok)
-        bad += np.int64(not finite)
-        planes[k] = np.uint8(code & 0xFF)
-        planes[nn + k] = np.uint8(code >> 8)
-    for t in range(lo, hi):
-        idx = np.uint64(first + t * stride)
-        rec[idx] = vals[np.uint64(t - lo)]
-        escapes[idx] = flags[np.uint64(t - lo)]
+    for i in range(length):
+        ui = np.uint64(i)
+        code, r, e, f = _encode_one(np.float64(x[xs + ui]), _predict(par, src + ui, gap, kind),
+                                    step, inv_step, bound, single)
+        out[dst + ui] = r
+        _put(planes, k0 + ui, nn, code)
+        kept += e
+        bad += f
     return bad, kept
 
 
 @njit(inline="always")
-def _decode_cubic(rec, planes, first, stride, k0, lo, hi, off, n, step):
-    """:func:`_encode_cubic`'s targets decoded, without a branch: an escape's value and a
-    damaged code's target are left as ``rec`` holds them; returns the damaged codes."""
+def _outer_decode_loop(par, src, gap, kind, out, dst, planes, k0, nn, length, step):
+    """:func:`_outer_encode_loop`'s row decoded; returns the damaged codes."""
     bad = 0
-    for t in range(lo, hi):
-        k = np.uint64(k0 + t)
-        code = np.int64(planes[k]) | (np.int64(planes[k + np.uint64(n)]) << 8)
-        idx = np.uint64(first + t * stride)
-        pred = _cubic_at(rec, idx, off)
-        q = (code >> 1) ^ -(code & 1)
-        value = pred + np.float64(q) * step
-        escape = code == ESCAPE
-        damaged = (code > 2 * MAX_Q) & (not escape)
-        rec[idx] = rec[idx] if escape | damaged else value
-        bad += np.int64(damaged)
+    for i in range(length):
+        ui = np.uint64(i)
+        r, d = _decode_one(planes, k0 + ui, nn, _predict(par, src + ui, gap, kind), step)
+        out[dst + ui] = r
+        bad += d
     return bad
 
 
 @njit(inline="always")
-def _cubic_span(x, rec, planes, escapes, first, stride, k0, lo, hi, off, n, step, inv_step,
-                bound, single, decoding, scratch):
-    """A row's cubic targets ``lo`` to ``hi`` encoded (:func:`_encode_cubic`, ``scratch``
-    its two arrays) or decoded (:func:`_decode_cubic`); their ``(bad, kept)``."""
-    if decoding:
-        return _decode_cubic(rec, planes, first, stride, k0, lo, hi, off, n, step), 0
-    return _encode_cubic(x, rec, planes, escapes, first, stride, k0, lo, hi, off, n, step,
-                         inv_step, bound, single, scratch[0], scratch[1])
+def _inner_encode_one(par, src, j, kind, x, xs, out, dst, store, planes, k0, nn, step,
+                      inv_step, bound, single):
+    """Target ``j`` of a row of a pass along axis 2 encoded (see :func:`_inner_encode_row`),
+    its pair of the finer row stored when ``store``; returns ``(nonfinite, escape)``."""
+    one = np.uint64(1)
+    uj = np.uint64(j)
+    code, r, kept, bad = _encode_one(np.float64(x[xs + uj]),
+                                     _predict(par, src + uj, one, kind), step, inv_step, bound,
+                                     single)
+    _put(planes, k0 + uj, nn, code)
+    if store:
+        out[dst + uj + uj] = par[src + uj]
+        out[dst + uj + uj + one] = r
+    return bad, kept
 
 
 @njit(inline="always")
-def _code_targets(x, rec, planes, escapes, t_from, t_to, base, f2, d2, k0, i0, i1, ax, h,
-                  nax, stride, n, step, inv_step, bound, single, decoding):
-    """Targets ``t_from`` to ``t_to`` of a row, one at a time (:func:`_predict`,
-    :func:`_code_one`; ``ax`` -1: the origin, predicted as 0); their ``(bad, kept)``."""
+def _inner_encode_row(par, src, p, t, x, xs, out, dst, store, planes, k0, nn, step, inv_step,
+                      bound, single):
+    """A row of ``t`` targets of a pass along axis 2 between its ``p`` parents
+    (``par[src]`` on), their values ``x[xs]`` on, encoded: the finer row (``p + t``,
+    interleaved) to ``out[dst]`` when ``store``, the codes at ``k0``; the cubic targets
+    (1 to ``hi``) in loops of their own."""
     bad = 0
     kept = 0
-    for t2 in range(t_from, t_to):
-        i2 = f2 + t2 * d2
-        idx = base + i2
-        pred = 0.0
-        if ax >= 0:
-            i = i0 if ax == 0 else (i1 if ax == 1 else i2)
-            pred = _predict(rec, idx, i, nax, h, stride)
-        b, e = _code_one(x, rec, planes, escapes, idx, k0 + t2, n, pred, step, inv_step,
-                         bound, single, decoding)
+    hi = max(min(t, p - 2), 1)
+    for m in range(1 + t - hi):  # the edges: target 0 and those from hi
+        j = 0 if m == 0 else hi + m - 1
+        b, e = _inner_encode_one(par, src, j, _kind(j, p), x, xs, out, dst, store, planes, k0,
+                                 nn, step, inv_step, bound, single)
+        bad += b
+        kept += e
+    if store:
+        if p > t:
+            out[dst + np.uint64(2 * t)] = par[src + np.uint64(t)]
+        for j in range(1, hi):
+            b, e = _inner_encode_one(par, src, j, 2, x, xs, out, dst, True, planes, k0, nn,
+                                     step, inv_step, bound, single)
+            bad += b
+            kept += e
+    else:
+        for j in range(1, hi):
+            b, e = _inner_encode_one(par, src, j, 2, x, xs, out, dst, False, planes, k0, nn,
+                                     step, inv_step, bound, single)
+            bad += b
+            kept += e
+    return bad, kept
+
+
+@njit(inline="always")
+def _inner_decode_one(par, src, j, kind, out, dst, planes, k0, nn, step):
+    one = np.uint64(1)
+    uj = np.uint64(j)
+    r, bad = _decode_one(planes, k0 + uj, nn, _predict(par, src + uj, one, kind), step)
+    out[dst + uj + uj] = par[src + uj]
+    out[dst + uj + uj + one] = r
+    return bad
+
+
+@njit(inline="always")
+def _inner_decode_row(par, src, p, t, out, dst, planes, k0, nn, step):
+    """:func:`_inner_encode_row`'s row decoded (the finer row always stored); returns the
+    damaged codes."""
+    bad = 0
+    hi = max(min(t, p - 2), 1)
+    for m in range(1 + t - hi):
+        j = 0 if m == 0 else hi + m - 1
+        bad += _inner_decode_one(par, src, j, _kind(j, p), out, dst, planes, k0, nn, step)
+    if p > t:
+        out[dst + np.uint64(2 * t)] = par[src + np.uint64(t)]
+    for j in range(1, hi):
+        bad += _inner_decode_one(par, src, j, 2, out, dst, planes, k0, nn, step)
+    return bad
+
+
+# --- passes: each a parallel loop over rows ---------------------------------------------
+#
+# The encoder's and the decoder's passes are kernels of their own (each compiles only
+# its direction), the rows' code inlined into them (called, it runs up to 1.5x slower);
+# the cubic rows (nearly all) run a loop of their own (with the kind a variable, the loop
+# runs at half speed).
+
+@njit(parallel=True, cache=True, nogil=True)
+def split_rows(src, r0, r1, length, s, even, odd):
+    """The rows at multiples of ``s`` along axes 0 and 1 of ``src`` (``r0 x r1`` rows of
+    ``length``) split into ``even`` and ``odd`` (:func:`_split_row`), rows in C order."""
+    c0 = (r0 + s - 1) // s
+    c1 = (r1 + s - 1) // s
+    half = length // 2
+    p = length - half
+    for row in prange(c0 * c1):
+        a = row // c1
+        base = np.uint64(((a * s) * r1 + (row - a * c1) * s) * length)
+        _split_row(src, base, length, even, np.uint64(row * p), odd, np.uint64(row * half))
+
+
+@njit(inline="always")
+def _outer_places(row, p, t, nb, length, xsa, xsj, xsb, at):
+    """Target row ``row``'s ``(left parents, reconstructions, x, codes, kind)`` places
+    (:func:`outer_encode`)."""
+    a = row // (t * nb)
+    rest = row - a * t * nb
+    j = rest // nb
+    b = rest - j * nb
+    src = np.uint64(((a * p + j) * nb + b) * length)
+    dst = np.uint64(((a * (p + t) + 2 * j + 1) * nb + b) * length)
+    xs = np.uint64(a * xsa + (2 * j + 1) * xsj + b * xsb)
+    return src, dst, xs, np.uint64(at + row * length), _kind(j, p)
+
+
+@njit(cache=True, nogil=True)
+def copy_parents(par, out, na, p, t, nb, length):
+    """``out`` (``na x (p + t) x nb`` rows of ``length``) gets ``par``'s rows (``na x p x
+    nb``) at its even places along the middle axis."""
+    q = p + t
+    for row in range(na * p * nb):
+        a = row // (p * nb)
+        rest = row - a * p * nb
+        _copy_row(par, np.uint64(row * length), out,
+                  np.uint64(((a * q + rest // nb * 2) * nb + rest % nb) * length), length)
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def outer_encode(par, x, xsa, xsj, xsb, out, planes, at, n, na, p, t, nb, length, step,
+                 bound, single):
+    """A pass along an outer axis encoded: ``par`` holds the coarser grid as ``na x p x nb``
+    rows of ``length`` (``p`` along the pass's axis), the targets are ``na x t x nb``
+    rows, target ``(a, j, b, i)`` of ``x`` at ``a * xsa + (2j + 1) * xsj + b * xsb + i``;
+    their reconstructions go to ``out``'s odd places along the axis (``na x (p + t) x nb``
+    rows; the even ones: :func:`copy_parents`), their codes to ``planes`` from ``at`` in
+    C order. Returns ``(nonfinite, escapes)``."""
+    gap = np.uint64(nb * length)
+    nn = np.uint64(n)
+    inv_step = 1.0 / step
+    bad = 0
+    kept = 0
+    for row in prange(na * t * nb):
+        src, dst, xs, k0, kind = _outer_places(row, p, t, nb, length, xsa, xsj, xsb, at)
+        if kind == 2:
+            b, e = _outer_encode_loop(par, src, gap, 2, x, xs, out, dst, planes, k0, nn, length,
+                                      step, inv_step, bound, single)
+        else:
+            b, e = _outer_encode_loop(par, src, gap, kind, x, xs, out, dst, planes, k0, nn,
+                                      length, step, inv_step, bound, single)
         bad += b
         kept += e
     return bad, kept
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def code_pass(x, rec, planes, escapes, vals, flags, n0, n1, n2, ax, h, s, at, step,
-              inv_step, bound, single, decoding):
-    """One pass's targets (flat, ``n0 * n1 * n2`` values; ``ax`` -1: the origin alone,
-    predicted as 0). Encoding: the codes of ``x`` into ``planes`` (low bytes at ``at +
-    k``, high bytes ``n`` later), the reconstructions into ``rec`` (float64),
-    ``escapes[idx] = 1`` where a target keeps its value; ``vals`` (float64) and
-    ``flags`` (uint8): scratch of the pass's targets or more. Decoding (``x``,
-    ``escapes``, ``vals`` and ``flags`` unread): the reconstructions from the codes (an
-    escape's value is in ``rec`` already). Returns ``(bad, escapes)``: encoding, the
-    non-finite targets and the escapes; decoding, the codes past :data:`MAX_Q` that are
-    not :data:`ESCAPE` (a damaged stream), and 0.
+def outer_decode(par, out, planes, at, n, na, p, t, nb, length, step):
+    """:func:`outer_encode`'s reconstructions from the codes; returns the damaged codes."""
+    gap = np.uint64(nb * length)
+    nn = np.uint64(n)
+    bad = 0
+    for row in prange(na * t * nb):
+        src, dst, _, k0, kind = _outer_places(row, p, t, nb, length, 0, 0, 0, at)
+        if kind == 2:
+            bad += _outer_decode_loop(par, src, gap, 2, out, dst, planes, k0, nn, length, step)
+        else:
+            bad += _outer_decode_loop(par, src, gap, kind, out, dst, planes, k0, nn, length,
+                                      step)
+    return bad
 
-    A row's cubic targets (all of a row across the pass's axis, or, along the row's own
-    axis, those between its edges) run in a loop without branches
-    (:func:`_encode_cubic`, :func:`_decode_cubic`); the others one at a time
-    (:func:`_code_one`)."""
-    n = n0 * n1 * n2
-    f0, d0, c0, f1, d1, c1, f2, d2, c2, stride, nax = _targets(n0, n1, n2, ax, h, s)
+
+@njit(parallel=True, cache=True, nogil=True)
+def inner_encode(par, x, out, store, planes, at, n, nrows, p, t, step, bound, single):
+    """A pass along axis 2 encoded: ``par`` holds ``nrows`` rows of ``p`` coarser points,
+    ``x`` the rows' ``t`` targets (odd points); the finer rows (``p + t``, interleaved)
+    into ``out`` when ``store``, the codes into ``planes`` from ``at``. Returns
+    ``(nonfinite, escapes)``."""
+    nn = np.uint64(n)
+    inv_step = 1.0 / step
     bad = 0
     kept = 0
-    for row in prange(c0 * c1):  # (the rows of both outer dimensions: a 2-D field's too)
-        t0 = row // c1
-        t1 = row - t0 * c1
-        i0 = f0 + t0 * d0
-        i1 = f1 + t1 * d1
-        base = (i0 * n1 + i1) * n2
-        k0 = at + row * c2
-        lo = c2  # the row's cubic targets: lo to hi
-        hi = c2
-        if ax == 2:
-            lo = 0
-            while lo < c2 and not _is_cubic(f2 + lo * d2, nax, h):
-                lo += 1
-            hi = c2
-            while hi > lo and not _is_cubic(f2 + (hi - 1) * d2, nax, h):
-                hi -= 1
-        elif ax >= 0 and _is_cubic(i0 if ax == 0 else i1, nax, h):
-            lo = 0
-        b, e = _code_targets(x, rec, planes, escapes, 0, lo, base, f2, d2, k0, i0, i1, ax, h,
-                             nax, stride, n, step, inv_step, bound, single, decoding)
-        bad += b
-        kept += e
-        if lo < hi:  # (the finest level's stride, 2, a constant when it compiles: the
-            # loops vectorize there, where LLVM speculates a stride of 1 otherwise)
-            scratch = vals[row * c2:(row + 1) * c2], flags[row * c2:(row + 1) * c2]  # (its own)
-            if d2 == 2:
-                b, e = _cubic_span(x, rec, planes, escapes, base + f2, 2, k0, lo, hi,
-                                   h * stride, n, step, inv_step, bound, single, decoding,
-                                   scratch)
-            else:
-                b, e = _cubic_span(x, rec, planes, escapes, base + f2, d2, k0, lo, hi,
-                                   h * stride, n, step, inv_step, bound, single, decoding,
-                                   scratch)
-            bad += b
-            kept += e
-        b, e = _code_targets(x, rec, planes, escapes, hi, c2, base, f2, d2, k0, i0, i1, ax, h,
-                             nax, stride, n, step, inv_step, bound, single, decoding)
+    for row in prange(nrows):
+        b, e = _inner_encode_row(par, np.uint64(row * p), p, t, x, np.uint64(row * t), out,
+                                 np.uint64(row * (p + t)), store, planes,
+                                 np.uint64(at + row * t), nn, step, inv_step, bound, single)
         bad += b
         kept += e
     return bad, kept
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def inner_decode(par, out, planes, at, n, nrows, p, t, step):
+    """:func:`inner_encode`'s finer rows from the codes into ``out`` (float64, or the data's
+    dtype at the finest level); returns the damaged codes."""
+    nn = np.uint64(n)
+    bad = 0
+    for row in prange(nrows):
+        bad += _inner_decode_row(par, np.uint64(row * p), p, t, out, np.uint64(row * (p + t)),
+                                 planes, np.uint64(at + row * t), nn, step)
+    return bad
+
+
+# --- the levels, coarse to fine ---------------------------------------------------------
+#
+# A call runs a range of levels: those whose passes are small on one thread (a parallel
+# region costs more than they do), the others on the caller's threads; the pyramid is
+# built first, finest level first, likewise in two calls.
+
+@njit(inline="always")
+def _ceil_nb(n, step):
+    return (n + step - 1) // step
+
+
+@njit(inline="always")
+def _level(n0, n1, n2, h):
+    """A level's finer grid (stride ``h``: ``q0 x q1 x q2``), coarser grid (``2h``: ``p0 x
+    p1 x p2``) and targets along each axis (``t = q - p``)."""
+    q0, q1, q2 = _ceil_nb(n0, h), _ceil_nb(n1, h), _ceil_nb(n2, h)
+    p0, p1, p2 = _ceil_nb(n0, 2 * h), _ceil_nb(n1, 2 * h), _ceil_nb(n2, 2 * h)
+    return q0, q1, q2, p0, p1, p2, q0 - p0, q1 - p1, q2 - p2
+
+
+@njit(inline="always")
+def _outer_axis(ax, q0, q1, p0, p1, p2, t0, t1):
+    """The pass along axis ``ax`` (0 or 1) of a level as :func:`outer_encode` runs it:
+    ``(na, p, t, nb)`` and the strides ``(xsa, xsj, xsb)`` of its targets in the
+    pyramid's even points (``q0 x q1 x p2``); rows of ``p2``."""
+    if ax == 0:
+        return 1, p0, t0, p1, 0, q1 * p2, 2 * p2
+    return q0, p1, t1, 1, q1 * p2, p2, 0
+
+
+@njit(cache=True, nogil=True)
+def pyramid(x, xs, geometry, lo, hi):
+    """Levels ``lo`` to ``hi - 1`` of the pyramid into ``xs``: level ``l`` (``h = 2 **
+    l``) the rows at multiples of ``h`` along axes 0 and 1 split into even and odd
+    points; ``geometry[l]``: its source's ``(rows 0, rows 1, length, step)`` and where its
+    even and odd points start and end in ``xs`` (level 0's source: ``x``, the others'
+    the level before's even points)."""
+    for lv in range(lo, hi):
+        r0, r1, length, s, e, o, end = geometry[lv]
+        if lv == 0:
+            split_rows(x, r0, r1, length, s, xs[e:o], xs[o:end])
+        else:
+            split_rows(xs[geometry[lv - 1, 4]:geometry[lv - 1, 5]], r0, r1, length, s, xs[e:o],
+                       xs[o:end])
+
+
+@njit(cache=True, nogil=True)
+def encode_range(xs, geometry, n0, n1, n2, step, bound, single, planes, grid, at, top, bottom):
+    """Levels ``top`` down to ``bottom`` (``h = 2 ** level``) of the codes into ``planes``
+    from ``at``, the coarser grid ``grid`` (float64, compact); returns ``(nonfinite,
+    escapes, at, finer grid)`` (the finest level's grid: not built)."""
+    n = n0 * n1 * n2
+    bad = 0
+    kept = 0
+    for lv in range(top, bottom - 1, -1):
+        h = 1 << lv
+        q0, q1, q2, p0, p1, p2, t0, t1, t2 = _level(n0, n1, n2, h)
+        even = xs[geometry[lv, 4]:geometry[lv, 5]]  # (q0, q1, p2)
+        for ax in range(2):
+            na, p, t, nb, xsa, xsj, xsb = _outer_axis(ax, q0, q1, p0, p1, p2, t0, t1)
+            if t:
+                finer = np.empty(na * (p + t) * nb * p2)
+                copy_parents(grid, finer, na, p, t, nb, p2)
+                b, e = outer_encode(grid, even, xsa, xsj, xsb, finer, planes, at, n, na, p, t,
+                                    nb, p2, step, bound, single)
+                bad += b
+                kept += e
+                at += na * t * nb * p2
+                grid = finer
+        if t2:
+            odd = xs[geometry[lv, 5]:geometry[lv, 5] + q0 * q1 * t2]
+            store = h > 1
+            finer = np.empty(q0 * q1 * q2 if store else 0)
+            b, e = inner_encode(grid, odd, finer, store, planes, at, n, q0 * q1, p2, t2, step,
+                                bound, single)
+            bad += b
+            kept += e
+            at += q0 * q1 * t2
+            grid = finer
+    return bad, kept, at, grid
+
+
+@njit(cache=True, nogil=True)
+def origin_encode(x, planes, step, bound, single):
+    """The origin's code (predicted as 0) into ``planes``: ``(reconstruction, nonfinite,
+    escape)``."""
+    code, r, e, f = _encode_one(np.float64(x[0]), 0.0, step, 1.0 / step, bound, single)
+    _put(planes, 0, x.size, code)
+    return r, f, e
+
+
+@njit(inline="always")
+def _apply(grid, places, values, lo, hi):
+    for i in range(lo, hi):
+        grid[places[i]] = values[i]
+
+
+@njit(inline="always")
+def _patches_of(patch_pass, k, done):
+    """The end of the run of patches of pass ``done`` from ``k``."""
+    while k < patch_pass.size and patch_pass[k] == done:
+        k += 1
+    return k
+
+
+@njit(cache=True, nogil=True)
+def decode_range(planes, n0, n1, n2, step, patch_pass, patch_place, patch_value, out, grid,
+                 at, k, done, top, bottom):
+    """Levels ``top`` down to ``bottom`` of the reconstructions from the codes in
+    ``planes`` from ``at``, the coarser grid ``grid``; the escapes' values
+    (``patch_value``) written into their pass's finer grid at ``patch_place`` after the
+    pass numbered ``patch_pass`` (ascending), from the ``k``-th, ``done`` passes done.
+    The finest level's grid is ``out``. Returns ``(damaged, at, k, done, finer grid)``."""
+    n = n0 * n1 * n2
+    bad = 0
+    for lv in range(top, bottom - 1, -1):
+        h = 1 << lv
+        q0, q1, q2, p0, p1, p2, t0, t1, t2 = _level(n0, n1, n2, h)
+        for ax in range(2):
+            na, p, t, nb, _, _, _ = _outer_axis(ax, q0, q1, p0, p1, p2, t0, t1)
+            if t:
+                finer = np.empty(na * (p + t) * nb * p2)
+                copy_parents(grid, finer, na, p, t, nb, p2)
+                bad += outer_decode(grid, finer, planes, at, n, na, p, t, nb, p2, step)
+                at += na * t * nb * p2
+                grid = finer
+                lo, k = k, _patches_of(patch_pass, k, done)
+                _apply(grid, patch_place, patch_value, lo, k)
+                done += 1
+        if t2:
+            lo, k = k, _patches_of(patch_pass, k, done)
+            if h == 1:  # the finest grid: the output
+                bad += inner_decode(grid, out, planes, at, n, q0 * q1, p2, t2, step)
+                _apply(out, patch_place, patch_value, lo, k)
+                grid = np.empty(0)
+            else:
+                finer = np.empty(q0 * q1 * q2)
+                bad += inner_decode(grid, finer, planes, at, n, q0 * q1, p2, t2, step)
+                grid = finer
+                _apply(grid, patch_place, patch_value, lo, k)
+            at += q0 * q1 * t2
+            done += 1
+    return bad, at, k, done, grid
+
+
+@njit(cache=True, nogil=True)
+def origin_decode(planes, n, step):
+    """The origin's ``(reconstruction, damaged)``."""
+    return _decode_one(planes, 0, n, 0.0, step)
+
+
+def _levels(dims: tuple[int, int, int]) -> tuple[int, int]:
+    """``(levels, the first level run in parallel)``: level ``l`` (``h = 2 ** l``) runs on
+    one thread when it codes fewer than :data:`SERIAL_BELOW` points (coarser levels code
+    fewer)."""
+    levels = _top(dims).bit_length() - 1
+    n0, n1, n2 = dims
+    parallel = 0
+    while parallel < levels:
+        h = 1 << parallel
+        if (_ceil(n0, h) * _ceil(n1, h) * _ceil(n2, h) - _ceil(n0, 2 * h) * _ceil(n1, 2 * h)
+                * _ceil(n2, 2 * h)) < SERIAL_BELOW:
+            break
+        parallel += 1
+    return levels, parallel
+
+
+def _geometry(dims: tuple[int, int, int], levels: int) -> tuple[np.ndarray, int]:
+    """The pyramid's levels (:func:`pyramid`'s ``geometry``) and the values it holds."""
+    geometry = np.zeros((max(levels, 1), 7), np.int64)
+    used = 0
+    r0, r1, length, s = dims[0], dims[1], dims[2], 1
+    for lv in range(levels):
+        c0, c1 = _ceil(r0, s), _ceil(r1, s)
+        size = c0 * c1 * length
+        geometry[lv] = (r0, r1, length, s, used, used + c0 * c1 * _ceil(length, 2), used + size)
+        used += size
+        r0, r1, length, s = c0, c1, _ceil(length, 2), 2
+    return geometry, used
+
+
+def encode(x: np.ndarray, dims: tuple[int, int, int], step: float, bound: float,
+           planes: np.ndarray) -> tuple[int, int]:
+    """The codes of ``x`` (flat, C order over ``dims``) into ``planes`` (``2 n`` bytes);
+    returns ``(nonfinite, escapes)``: find the escapes' positions with
+    :func:`escape_positions`."""
+    from .launch import run_kernel
+
+    levels, parallel = _levels(dims)
+    geometry, used = _geometry(dims, levels)
+    xs = np.empty(max(used, 1), x.dtype)
+    if parallel:
+        run_kernel(pyramid, x, xs, geometry, 0, parallel)
+    if levels > parallel:
+        run_kernel(pyramid, x, xs, geometry, parallel, levels, serial=True)
+    single = x.dtype == np.float32
+    r, bad, kept = run_kernel(origin_encode, x, planes, step, bound, single)
+    grid, at = np.full(1, r), 1
+    for top, bottom, serial in ((levels - 1, parallel, True), (parallel - 1, 0, False)):
+        if top >= bottom:
+            b, k, at, grid = run_kernel(encode_range, xs, geometry, *dims, step, bound, single,
+                                        planes, grid, at, top, bottom, serial=serial)
+            bad += b
+            kept += k
+    return bad, kept
+
+
+def decode(planes: np.ndarray, dims: tuple[int, int, int], step: float, where: np.ndarray,
+           values: np.ndarray, out: np.ndarray) -> int:
+    """``out`` (flat, the data's dtype) from the codes in ``planes`` and the escapes
+    (``where``: flat positions, ascending and in range; ``values``: theirs, the data's
+    dtype); returns the damaged codes (none in a stream :func:`encode` wrote)."""
+    from .launch import run_kernel
+
+    n = out.size
+    levels, parallel = _levels(dims)
+    pass_of, place = _patches(where, dims)
+    order = np.argsort(pass_of, kind="stable")
+    pass_of, place = pass_of[order], place[order]
+    values = np.ascontiguousarray(values[order], dtype=out.dtype)
+    r, bad = run_kernel(origin_decode, planes, n, step)
+    grid = np.full(1, r)
+    k = int(np.searchsorted(pass_of, 1))
+    grid[:k] = values[:k]  # (the origin's escape)
+    at, done = 1, 1
+    for top, bottom, serial in ((levels - 1, parallel, True), (parallel - 1, 0, False)):
+        if top >= bottom:
+            b, at, k, done, grid = run_kernel(decode_range, planes, *dims, step, pass_of, place,
+                                              values, out, grid, at, k, done, top, bottom,
+                                              serial=serial)
+            bad += b
+    if grid.size:  # (no pass along axis 2 at the finest level: the grid is not out yet)
+        out[...] = grid  # (rounded to the dtype once, as the encoder checked)
+    return int(bad)
+
+
+def _coords(where: np.ndarray, dims: tuple[int, int, int]) -> tuple[np.ndarray, ...]:
+    """The coordinates of flat positions."""
+    i0, rest = np.divmod(where, dims[1] * dims[2])
+    i1, i2 = np.divmod(rest, dims[2])
+    return i0, i1, i2
+
+
+def _patches(where: np.ndarray, dims: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """The escapes' ``(passes, places)``: each escape's pass (its number in
+    :func:`passes`) and its place in that pass's finer grid (the grid at stride ``h``
+    along the axes up to the pass's, ``2h`` after it). A point's pass: ``h`` the lowest
+    power of two among its coordinates' bits, the axis the last whose coordinate is an
+    odd multiple of it (the origin: pass 0)."""
+    if where.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    i0, i1, i2 = _coords(where.astype(np.int64), dims)
+    bits = i0 | i1 | i2
+    h = bits & -bits
+    axis = np.where(i2 & h, 2, np.where(i1 & h, 1, 0))
+    number = {(ax, hv): k for k, (ax, hv, _, _, _) in enumerate(passes(dims))}
+    pass_of = np.zeros(where.size, np.int64)
+    place = np.zeros(where.size, np.int64)
+    for k in np.flatnonzero(bits):  # (escapes are few)
+        hv, ax = int(h[k]), int(axis[k])
+        d = [hv if a <= ax else 2 * hv for a in range(3)]
+        pass_of[k] = number[ax, hv]
+        place[k] = ((i0[k] // d[0]) * _ceil(dims[1], d[1]) + i1[k] // d[1]) * \
+            _ceil(dims[2], d[2]) + i2[k] // d[2]
+    return pass_of, place
+
+
+def escape_positions(planes: np.ndarray, dims: tuple[int, int, int]) -> np.ndarray:
+    """The flat positions (ascending, uint32) of the points :func:`encode` coded as
+    escapes."""
+    n = dims[0] * dims[1] * dims[2]
+    codes = np.flatnonzero((planes[:n] == 0xFF) & (planes[n:] == 0xFF))
+    out = []
+    for ax, h, s, at, count in passes(dims):
+        k = codes[(codes >= at) & (codes < at + count)] - at
+        if k.size == 0:
+            continue
+        if ax < 0:
+            out.append(np.zeros(k.size, np.int64))
+            continue
+        steps = [h if d < ax else s for d in range(3)]
+        shape = [_odd(dims[d], h) if d == ax else _ceil(dims[d], steps[d]) for d in range(3)]
+        c = np.unravel_index(k, shape)
+        i = [(2 * c[d] + 1) * h if d == ax else c[d] * steps[d] for d in range(3)]
+        out.append((i[0] * dims[1] + i[1]) * dims[2] + i[2])
+    return np.sort(np.concatenate(out)).astype(np.uint32) if out else np.zeros(0, np.uint32)

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from numba import njit
 
 import mpicomp
 from mpicomp.bench.field import field
@@ -90,52 +91,83 @@ def test_auto_takes_an_arrays_own_shape_and_flat_arrays_stay_flat():
         flat.decode(s, out=np.empty_like(x))  # reads a shaped stream's step as a bad one
 
 
-def _passes_one_at_a_time(x, rec, planes, escapes, dims, step, bound, decoding):
-    """The passes with every target through the per-target code (``interp_cpu._predict``
-    and ``_code_one``, the edges' path): the reference of the branch-free loops."""
-    from numba import njit
-
-    @njit
-    def one_pass(x, rec, planes, escapes, n0, n1, n2, ax, h, s, at, step, inv_step, bound,
-                 single, decoding):
-        n = n0 * n1 * n2
-        f0, d0, c0, f1, d1, c1, f2, d2, c2, stride, nax = interp_cpu._targets(n0, n1, n2, ax,
-                                                                              h, s)
-        bad = 0
-        kept = 0
-        for row in range(c0 * c1):
-            i0 = f0 + (row // c1) * d0
-            i1 = f1 + (row - (row // c1) * c1) * d1
-            for t2 in range(c2):
-                i2 = f2 + t2 * d2
-                idx = (i0 * n1 + i1) * n2 + i2
+@njit
+def _reference_pass(x, rec, planes, escapes, n0, n1, n2, ax, h, s, at, step, bound, single,
+                    decoding):
+    """One pass of the module docstring's algorithm in the data's own layout, a target at a
+    time (``interp_cpu`` keeps each level compact and runs rows in branch-free loops):
+    the reference its codes, reconstructions and escapes must equal."""
+    n = n0 * n1 * n2
+    dims = (n0, n1, n2)
+    firsts = [0, 0, 0]
+    strides = [1, 1, 1]
+    for d in range(3):
+        if ax >= 0:
+            firsts[d], strides[d] = (h, s) if d == ax else ((0, h) if d < ax else (0, s))
+    counts = [max(0, (dims[d] - firsts[d] + strides[d] - 1) // strides[d]) if ax >= 0 else 1
+              for d in range(3)]
+    gap = (n1 * n2, n2, 1)[ax] if ax >= 0 else 0
+    bad = 0
+    k = at
+    for t0 in range(counts[0]):
+        for t1 in range(counts[1]):
+            for t2 in range(counts[2]):
+                c = (firsts[0] + t0 * strides[0], firsts[1] + t1 * strides[1],
+                     firsts[2] + t2 * strides[2])
+                idx = (c[0] * n1 + c[1]) * n2 + c[2]
                 pred = 0.0
                 if ax >= 0:
-                    i = i0 if ax == 0 else (i1 if ax == 1 else i2)
-                    pred = interp_cpu._predict(rec, idx, i, nax, h, stride)
-                b, e = interp_cpu._code_one(x, rec, planes, escapes, idx, at + row * c2 + t2,
-                                            n, pred, step, inv_step, bound, single, decoding)
-                bad += b
-                kept += e
-        return bad, kept
+                    i, m, o = c[ax], dims[ax], h * gap
+                    if i >= 3 * h and i + 3 * h < m:
+                        pred = (-rec[idx - 3 * o] + 9.0 * rec[idx - o] + 9.0 * rec[idx + o]
+                                - rec[idx + 3 * o]) / 16.0
+                    elif i + h < m:
+                        pred = (rec[idx - o] + rec[idx + o]) / 2.0
+                    else:
+                        pred = rec[idx - o]
+                if decoding:
+                    code = np.int64(planes[k]) | (np.int64(planes[n + k]) << 8)
+                    if code > 2 * interp_cpu.MAX_Q:
+                        bad += code != interp_cpu.ESCAPE
+                    else:
+                        rec[idx] = pred + np.float64((code >> 1) ^ -(code & 1)) * step
+                else:
+                    v = float(x[idx])
+                    code = interp_cpu.ESCAPE
+                    rec[idx] = v if np.isfinite(v) else 0.0
+                    if np.isfinite(v):
+                        q = np.rint((v - pred) * (1.0 / step))
+                        r = pred + q * step
+                        back = float(np.float32(r)) if single else r
+                        if abs(q) <= interp_cpu.MAX_Q and abs(v - back) <= bound:
+                            code = (int(q) << 1) ^ (int(q) >> 63)
+                            rec[idx] = r
+                    escapes[idx] = code == interp_cpu.ESCAPE
+                    bad += not np.isfinite(v)
+                    planes[k] = code & 0xFF
+                    planes[n + k] = code >> 8
+                k += 1
+    return bad
 
-    total = [0, 0]
-    for ax, h, s, at, _ in interp_cpu.passes(dims):
-        b, k = one_pass(x, rec, planes, escapes, *dims, ax, h, s, at, step,
-                        0.0 if decoding else 1.0 / step, bound, rec.dtype == np.float32
-                        if decoding else x.dtype == np.float32, decoding)
-        total[0] += b
-        total[1] += k
-    return total
+
+def _reference(x, dims, bound):
+    """(code planes, escapes' positions, nonfinite count) of :func:`_reference_pass`."""
+    n = x.size
+    rec, planes, escapes = np.zeros(n), np.zeros(2 * n, np.uint8), np.zeros(n, np.bool_)
+    bad = sum(_reference_pass(x, rec, planes, escapes, *dims, ax, h, s, at, 2 * bound, bound,
+                              x.dtype == np.float32, False)
+              for ax, h, s, at, _ in interp_cpu.passes(dims))
+    return planes, np.flatnonzero(escapes).astype(np.uint32), bad
 
 
-@pytest.mark.parametrize("dims", [(1, 512, 300), (24, 20, 18), (1, 37, 101), (3, 1, 33)])
+@pytest.mark.parametrize("dims", [(1, 512, 300), (24, 20, 18), (1, 37, 101), (3, 1, 33),
+                                  (2, 2, 2), (5, 1, 1), (33, 65, 1), (1, 3, 5)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
-def test_the_branch_free_loops_code_what_the_per_target_code_does(dims, dtype):
-    """code_pass runs a row's cubic targets in branch-free loops (the finest level's stride
-    a constant): the same codes, reconstructions, escapes and counts as every target
-    through the per-target code, on smooth data, noise with escapes, NaN (counted), and
-    decoding a stream of random codes (damaged ones counted, their targets left)."""
+def test_the_compact_levels_code_what_the_algorithm_says(dims, dtype):
+    """interp_cpu.encode and decode against the algorithm run a target at a time in the
+    data's layout: the same code bytes, escapes and NaN count on smooth data, noise with
+    escapes and NaN, and the same decoded values (escapes' values as stored); decoding a
+    stream of random codes counts the damaged ones (the codes past MAX_Q but ESCAPE)."""
     rng = np.random.default_rng(7)
     n = int(np.prod(dims))
     g = np.indices(dims).astype(np.float64)
@@ -145,44 +177,33 @@ def test_the_branch_free_loops_code_what_the_per_target_code_does(dims, dtype):
     nan[rng.integers(0, n, 3)] = np.nan
     for data in (smooth, smooth + 1e-3 * rng.standard_normal(dims), noisy, nan):
         x = np.ascontiguousarray(np.asarray(data, dtype).ravel())
-        for bound in (1e-1, 1e-4):
-            got, want = [], []
-            for runs, out in ((None, got), (True, want)):
-                rec, planes, escapes = np.zeros(n), np.zeros(2 * n, np.uint8), np.zeros(n, np.uint8)
-                if runs:
-                    counts = _passes_one_at_a_time(x, rec, planes, escapes, dims, 2 * bound,
-                                                   bound, False)
-                else:
-                    counts = [0, 0]
-                    for ax, h, s, at, _ in interp_cpu.passes(dims):
-                        b, k = interp_cpu.code_pass(x, rec, planes, escapes, np.empty(n),
-                                                    np.empty(n, np.uint8), *dims, ax, h, s, at,
-                                                    2 * bound, 0.5 / bound, bound,
-                                                    dtype == np.float32, False)
-                        counts[0] += b
-                        counts[1] += k
-                out += [rec, planes, escapes, counts]
-            for a, b in zip(got, want, strict=True):
-                np.testing.assert_array_equal(a, b)
+        for bound in (1e-1, 1e-4, 1e-9):
+            want_planes, want_where, want_bad = _reference(x, dims, bound)
+            planes = np.zeros(2 * n, np.uint8)
+            bad, kept = interp_cpu.encode(x, dims, 2 * bound, bound, planes)
+            np.testing.assert_array_equal(planes, want_planes)
+            assert bad == want_bad and kept == want_where.size
+            np.testing.assert_array_equal(interp_cpu.escape_positions(planes, dims), want_where)
+            if bad:
+                continue
+            rec = np.zeros(n)
+            rec[want_where] = x[want_where]
+            for ax, h, s, at, _ in interp_cpu.passes(dims):
+                _reference_pass(x[:0], rec, planes, np.zeros(0, np.bool_), *dims, ax, h, s, at,
+                                2 * bound, 0.0, False, True)
+            y = np.empty(n, dtype)
+            assert interp_cpu.decode(planes, dims, 2 * bound, want_where.astype(np.int64),
+                                     x[want_where], y) == 0
+            np.testing.assert_array_equal(y, rec.astype(dtype))
+            assert float(np.abs(y.astype(np.float64) - x).max()) <= bound
     codes = rng.integers(0, 256, 2 * n).astype(np.uint8)
-    for k, low in zip(rng.choice(n, 8, replace=False), [0xFE, 0xFD, 0xFF, 0xFF] * 2,
-                      strict=True):  # damaged codes (65534, 65533) and escapes (65535)
-        codes[k], codes[n + k] = low, 0xFF
-    results = []
-    for runs in (False, True):
-        rec = np.full(n, 1.5)
-        none = np.zeros(0, dtype)
-        if runs:
-            bad = _passes_one_at_a_time(none, rec, codes, none.view(np.uint8), dims, 0.01, 0.0,
-                                        True)[0]
-        else:
-            bad = sum(interp_cpu.code_pass(none, rec, codes, none.view(np.uint8), none,
-                                           none.view(np.uint8), *dims, ax, h, s, at, 0.01, 0.0,
-                                           0.0, dtype == np.float32, True)[0]
-                      for ax, h, s, at, _ in interp_cpu.passes(dims))
-        results.append((rec, bad))
-    np.testing.assert_array_equal(results[0][0], results[1][0])
-    assert results[0][1] == results[1][1] > 0
+    for k in rng.choice(n, min(n, 8), replace=False):
+        codes[k], codes[n + k] = rng.choice([0xFD, 0xFE, 0xFF]), 0xFF
+    code = codes[:n].astype(np.int64) | (codes[n:].astype(np.int64) << 8)
+    damaged = int(((code > 2 * interp_cpu.MAX_Q) & (code != interp_cpu.ESCAPE)).sum())
+    assert damaged > 0
+    assert interp_cpu.decode(codes, dims, 0.01, np.zeros(0, np.int64), np.zeros(0, dtype),
+                             np.empty(n, dtype)) == damaged
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -48,29 +48,21 @@ _U32 = struct.Struct("<I")
 ZSTD_LEVEL = 1
 
 
-#: passes of fewer targets run on one thread (a parallel region costs more than they do)
-SERIAL_BELOW = 16384
-#: scratch kept per thread for buffers of up to this many values (larger ones allocate
-#: their own: 11 bytes a value)
+#: code planes kept per thread for buffers of up to this many values (larger ones allocate
+#: their own)
 KEEP_VALUES = 1 << 20
 _kept = threading.local()
 
 
-def _scratch(n: int) -> tuple[np.ndarray, ...]:
-    """(float64 reconstructions, 2 code planes, escape flags, and a pass's float64 and
-    uint8 scratch) for ``n`` values: this thread's kept arrays when ``n`` is at most
-    :data:`KEEP_VALUES`, else new ones."""
+def _planes(n: int) -> np.ndarray:
+    """``2 n`` bytes for the code planes: this thread's kept array when ``n`` is at most
+    :data:`KEEP_VALUES`, else a new one."""
     if n > KEEP_VALUES:
-        return _new_scratch(n)
-    kept = getattr(_kept, "arrays", None)
-    if kept is None or kept[0].size < n:
-        kept = _kept.arrays = _new_scratch(max(n, 1 << 12))
-    return tuple(a[:a.size // kept[0].size * n] for a in kept)
-
-
-def _new_scratch(n: int) -> tuple[np.ndarray, ...]:
-    return (np.empty(n, np.float64), np.empty(2 * n, np.uint8), np.empty(n, np.uint8),
-            np.empty(n, np.float64), np.empty(n, np.uint8))
+        return np.empty(2 * n, np.uint8)
+    kept = getattr(_kept, "planes", None)
+    if kept is None or kept.size < 2 * n:
+        kept = _kept.planes = np.empty(2 * max(n, 1 << 12), np.uint8)
+    return kept[:2 * n]
 
 
 def dims_of(shape: tuple[int, ...] | None, count: int) -> tuple[int, int, int] | None:
@@ -110,30 +102,18 @@ def encode_into(x: np.ndarray, dims: tuple[int, int, int], bound: float, out: np
     import zstandard
 
     from ..kernels import interp_cpu
-    from ..kernels.launch import readonly, run_kernel
 
-    n = x.size
-    step = 2.0 * bound
-    rec, planes, escapes, vals, flags = _scratch(n)
-    escapes[:] = 0
-    single = x.dtype == np.float32
-    bad = kept = 0
-    xr = readonly(x)
-    for ax, h, s, at, count in interp_cpu.passes(dims):
-        b, k = run_kernel(interp_cpu.code_pass, xr, rec, planes, escapes, vals, flags, *dims,
-                          ax, h, s, at, step, 1.0 / step, bound, single, False,
-                          serial=count < SERIAL_BELOW)
-        bad += b
-        kept += k
+    planes = _planes(x.size)
+    bad, kept = interp_cpu.encode(x, dims, 2.0 * bound, bound, planes)
     if bad:
         raise ValueError(f"nonfinite: {bad} value(s) NaN or Inf")
     frame = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compress(planes.data)
-    where = (np.flatnonzero(escapes) if kept else np.zeros(0, np.intp)).astype(np.uint32)
+    where = interp_cpu.escape_positions(planes, dims) if kept else np.zeros(0, np.uint32)
     d = len(dims)
     total = (HEAD.size + 4 * d + 4 + len(frame) + 4 + where.size * (4 + x.itemsize))
     if total > out.size:
         return None
-    HEAD.pack_into(out, 0, -step, d)
+    HEAD.pack_into(out, 0, -2.0 * bound, d)
     at = HEAD.size
     for v in dims:
         _U32.pack_into(out, at, v)
@@ -194,7 +174,6 @@ def decode_into(buf: np.ndarray, out: np.ndarray) -> None:
     import zstandard
 
     from ..kernels import interp_cpu
-    from ..kernels.launch import run_kernel
 
     n = out.size
     step, dims, at, nframe, esc = _layout(buf, n, out.itemsize)
@@ -207,22 +186,13 @@ def decode_into(buf: np.ndarray, out: np.ndarray) -> None:
     if len(planes) != 2 * n:
         raise ValueError(f"errbound shaped stream: its frame holds {len(planes)} bytes of "
                          f"codes, {2 * n} expected")
-    rec, codes = _scratch(n)[:2]
-    codes[:] = np.frombuffer(planes, np.uint8)  # (writable: the pass's own type)
+    codes = np.frombuffer(planes, np.uint8)
     where = np.frombuffer(buf[esc:esc + 4 * nesc].tobytes(), "<u4").astype(np.int64)
     if nesc and (where[-1] >= n or (nesc > 1 and not bool((np.diff(where) > 0).all()))):
         raise ValueError("errbound shaped stream: escape positions out of order or range")
     values = np.frombuffer(buf[esc + 4 * nesc:esc + nesc * (4 + out.itemsize)].tobytes(),
                            out.dtype)
-    rec[where] = values  # (a damaged stream's other escapes: whatever rec held)
     full = (*([1] * (3 - len(dims))), *dims)
-    bad = 0
-    none = np.zeros(0, out.dtype)  # (x and escapes: a decode reads neither)
-    for ax, h, s, k, count in interp_cpu.passes(full):  # type: ignore[arg-type]
-        bad += run_kernel(interp_cpu.code_pass, none, rec, codes, none.view(np.uint8), none,
-                          none.view(np.uint8), *full,
-                          ax, h, s, k, step, 0.0, 0.0, out.dtype == np.float32, True,
-                          serial=count < SERIAL_BELOW)[0]
+    bad = interp_cpu.decode(codes, full, step, where, values, out)
     if bad:
         raise ValueError(f"errbound shaped stream: {bad} code(s) no encoder writes")
-    out[...] = rec  # (rounded to the dtype once, as the encoder checked)
