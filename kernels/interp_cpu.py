@@ -664,15 +664,18 @@ def _patches(where: np.ndarray, dims: tuple[int, int, int]) -> tuple[np.ndarray,
     bits = i0 | i1 | i2
     h = bits & -bits
     axis = np.where(i2 & h, 2, np.where(i1 & h, 1, 0))
-    number = {(ax, hv): k for k, (ax, hv, _, _, _) in enumerate(passes(dims))}
-    pass_of = np.zeros(where.size, np.int64)
-    place = np.zeros(where.size, np.int64)
-    for k in np.flatnonzero(bits):  # (escapes are few)
-        hv, ax = int(h[k]), int(axis[k])
-        d = [hv if a <= ax else 2 * hv for a in range(3)]
-        pass_of[k] = number[ax, hv]
-        place[k] = ((i0[k] // d[0]) * _ceil(dims[1], d[1]) + i1[k] // d[1]) * \
-            _ceil(dims[2], d[2]) + i2[k] // d[2]
+    level = np.zeros(where.size, np.int64)
+    level[bits != 0] = np.log2(h[bits != 0]).astype(np.int64)
+    number = np.zeros((_top(dims).bit_length(), 3), np.int64)
+    for k, (ax, hv, _, _, _) in enumerate(passes(dims)[1:], 1):
+        number[hv.bit_length() - 1, ax] = k
+    pass_of = np.where(bits != 0, number[level, axis], 0)
+    hs = np.maximum(h, 1)
+    d1 = np.where(axis >= 1, hs, 2 * hs)
+    d2 = np.where(axis >= 2, hs, 2 * hs)
+    n1 = (dims[1] + d1 - 1) // d1
+    n2 = (dims[2] + d2 - 1) // d2
+    place = ((i0 // hs) * n1 + i1 // d1) * n2 + i2 // d2  # (the origin: 0)
     return pass_of, place
 
 
