@@ -415,9 +415,8 @@ def inner_decode(par, out, planes, at, n, nrows, p, t, step):
 # region costs more than they do), the others on the caller's threads; the pyramid is
 # built first, finest level first, likewise in two calls.
 
-@njit(inline="always")
-def _ceil_nb(n, step):
-    return (n + step - 1) // step
+#: :func:`_ceil` inside the kernels
+_ceil_nb = njit(inline="always")(_ceil)
 
 
 @njit(inline="always")
@@ -595,8 +594,9 @@ def encode(x: np.ndarray, dims: tuple[int, int, int], step: float, bound: float,
     """The codes of ``x`` (flat, C order over ``dims``) into ``planes`` (``2 n`` bytes);
     returns ``(nonfinite, escapes)``: find the escapes' positions with
     :func:`escape_positions`."""
-    from .launch import run_kernel
+    from .launch import readonly, run_kernel
 
+    x = readonly(x)  # (one compiled signature whether the caller's buffer is writable or not)
     levels, parallel = _levels(dims)
     geometry, used = _geometry(dims, levels)
     xs = np.empty(max(used, 1), x.dtype)
