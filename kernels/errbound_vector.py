@@ -9,7 +9,8 @@ a 32-bit integer, one ``vpmovmskb`` on x86), and come back with bitplane's
 byte accumulators (``bitplane_vector.codes_from_planes``, 8 planes at a
 time): a full block straight to its values on 32-bit lanes, a delta
 block's by prefix sums (:func:`values_from_planes_vec32`), a short one
-into its code slots (:func:`get_planes_vec32`). :func:`pack_group_vec32` and :func:`unpack_group_vec32` are
+into its code slots (:func:`get_planes_vec32`). :func:`pack_group_vec32` and
+:func:`unpack_group_vec32` are
 ``errbound_block``'s ``pack_group`` and ``unpack_group`` with these planes
 (the CUDA kernels and the tests' reference use the scalar ones: the same
 bytes); :func:`code_group_vec32` is ``block_code`` and the packing in one

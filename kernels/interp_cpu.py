@@ -16,8 +16,12 @@ predicted from them:
 * ``r[-h]`` at the far edge.
 
 The prediction error is quantized to ``q = rint((x - p) * (1 / step))``
-with ``step = 2 * bound``, and the target reconstructed as ``r = p + q * step``
-(float64, the decoder computes the same bits). A target whose ``|q|`` is
+and the target reconstructed as ``r = p + q * step`` (float64, the decoder
+computes the same bits). The step is finer on coarse levels, whose
+reconstructions predict every point below them (SZ3's level-wise bounds):
+the level of stride ``s = 2 h`` quantizes with ``step / f``, ``step = 2
+bound`` at the finest level and ``f`` growing by :data:`ALPHA` a level up to
+:data:`CAP` (:func:`level_steps`); the origin takes one level coarser's. A target whose ``|q|`` is
 over :data:`MAX_Q`, or whose reconstruction rounded to the data's dtype
 misses ``x`` by more than ``bound``, is an *escape*: it keeps ``x``
 exactly (``r = x``, stored apart by the caller). Every point is a target
@@ -43,6 +47,8 @@ each other).
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numba import njit, prange
 
@@ -50,7 +56,8 @@ from ..threads import start_numba_workers
 
 start_numba_workers()  # before any kernel here runs: idle OpenMP workers sleep
 
-__all__ = ["ESCAPE", "MAX_Q", "decode", "encode", "escape_positions", "passes"]
+__all__ = ["ALPHA", "CAP", "ESCAPE", "MAX_Q", "decode", "encode", "escape_positions",
+           "level_steps", "passes"]
 
 #: the code of an escape (a value kept exactly)
 ESCAPE = 0xFFFF
@@ -58,14 +65,20 @@ ESCAPE = 0xFFFF
 MAX_Q = 32766
 #: passes of fewer targets run on one thread (a parallel region costs more than they do)
 SERIAL_BELOW = 16384
+#: escapes up to which :func:`escape_positions` looks for each in turn
+_FEW_ESCAPES = 64
+#: the level-wise steps' factor from one level to the next coarser, and their largest
+ALPHA = 1.4
+CAP = 3.0
 
 
-def passes(dims: tuple[int, int, int]) -> list[tuple[int, int, int, int, int]]:
+@functools.lru_cache(maxsize=64)
+def passes(dims: tuple[int, int, int]) -> tuple[tuple[int, int, int, int, int], ...]:
     """The coding passes of an array of ``dims``: ``(axis, h, s, code offset, targets)``
     each, the origin's pass first (axis -1); their targets are every point once."""
     n = dims[0] * dims[1] * dims[2]
     if n == 0:
-        return []
+        return ()
     out = [(-1, 0, 0, 0, 1)]
     at = 1
     s = _top(dims)
@@ -81,7 +94,7 @@ def passes(dims: tuple[int, int, int]) -> list[tuple[int, int, int, int, int]]:
         s = h
     if at != n:
         raise AssertionError(f"interpolation passes over {dims} code {at} points, not {n}")
-    return out
+    return tuple(out)
 
 
 def _top(dims: tuple[int, ...]) -> int:
@@ -455,7 +468,7 @@ def pyramid(x, xs, geometry, lo, hi):
 
 
 @njit(cache=True, nogil=True)
-def encode_range(xs, geometry, n0, n1, n2, step, bound, single, planes, grid, at, top, bottom):
+def encode_range(xs, geometry, n0, n1, n2, steps, bound, single, planes, grid, at, top, bottom):
     """Levels ``top`` down to ``bottom`` (``h = 2 ** level``) of the codes into ``planes``
     from ``at``, the coarser grid ``grid`` (float64, compact); returns ``(nonfinite,
     escapes, at, finer grid)`` (the finest level's grid: not built)."""
@@ -464,6 +477,7 @@ def encode_range(xs, geometry, n0, n1, n2, step, bound, single, planes, grid, at
     kept = 0
     for lv in range(top, bottom - 1, -1):
         h = 1 << lv
+        step = steps[lv]
         q0, q1, q2, p0, p1, p2, t0, t1, t2 = _level(n0, n1, n2, h)
         even = xs[geometry[lv, 4]:geometry[lv, 5]]  # (q0, q1, p2)
         for ax in range(2):
@@ -514,7 +528,7 @@ def _patches_of(patch_pass, k, done):
 
 
 @njit(cache=True, nogil=True)
-def decode_range(planes, n0, n1, n2, step, patch_pass, patch_place, patch_value, out, grid,
+def decode_range(planes, n0, n1, n2, steps, patch_pass, patch_place, patch_value, out, grid,
                  at, k, done, top, bottom):
     """Levels ``top`` down to ``bottom`` of the reconstructions from the codes in
     ``planes`` from ``at``, the coarser grid ``grid``; the escapes' values
@@ -525,6 +539,7 @@ def decode_range(planes, n0, n1, n2, step, patch_pass, patch_place, patch_value,
     bad = 0
     for lv in range(top, bottom - 1, -1):
         h = 1 << lv
+        step = steps[lv]
         q0, q1, q2, p0, p1, p2, t0, t1, t2 = _level(n0, n1, n2, h)
         for ax in range(2):
             na, p, t, nb, _, _, _ = _outer_axis(ax, q0, q1, p0, p1, p2, t0, t1)
@@ -575,6 +590,18 @@ def _levels(dims: tuple[int, int, int]) -> tuple[int, int]:
     return levels, parallel
 
 
+def level_steps(step: float, levels: int) -> np.ndarray:
+    """The quantization step of each level ``l`` (``h = 2 ** l``) from the finest's
+    ``step`` (twice the bound), ``levels + 1`` of them (the last, the origin's): ``step /
+    f(l)`` with ``f(0) = 1``, ``f(l) = min(f(l - 1) * ALPHA, CAP)``, each rounded in
+    float64 in that order (the decoder's steps are the encoder's bits)."""
+    factor, steps = 1.0, np.empty(levels + 1)
+    for lv in range(levels + 1):
+        steps[lv] = step / factor
+        factor = min(factor * ALPHA, CAP)
+    return steps
+
+
 def _geometry(dims: tuple[int, int, int], levels: int) -> tuple[np.ndarray, int]:
     """The pyramid's levels (:func:`pyramid`'s ``geometry``) and the values it holds."""
     geometry = np.zeros((max(levels, 1), 7), np.int64)
@@ -605,11 +632,12 @@ def encode(x: np.ndarray, dims: tuple[int, int, int], step: float, bound: float,
     if levels > parallel:
         run_kernel(pyramid, x, xs, geometry, parallel, levels, serial=True)
     single = x.dtype == np.float32
-    r, bad, kept = run_kernel(origin_encode, x, planes, step, bound, single)
+    steps = level_steps(step, levels)
+    r, bad, kept = run_kernel(origin_encode, x, planes, steps[levels], bound, single)
     grid, at = np.full(1, r), 1
     for top, bottom, serial in ((levels - 1, parallel, True), (parallel - 1, 0, False)):
         if top >= bottom:
-            b, k, at, grid = run_kernel(encode_range, xs, geometry, *dims, step, bound, single,
+            b, k, at, grid = run_kernel(encode_range, xs, geometry, *dims, steps, bound, single,
                                         planes, grid, at, top, bottom, serial=serial)
             bad += b
             kept += k
@@ -629,14 +657,15 @@ def decode(planes: np.ndarray, dims: tuple[int, int, int], step: float, where: n
     order = np.argsort(pass_of, kind="stable")
     pass_of, place = pass_of[order], place[order]
     values = np.ascontiguousarray(values[order], dtype=out.dtype)
-    r, bad = run_kernel(origin_decode, planes, n, step)
+    steps = level_steps(step, levels)
+    r, bad = run_kernel(origin_decode, planes, n, steps[levels])
     grid = np.full(1, r)
     k = int(np.searchsorted(pass_of, 1))
     grid[:k] = values[:k]  # (the origin's escape)
     at, done = 1, 1
     for top, bottom, serial in ((levels - 1, parallel, True), (parallel - 1, 0, False)):
         if top >= bottom:
-            b, at, k, done, grid = run_kernel(decode_range, planes, *dims, step, pass_of, place,
+            b, at, k, done, grid = run_kernel(decode_range, planes, *dims, steps, pass_of, place,
                                               values, out, grid, at, k, done, top, bottom,
                                               serial=serial)
             bad += b
@@ -679,16 +708,35 @@ def _patches(where: np.ndarray, dims: tuple[int, int, int]) -> tuple[np.ndarray,
     return pass_of, place
 
 
+def _escape_codes(planes: np.ndarray, n: int) -> np.ndarray:
+    """Where (ascending) the ``n`` codes in ``planes`` are :data:`ESCAPE` (both bytes
+    0xFF). A few are found by ``argmax`` from the last (``flatnonzero`` takes about 0.15
+    ns a code, most of a field's ``escape_positions``)."""
+    flags = np.bitwise_and(planes[:n], planes[n:2 * n]) == 0xFF
+    count = int(np.count_nonzero(flags))
+    if count > _FEW_ESCAPES:
+        return np.flatnonzero(flags)
+    out = np.empty(count, np.int64)
+    at = 0
+    for k in range(count):
+        at += int(np.argmax(flags[at:]))
+        out[k] = at
+        at += 1
+    return out
+
+
 def escape_positions(planes: np.ndarray, dims: tuple[int, int, int]) -> np.ndarray:
     """The flat positions (ascending, uint32) of the points :func:`encode` coded as
     escapes."""
-    n = dims[0] * dims[1] * dims[2]
-    codes = np.flatnonzero((planes[:n] == 0xFF) & (planes[n:] == 0xFF))
+    codes = _escape_codes(planes, dims[0] * dims[1] * dims[2])
+    if codes.size == 0:
+        return np.zeros(0, np.uint32)
+    table = passes(dims)
+    which = np.searchsorted(np.array([at for _, _, _, at, _ in table]), codes, "right") - 1
     out = []
-    for ax, h, s, at, count in passes(dims):
-        k = codes[(codes >= at) & (codes < at + count)] - at
-        if k.size == 0:
-            continue
+    for number in np.unique(which):
+        ax, h, s, at, _ = table[number]
+        k = codes[which == number] - at
         if ax < 0:
             out.append(np.zeros(k.size, np.int64))
             continue

@@ -21,13 +21,19 @@ def _smooth3d(n0, n1, n2, dtype):
     return (np.sin(5 * x + 2 * y) * np.cos(3 * z) + 0.3 * x * y).astype(dtype)
 
 
+def _rms(d):
+    return float(np.sqrt(np.mean(d.astype(np.float64) ** 2)))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("tolerance", [1e-2, 1e-4, 1e-6])
 def test_fields_keep_the_bound_in_fewer_bytes_than_flat(dtype, tolerance):
     """A 2-D wave field and a 3-D smooth field: every decoded value within the bound
     (absolute and relative), the stream shaped; at 1e-2 and 1e-4 smaller than the flat
-    stream (0.15x to 0.6x here), at 1e-6, near float32's resolution, about as large (the
-    rate-distortion benchmark measures it against SZ3)."""
+    stream (0.13x to 0.62x here) at a lower RMS error (0.52x to 0.9x), at 1e-6, near
+    float32's resolution, about as large (0.55x to 1.02x: the coarse levels' finer steps
+    buy a lower RMS error than the bound asks; the rate-distortion benchmark measures
+    bits at equal accuracy against SZ3)."""
     for x in (field(96 * 96, dtype).reshape(96, 96), _smooth3d(20, 33, 17, dtype)):
         for relative in (False, True):
             c = get_codec("errbound", tolerance=tolerance, relative=relative, shape=x.shape)
@@ -37,9 +43,13 @@ def test_fields_keep_the_bound_in_fewer_bytes_than_flat(dtype, tolerance):
             bound = c.bound(x.ravel())
             assert float(np.abs(y.astype(np.float64) - x).max()) <= bound
             assert c.used_nbytes(s, x.size, x.dtype) == s.size
-            flat = get_codec("errbound", tolerance=tolerance, relative=relative).encode(x)
-            limit = 0.7 if tolerance >= 1e-4 else 1.0
+            flat_codec = get_codec("errbound", tolerance=tolerance, relative=relative)
+            flat = flat_codec.encode(x)
+            limit = 0.7 if tolerance >= 1e-4 else 1.05
             assert s.size < limit * flat.size, (x.shape, s.size, flat.size)
+            if tolerance >= 1e-4:
+                z = flat_codec.decode(flat, out=np.empty_like(x))
+                assert _rms(y - x) < _rms(z - x)
 
 
 @pytest.mark.parametrize("shape", [(3, 5), (2, 2, 2), (17, 33, 9), (1, 7, 9), (9, 1, 7),
@@ -150,12 +160,26 @@ def _reference_pass(x, rec, planes, escapes, n0, n1, n2, ax, h, s, at, step, bou
     return bad
 
 
+def _pass_step(step, dims, h):
+    """The step of the passes of ``h`` (0: the origin, one level above the coarsest) from the
+    finest's: ``step`` divided by a factor growing by ``ALPHA`` a level, at most ``CAP``."""
+    top = 1
+    while top < max(dims):
+        top *= 2
+    factor, level = 1.0, 1
+    while level < (h or top):
+        factor = min(factor * interp_cpu.ALPHA, interp_cpu.CAP)
+        level *= 2
+    return step / factor
+
+
 def _reference(x, dims, bound):
     """(code planes, escapes' positions, nonfinite count) of :func:`_reference_pass`."""
     n = x.size
     rec, planes, escapes = np.zeros(n), np.zeros(2 * n, np.uint8), np.zeros(n, np.bool_)
-    bad = sum(_reference_pass(x, rec, planes, escapes, *dims, ax, h, s, at, 2 * bound, bound,
-                              x.dtype == np.float32, False)
+    bad = sum(_reference_pass(x, rec, planes, escapes, *dims, ax, h, s, at,
+                              _pass_step(2 * bound, dims, h), bound, x.dtype == np.float32,
+                              False)
               for ax, h, s, at, _ in interp_cpu.passes(dims))
     return planes, np.flatnonzero(escapes).astype(np.uint32), bad
 
@@ -190,7 +214,7 @@ def test_the_compact_levels_code_what_the_algorithm_says(dims, dtype):
             rec[want_where] = x[want_where]
             for ax, h, s, at, _ in interp_cpu.passes(dims):
                 _reference_pass(x[:0], rec, planes, np.zeros(0, np.bool_), *dims, ax, h, s, at,
-                                2 * bound, 0.0, False, True)
+                                _pass_step(2 * bound, dims, h), 0.0, False, True)
             y = np.empty(n, dtype)
             assert interp_cpu.decode(planes, dims, 2 * bound, want_where.astype(np.int64),
                                      x[want_where], y) == 0

@@ -4,7 +4,8 @@ A buffer with a shape of 2 or 3 dimensions (the codec's ``shape=``, or an
 N-dimensional array's own) is coded by multilevel cubic interpolation
 (``kernels/interp_cpu.py``): coarse to fine, each value predicted from the
 reconstructed values around it along one axis, the prediction error
-quantized to the bound's step. The codes, mostly zero on a smooth field,
+quantized to twice the bound at the finest level and finer at coarser ones
+(their values predict every point below them). The codes, mostly zero on a smooth field,
 are entropy coded by zstd (PyPI ``zstandard``). Values the step cannot
 reach within the bound (through the dtype's rounding, or an error too large
 to code) are kept exactly, as *escapes*.
