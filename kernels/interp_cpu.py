@@ -20,11 +20,11 @@ and the target reconstructed as ``r = p + q * step`` (float64, the decoder
 computes the same bits). The step is finer on coarse levels, whose
 reconstructions predict every point below them (SZ3's level-wise bounds):
 the level of stride ``s = 2 h`` quantizes with ``step / f``, ``step = 2
-bound`` at the finest level and ``f`` growing by :data:`ALPHA` a level up to
-:data:`CAP` (:func:`level_steps`); the origin takes one level coarser's. A target whose ``|q|`` is
-over :data:`MAX_Q`, or whose reconstruction rounded to the data's dtype
-misses ``x`` by more than ``bound``, is an *escape*: it keeps ``x``
-exactly (``r = x``, stored apart by the caller). Every point is a target
+bound`` at the finest level and ``f`` growing by :data:`ALPHA` a level up
+to :data:`CAP` (:func:`level_steps`); the origin takes one level coarser's.
+A target whose ``|q|`` is over :data:`MAX_Q`, or whose reconstruction
+rounded to the data's dtype misses ``x`` by more than ``bound``, is an
+*escape*: it keeps ``x`` exactly (``r = x``, stored apart by the caller). Every point is a target
 exactly once; its code lands at the pass's offset plus its place in the
 pass (C order over the targets).
 
