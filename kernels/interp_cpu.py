@@ -745,4 +745,4 @@ def escape_positions(planes: np.ndarray, dims: tuple[int, int, int]) -> np.ndarr
         c = np.unravel_index(k, shape)
         i = [(2 * c[d] + 1) * h if d == ax else c[d] * steps[d] for d in range(3)]
         out.append((i[0] * dims[1] + i[1]) * dims[2] + i[2])
-    return np.sort(np.concatenate(out)).astype(np.uint32) if out else np.zeros(0, np.uint32)
+    return np.sort(np.concatenate(out)).astype(np.uint32)

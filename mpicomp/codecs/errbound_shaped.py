@@ -5,10 +5,10 @@ N-dimensional array's own) is coded by multilevel cubic interpolation
 (``kernels/interp_cpu.py``): coarse to fine, each value predicted from the
 reconstructed values around it along one axis, the prediction error
 quantized to twice the bound at the finest level and finer at coarser ones
-(their values predict every point below them). The codes, mostly zero on a smooth field,
-are entropy coded by zstd (PyPI ``zstandard``). Values the step cannot
-reach within the bound (through the dtype's rounding, or an error too large
-to code) are kept exactly, as *escapes*.
+(their values predict every point below them). The codes, mostly zero on a
+smooth field, are entropy coded by zstd (PyPI ``zstandard``). Values the
+step cannot reach within the bound (through the dtype's rounding, or an
+error too large to code) are kept exactly, as *escapes*.
 
 The stream (little-endian; ``docs/format.md``, section errbound):
 
