@@ -64,6 +64,10 @@ class Buf:
     #: ('': none); ``array`` is then a placeholder of the signature's size (no memory),
     #: so the call screens and agrees as on every other rank, and then goes plain
     veto: str = ""
+    #: the dimensions of the NumPy array the spec names, in its memory order (its shape, or
+    #: reversed for a Fortran-ordered one); () for a flat array or any other buffer: the
+    #: field errbound's ``shape="auto"`` predicts across
+    shape: tuple[int, ...] = ()
 
     @property
     def on_device(self) -> bool:
@@ -137,7 +141,7 @@ def parse(spec: Any, name: str = "buffer", blocks: int = 1) -> Buf:
                    veto, place=where.place, veto=veto)
     start = (displ or 0) * per
     _check_extent(name, array.size, start, count * per * blocks)
-    return Buf(spec, array[start:], count * per, place=where.place)
+    return Buf(spec, array[start:], count * per, place=where.place, shape=_own_shape(obj))
 
 
 def parse_v(spec: Any, size: int, name: str = "buffer") -> Buf:
@@ -195,6 +199,13 @@ def parse_v(spec: Any, size: int, name: str = "buffer") -> Buf:
 
 
 # -- helpers ----------------------------------------------------------------
+def _own_shape(obj: Any) -> tuple[int, ...]:
+    """:attr:`Buf.shape` of the spec's object ``obj``."""
+    if not isinstance(obj, np.ndarray) or obj.ndim < 2:
+        return ()
+    return tuple(obj.shape) if obj.flags.c_contiguous else tuple(obj.shape[::-1])
+
+
 def _raw_nbytes(obj: Any, where: placement.Placement, count: int | None, blocks: int) -> int:
     """Bytes a plain-MPI buffer moves per block (best effort: for the statistics only)."""
     try:

@@ -176,14 +176,20 @@ class Pipeline:
                                        pol.description)
                     if pol.codec.variable and call.nonblocking is None else None)
         veto = next((b.veto for b in call.bufs if b.veto), "")
-        reason, max_abs = agreement.agreement(private, call.collective, pol,
-                                              None if guarded else call.local, dtype, settings,
-                                              call.summands, memory, learning, veto)
+        # (errbound's shape="auto": the field this rank's coded values form, from the
+        # array of its first buffer; a rank that codes none proposes none)
+        field = (pol.codec.field_of(call.bufs[0].shape, call.local.size)
+                 if call.local is not None else None)
+        reason, max_abs, dims = agreement.agreement(private, call.collective, pol,
+                                                    None if guarded else call.local, dtype,
+                                                    settings, call.summands, memory, learning,
+                                                    veto, field)
         if reason is None:
             rec.where(memory.label)
             codec, bound = pol.codec, ""
             if pol.tolerance is not None:  # (errbound: never guarded, so max_abs is known)
                 codec, rec.error_bound, bound = tolerance.codec_for(pol, max_abs, call.encodes)
+            codec = codec.for_field(dims)
             ctx = Ctx(private.comm, codec, rec, memory, guarded=guarded, protect=call.local)
             assert call.body is not None
             ran = call.body(ctx, private)

@@ -26,6 +26,7 @@ MPI has as well, ``p * eps * sum of max|x|`` at most) comes on top.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import numpy as np
 
@@ -58,11 +59,13 @@ def codec_for(pol: Resolved, max_abs: float, count: int) -> tuple[Codec, float, 
     value, relative = pol.tolerance
     total = value * max_abs if relative else value
     bound = max(total / max(count, 1), _SMALLEST)
-    return _errbound(bound), total, (
+    return _errbound(bound, getattr(pol.codec, "shape", None)), total, (
         f"errbound, error <= {total:.3g}: {count} encode{'s' if count != 1 else ''} "
         f"of <= {bound:.3g}")
 
 
 @functools.lru_cache(maxsize=64)
-def _errbound(bound: float) -> Codec:
-    return get_codec({"id": "errbound", "tolerance": bound})
+def _errbound(bound: float, shape: Any) -> Codec:
+    """errbound at ``bound``, predicting across the policy codec's ``shape`` (None, a
+    field's dimensions, or ``"auto"``)."""
+    return get_codec({"id": "errbound", "tolerance": bound, "shape": shape})

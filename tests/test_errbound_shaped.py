@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from mpi4py import MPI
 from numba import njit
 
 import mpicomp
@@ -321,3 +322,91 @@ def test_a_field_through_the_communicator_keeps_the_bound(comm):
         assert st["Bcast"]["compressed"] == 1 and st["Allgather"]["compressed"] == 1
         sent[name] = comm.allreduce(st["Bcast"]["wire_bytes"] + st["Allgather"]["wire_bytes"])
     assert sent["shaped"] < 0.5 * sent["flat"], sent
+
+
+def test_a_buffers_own_shape_is_its_arrays_memory_order():
+    """``Buf.shape``: a NumPy array's dimensions in memory order (C: its shape; Fortran:
+    reversed), nothing for a flat array or another buffer object."""
+    from mpicomp.buffers import parse
+
+    x = np.zeros((4, 5, 6), np.float32)
+    assert parse(x).shape == (4, 5, 6)
+    assert parse(np.asfortranarray(x)).shape == (6, 5, 4)
+    assert parse([x, 20, MPI.FLOAT]).shape == (4, 5, 6)  # (a count: a slab of it)
+    assert parse(x.reshape(-1)).shape == ()
+    assert parse(memoryview(x.reshape(-1))).shape == ()
+    auto = get_codec("errbound", tolerance=1e-3, shape="auto")
+    assert auto.field_of((4, 5, 6), 120) == (4, 5, 6)
+    assert auto.field_of((4, 5, 6), 60) == (2, 5, 6)  # whole planes of it
+    assert auto.field_of((), 120) == (0, 0, 0)  # a flat array: no field
+    assert get_codec("errbound", tolerance=1e-3).field_of((4, 5, 6), 120) is None
+    assert auto.for_field((1, 4, 5)).shape == (1, 4, 5)
+    assert auto.for_field(None).shape is None and auto.for_field((0, 0, 0)).shape is None
+
+
+@pytest.mark.mpi(min_size=2)
+def test_shape_auto_in_calls_takes_the_arrays_own_field(comm):
+    """``shape="auto"`` in a collective: each rank's array's own field, agreed by the ranks
+    that code their values (a Bcast's root alone; every rank of an Allreduce, which goes
+    flat where one rank's array is flat), the same bytes as the shape given by hand; a
+    ``tolerance=`` keeps the codec's shape; a Send's frame carries the sender's field.
+    Every value within the tolerance."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    rows, cols, t = 96, 160, 1e-4
+    whole = _smooth3d(1, rows, cols, np.float32)[0]
+    auto = {"id": "errbound", "tolerance": t, "shape": "auto"}
+    given = {"id": "errbound", "tolerance": t, "shape": [rows, cols]}
+    flat = {"id": "errbound", "tolerance": t}
+
+    def wire(name, run, *args, **kw):
+        mc = mpicomp.Comm(comm, threshold=0)
+        out = run(mc, *args, **kw)
+        st = mc.stats()[name]
+        assert st["compressed"] == 1, st
+        return comm.allreduce(st["wire_bytes"]), out
+
+    def bcast(mc, arr, **kw):
+        b = arr.copy(order="K") if r == 0 else np.zeros_like(arr)
+        if r and b.ndim > 1:
+            b = b.reshape(-1)  # receivers' arrays are flat: the root's field counts
+        mc.Bcast(b, root=0, **kw)
+        assert float(np.abs(b.reshape(-1, order="A") - arr.reshape(-1, order="A")).max()) <= t
+        return b
+
+    sent = {name: wire("Bcast", bcast, whole, codec=codec)[0]
+            for name, codec in (("auto", auto), ("given", given), ("flat", flat))}
+    assert sent["auto"] == sent["given"] < 0.9 * sent["flat"], sent
+    by_tolerance = wire("Bcast", bcast, whole, tolerance=t,
+                        codec={"id": "errbound", "shape": [rows, cols]})[0]
+    assert by_tolerance == sent["given"]
+    fortran = wire("Bcast", bcast, np.asfortranarray(whole), codec=auto)[0]
+    transposed = {"id": "errbound", "tolerance": t, "shape": [cols, rows]}
+    assert fortran == wire("Bcast", bcast, np.ascontiguousarray(whole.T), codec=transposed)[0]
+
+    def allreduce(mc, arr, **kw):
+        out = np.empty_like(arr)
+        mc.Allreduce(arr, out, tolerance=t, codec=kw["codec"])
+        assert float(np.abs(out.reshape(-1) - p * whole.reshape(-1)).max()) <= t
+        return out
+
+    mixed = whole if r else whole.reshape(-1)
+    fields = wire("Allreduce", allreduce, whole, codec={"id": "errbound", "shape": "auto"})[0]
+    flat_sum = wire("Allreduce", allreduce, whole, codec={"id": "errbound"})[0]
+    one_flat = wire("Allreduce", allreduce, mixed, codec={"id": "errbound", "shape": "auto"})[0]
+    assert fields < 0.9 * flat_sum and one_flat == flat_sum, (fields, flat_sum, one_flat)
+
+    mc = mpicomp.Comm(comm, threshold=0)
+    if r == 0:
+        mc.Send(whole, dest=1, codec=auto)
+        mc.Send(whole, dest=1, codec=flat)
+        frames = mc.stats()["Send"]["wire_bytes"]
+        comm.send(frames, dest=1)
+    elif r == 1:
+        got = np.empty(rows * cols, np.float32)
+        mc.Recv(got, source=0, codec=auto)
+        assert float(np.abs(got - whole.reshape(-1)).max()) <= t
+        first = mc.stats()["Recv"]["wire_bytes"]
+        mc.Recv(got, source=0, codec=auto)
+        assert float(np.abs(got - whole.reshape(-1)).max()) <= t
+        both = comm.recv(source=0)
+        assert first < 0.9 * (both - first), (first, both)

@@ -149,6 +149,17 @@ class Codec(abc.ABC):
             raise ValueError(f"config id {codec_id!r} does not match codec {cls.codec_id!r}")
         return cls(**params)
 
+    def field_of(self, shape: tuple[int, ...], count: int) -> tuple[int, int, int] | None:
+        """The field this rank's ``count`` coded values form, given its array's own
+        ``shape``, for a collective's agreement (:mod:`mpicomp.decision.agreement`); None:
+        the codec takes no shape from the buffers (all but errbound's ``shape="auto"``)."""
+        return None
+
+    def for_field(self, dims: tuple[int, int, int] | None) -> Codec:
+        """The codec a collective runs once its ranks agreed on the field ``dims`` (None:
+        none): itself, but for errbound's ``shape="auto"``."""
+        return self
+
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and other.get_config() == self.get_config()
 

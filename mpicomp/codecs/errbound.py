@@ -33,6 +33,7 @@ True
 """
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from typing import Any
@@ -112,6 +113,22 @@ class ErrboundCodec(Codec):
         if self.shape is not None:
             params["shape"] = self.shape
         return params
+
+    # -- a collective's field ---------------------------------------------------------
+    def field_of(self, shape: tuple[int, ...], count: int) -> tuple[int, int, int] | None:
+        """With ``shape="auto"``: the dimensions ``count`` values of an array of ``shape``
+        are predicted over (:func:`.errbound_shaped.dims_of`), ``(0, 0, 0)`` where they
+        form no field (a flat array, a count no row divides); else None."""
+        if self.shape != "auto":
+            return None
+        return errbound_shaped.dims_of(shape or None, count) or (0, 0, 0)
+
+    def for_field(self, dims: tuple[int, int, int] | None) -> ErrboundCodec:
+        """With ``shape="auto"``: this codec with the field ``dims`` the ranks agreed on
+        (None or ``(0, 0, 0)``: flat); else itself."""
+        if self.shape != "auto":
+            return self
+        return _with_shape(self, dims if dims and min(dims) >= 1 else None)
 
     # -- sizes ------------------------------------------------------------------------
     def stream_nbytes(self, count: int, dtype: np.dtype) -> int:
@@ -312,6 +329,11 @@ class ErrboundCodec(Codec):
         if self.shape is not None and errbound_shaped.is_shaped(buf):
             return errbound_shaped.used_nbytes(buf, count, dt.itemsize)
         return int(_offsets(_sections(buf, count)[1], count)[-1])
+
+
+@functools.lru_cache(maxsize=64)
+def _with_shape(codec: ErrboundCodec, dims: tuple[int, int, int] | None) -> ErrboundCodec:
+    return ErrboundCodec(codec.tolerance, codec.relative, shape=dims)
 
 
 def _layout_error(status: int, value: int, count: int, total: int) -> ValueError:

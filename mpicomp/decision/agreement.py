@@ -11,10 +11,13 @@ numbers: the largest magnitude in this rank's input (+Inf for NaN/Inf), a
 and ``-max(-x)`` give the largest and the smallest fingerprint: they differ
 exactly when two ranks disagree), a variable codec's stream ratio that
 the previous call of this kind measured (:mod:`mpicomp.ratios`; -1: none),
-and a veto: this rank's number if its buffer cannot be compressed although
+a veto: this rank's number if its buffer cannot be compressed although
 its type signature could (a derived datatype with gaps, where the other
 ranks pass a plain array: MPI allows any datatypes with the same type
-signature; -1: none). The screen before it decides from the signature's
+signature; -1: none), and the field each rank's coded values form (for
+errbound's ``shape="auto"``: three dimensions and their negations, so that
+the ranks that code their own values find whether they agree; a rank that
+codes none, a Bcast's receiver, adds nothing). The screen before it decides from the signature's
 element type and count, which every rank shares, so every rank reaches
 this step or none does.
 Every rank gets the same numbers back and therefore takes the same decision
@@ -65,24 +68,28 @@ class Agreement:
 
     def agreement(self, private: PrivateComm, name: str, pol: Resolved, local: Any, dtype: np.dtype,
                   settings: str, summands: int, memory: HostMemory | DeviceMemory,
-                  learning: tuple[Any, ...] | None = None,
-                  veto: str = "") -> tuple[str | None, float]:
-        """:meth:`agree`'s reason, and the largest magnitude of ``local`` over all ranks;
-        ``learning``: the kind of a blocking call whose variable codec's stream ratio the
-        ranks agree on here (:mod:`mpicomp.ratios`); ``veto``: why this rank cannot
-        compress its buffer (a datatype with gaps, ...): the call goes plain everywhere."""
+                  learning: tuple[Any, ...] | None = None, veto: str = "",
+                  field: tuple[int, int, int] | None = None
+                  ) -> tuple[str | None, float, tuple[int, int, int] | None]:
+        """:meth:`agree`'s reason, the largest magnitude of ``local`` over all ranks, and the
+        field the ranks' coded values form; ``learning``: the kind of a blocking call whose
+        variable codec's stream ratio the ranks agree on here (:mod:`mpicomp.ratios`);
+        ``veto``: why this rank cannot compress its buffer (a datatype with gaps, ...): the
+        call goes plain everywhere; ``field``: the dimensions of this rank's coded values
+        (:func:`agree`), None where it codes none."""
         local_max = memory.max_abs(local) if local is not None and not veto else 0.0
         pending = self.ratios.pending(learning) if learning is not None else NONE
-        max_abs, ratio, vetoed = agree(private.comm, name, local_max,
-                                       f"{settings} {pol.description}", pending, bool(veto))
+        max_abs, ratio, vetoed, dims = agree(private.comm, name, local_max,
+                                             f"{settings} {pol.description}", pending,
+                                             bool(veto), field)
         if learning is not None:
             self.ratios.agreed(learning, ratio)
         if vetoed >= 0:
             return (veto or f"rank {vetoed}'s buffer cannot be compressed (its datatype, "
-                            "layout or memory)"), 0.0
+                            "layout or memory)"), 0.0, None
         if not math.isfinite(max_abs):
-            return "nonfinite (NaN or Inf on some rank)", max_abs
-        return _overflow_risk(pol, dtype, max_abs, summands), max_abs
+            return "nonfinite (NaN or Inf on some rank)", max_abs, None
+        return _overflow_risk(pol, dtype, max_abs, summands), max_abs, dims
 
     def verdict(self, private: PrivateComm, ctx: Ctx, name: str, pol: Resolved, local: Any,
                 dtype: np.dtype, settings: str, summands: int) -> str | None:
@@ -99,13 +106,17 @@ class Agreement:
 
 
 def agree(comm: MPI.Intracomm, op: str, local_max_abs: float, settings: str,
-          ratio: float = NONE, veto: bool = False) -> tuple[float, float, int]:
+          ratio: float = NONE, veto: bool = False, field: tuple[int, int, int] | None = None
+          ) -> tuple[float, float, int, tuple[int, int, int] | None]:
     """The agreement allreduce on ``comm`` (see the module docs): the largest magnitude over
     all ranks (+Inf: some rank holds NaN/Inf), the largest ``ratio`` (a learned stream
-    ratio, -1 for none) and the highest rank that vetoed compression (-1: none); the same
+    ratio, -1 for none), the highest rank that vetoed compression (-1: none) and the field
+    (``(n0, n1, n2)``) of every rank that passed one, where they all passed the same (None
+    where they differ, none passed one, or one passed ``(0, 0, 0)``: no field); the same
     :class:`RankDisagreement` on every rank where their ``settings`` differ."""
     fp = fingerprint(settings)
-    vec = np.array([local_max_abs, fp, -fp, ratio, comm.Get_rank() if veto else -1.0],
+    mine = [-math.inf] * 6 if field is None else [*map(float, field), *(-float(d) for d in field)]
+    vec = np.array([local_max_abs, fp, -fp, ratio, comm.Get_rank() if veto else -1.0, *mine],
                    np.float64)
     out = np.empty_like(vec)
     comm.Allreduce(vec, out, op=MPI.MAX)
@@ -114,7 +125,10 @@ def agree(comm: MPI.Intracomm, op: str, local_max_abs: float, settings: str,
             f"{op}: the ranks disagree on count, dtype, op or compression settings; "
             f"this rank (rank {comm.Get_rank()}) has {settings}"
         )
-    return float(out[0]), float(out[3]), int(out[4])
+    largest, smallest = out[5:8], -out[8:11]
+    same = bool(np.all(largest == smallest) and np.all(largest >= 1))
+    dims = tuple(int(d) for d in largest) if same else None
+    return float(out[0]), float(out[3]), int(out[4]), dims  # type: ignore[return-value]
 
 
 def fingerprint(*parts: object) -> float:
