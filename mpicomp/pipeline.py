@@ -178,8 +178,9 @@ class Pipeline:
         veto = next((b.veto for b in call.bufs if b.veto), "")
         # (errbound's shape="auto": the field this rank's coded values form, from the
         # array of its first buffer; a rank that codes none proposes none)
+        fields = getattr(pol.codec, "shape", None) == "auto"
         field = (pol.codec.field_of(call.bufs[0].shape, call.local.size)
-                 if call.local is not None else None)
+                 if fields and call.local is not None else None)
         reason, max_abs, dims = agreement.agreement(private, call.collective, pol,
                                                     None if guarded else call.local, dtype,
                                                     settings, call.summands, memory, learning,
@@ -189,7 +190,8 @@ class Pipeline:
             codec, bound = pol.codec, ""
             if pol.tolerance is not None:  # (errbound: never guarded, so max_abs is known)
                 codec, rec.error_bound, bound = tolerance.codec_for(pol, max_abs, call.encodes)
-            codec = codec.for_field(dims)
+            if fields:
+                codec = codec.for_field(dims)
             ctx = Ctx(private.comm, codec, rec, memory, guarded=guarded, protect=call.local)
             assert call.body is not None
             ran = call.body(ctx, private)
