@@ -336,3 +336,15 @@ def test_osu_tolerance_compresses_with_errbound_and_checks(tmp_path, name):
     records = json.loads(out.read_text())["records"]
     assert all(r["path"].startswith("compressed") and r["check_ok"] for r in records), lines
     assert all(r["ratio"] > 1.5 and r["max_abs_err"] <= 1e-4 * 1.01 for r in records), records
+
+
+def test_osu_bcast_of_a_field_with_its_shape_checks_the_bound(tmp_path):
+    """A shaped codec codes a field's slabs piece by piece, so its values depend on the cut:
+    ``-c`` checks each value within the bound (not a whole-buffer round trip), and passes."""
+    out = tmp_path / "run.json"
+    codec = '{"id": "errbound", "tolerance": 1e-4, "shape": [1024, 1024]}'
+    lines = _ok(_run("osu_bcast", "-m", "4194304:4194304", "-i", "2", "-x", "1", "-c", "--data",
+                     "field", "--codec", codec, "--json", str(out)))
+    records = json.loads(out.read_text())["records"]
+    assert all(r["path"].startswith("compressed") and r["check_ok"] for r in records), lines
+    assert all(r["max_abs_err"] <= 1e-4 and r["ratio"] > 20 for r in records), records
