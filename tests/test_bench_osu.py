@@ -285,7 +285,7 @@ def test_model_check_spread_is_the_slowest_files_mean_over_the_fastests(tmp_path
                 "records": [{"size": n, "plain_avg_us": p, "predicted_plain_us": p,
                              "avg_us": c, "predicted_compressed_us": c,
                              "predicted_algorithm": "ring"}
-                            for n, p, c in zip((1 << 20, 1 << 21), plain, comp)]}
+                            for n, p, c in zip((1 << 20, 1 << 21), plain, comp, strict=True)]}
 
     paths = []
     for i, (plain, comp) in enumerate((((100.0, 200.0), (300.0, 400.0)),
