@@ -149,20 +149,19 @@ def _equal_check(env: Env, method: str, got: np.ndarray, exact: np.ndarray,
         detail = (f"every value within the bound {bound:.3g} (a shaped codec's values depend "
                   f"on the pieces)" if ok else f"{int(np.count_nonzero(err > limit))} of "
                   f"{got.size} values past the bound {bound:.3g} on rank {env.rank}")
-        s = error_stats(exact, got) if exact.size else {"rel_l2": 0.0, "max_abs_err": 0.0}
-        return _gather_check(env, ok, s["rel_l2"], s["max_abs_err"], detail, path)
-    expected = env.round_trip(exact, block) if compressed else exact
-    for i in exact_blocks:
-        expected[i * block:(i + 1) * block] = exact[i * block:(i + 1) * block]
-    ok = bool(np.array_equal(got, expected))
-    what = "decode(encode(x))" if compressed else "x (plain MPI)"
-    if exact_blocks and compressed:
-        what += f" (blocks of ranks {sorted(exact_blocks)}: x)"
-    if ok:
-        detail = f"bit for bit equal to {what}"
     else:
-        bad = int(np.count_nonzero(got != expected))
-        detail = f"{bad} of {got.size} values differ from {what} on rank {env.rank}"
+        expected = env.round_trip(exact, block) if compressed else exact
+        for i in exact_blocks:
+            expected[i * block:(i + 1) * block] = exact[i * block:(i + 1) * block]
+        ok = bool(np.array_equal(got, expected))
+        what = "decode(encode(x))" if compressed else "x (plain MPI)"
+        if exact_blocks and compressed:
+            what += f" (blocks of ranks {sorted(exact_blocks)}: x)"
+        if ok:
+            detail = f"bit for bit equal to {what}"
+        else:
+            bad = int(np.count_nonzero(got != expected))
+            detail = f"{bad} of {got.size} values differ from {what} on rank {env.rank}"
     s = error_stats(exact, got) if exact.size else {"rel_l2": 0.0, "max_abs_err": 0.0}
     return _gather_check(env, ok, s["rel_l2"], s["max_abs_err"], detail, path)
 

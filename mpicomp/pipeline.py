@@ -178,7 +178,7 @@ class Pipeline:
         veto = next((b.veto for b in call.bufs if b.veto), "")
         # (errbound's shape="auto": the field this rank's coded values form, from the
         # array of its first buffer; a rank that codes none proposes none)
-        fields = getattr(pol.codec, "shape", None) == "auto"
+        fields = pol.codec.takes_field
         field = (pol.codec.field_of(call.bufs[0].shape, call.local.size)
                  if fields and call.local is not None else None)
         reason, max_abs, dims = agreement.agreement(private, call.collective, pol,

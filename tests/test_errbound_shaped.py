@@ -339,7 +339,9 @@ def test_a_buffers_own_shape_is_its_arrays_memory_order():
     assert auto.field_of((4, 5, 6), 120) == (4, 5, 6)
     assert auto.field_of((4, 5, 6), 60) == (2, 5, 6)  # whole planes of it
     assert auto.field_of((), 120) == (0, 0, 0)  # a flat array: no field
-    assert get_codec("errbound", tolerance=1e-3).field_of((4, 5, 6), 120) is None
+    assert auto.takes_field and not get_codec("errbound", tolerance=1e-3).takes_field
+    assert not get_codec("errbound", tolerance=1e-3, shape=(4, 5, 6)).takes_field
+    assert not get_codec("bitplane", rate=8.25).takes_field
     assert auto.for_field((1, 4, 5)).shape == (1, 4, 5)
     assert auto.for_field(None).shape is None and auto.for_field((0, 0, 0)).shape is None
 

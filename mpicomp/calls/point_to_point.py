@@ -340,7 +340,7 @@ def _frame_for(pipeline: Pipeline, name: str, buf: Any,
     codec = pol.codec
     if reason is None and pol.tolerance is not None:  # one encode: the bound is the tolerance
         codec, rec.error_bound, bound = tolerance.codec_for(pol, max_abs, 1)
-    if reason is None:  # (errbound's shape="auto": the array's own field; the frame names it)
+    if reason is None and codec.takes_field:  # (the array's own field; the frame names it)
         codec = codec.for_field(codec.field_of(b.shape, b.count))
     if (reason is None and not codec.variable
             and frame_format.frame_nbytes(codec, b.data()) >= b.nbytes):

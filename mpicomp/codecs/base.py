@@ -57,6 +57,9 @@ class Codec(abc.ABC):
     #: True when :meth:`reconstruct_into` makes a decode's values from the encoder's input
     #: without reading the stream's payload (the owner of a stream in a collective)
     reconstructs: ClassVar[bool] = False
+    #: True when the codec predicts across each call's own array's dimensions (errbound's
+    #: ``shape="auto"``): a call then asks it ``field_of`` and ``for_field``
+    takes_field: bool = False
 
     # -- public API ---------------------------------------------------------
     def encoded_nbytes(self, count: int, dtype: Any) -> int:
@@ -148,17 +151,6 @@ class Codec(abc.ABC):
         if codec_id != cls.codec_id:
             raise ValueError(f"config id {codec_id!r} does not match codec {cls.codec_id!r}")
         return cls(**params)
-
-    def field_of(self, shape: tuple[int, ...], count: int) -> tuple[int, int, int] | None:
-        """The field this rank's ``count`` coded values form, given its array's own
-        ``shape``, for a collective's agreement (:mod:`mpicomp.decision.agreement`); None:
-        the codec takes no shape from the buffers (all but errbound's ``shape="auto"``)."""
-        return None
-
-    def for_field(self, dims: tuple[int, int, int] | None) -> Codec:
-        """The codec a collective runs once its ranks agreed on the field ``dims`` (None:
-        none): itself, but for errbound's ``shape="auto"``."""
-        return self
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and other.get_config() == self.get_config()

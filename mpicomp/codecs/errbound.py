@@ -107,6 +107,7 @@ class ErrboundCodec(Codec):
         #: a shaped stream's values are decoded, not made from the input's (its head alone
         #: is not the flat head a reconstruction reads)
         self.reconstructs = self.shape is None
+        self.takes_field = self.shape == "auto"
 
     def _params(self) -> dict[str, Any]:
         params: dict[str, Any] = {"tolerance": self.tolerance, "relative": self.relative}
@@ -115,19 +116,15 @@ class ErrboundCodec(Codec):
         return params
 
     # -- a collective's field ---------------------------------------------------------
-    def field_of(self, shape: tuple[int, ...], count: int) -> tuple[int, int, int] | None:
-        """With ``shape="auto"``: the dimensions ``count`` values of an array of ``shape``
-        are predicted over (:func:`.errbound_shaped.dims_of`), ``(0, 0, 0)`` where they
-        form no field (a flat array, a count no row divides); else None."""
-        if self.shape != "auto":
-            return None
+    def field_of(self, shape: tuple[int, ...], count: int) -> tuple[int, int, int]:
+        """(``takes_field``) The dimensions ``count`` values of an array of ``shape`` are
+        predicted over (:func:`.errbound_shaped.dims_of`), ``(0, 0, 0)`` where they form
+        no field (a flat array, a count no row divides): a call's agreement takes it."""
         return errbound_shaped.dims_of(shape or None, count) or (0, 0, 0)
 
     def for_field(self, dims: tuple[int, int, int] | None) -> ErrboundCodec:
-        """With ``shape="auto"``: this codec with the field ``dims`` the ranks agreed on
-        (None or ``(0, 0, 0)``: flat); else itself."""
-        if self.shape != "auto":
-            return self
+        """(``takes_field``) This codec with the field ``dims`` the ranks agreed on (None or
+        ``(0, 0, 0)``: flat)."""
         return _with_shape(self, dims if dims and min(dims) >= 1 else None)
 
     # -- sizes ------------------------------------------------------------------------
