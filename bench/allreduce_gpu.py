@@ -7,7 +7,9 @@ GPU (ranks may share one GPU) and runs, in the same job:
   ``none``: the device buffer goes to a CUDA-aware MPI, or is staged through
   host memory when MPI is not CUDA-aware), the baseline;
 * compressed ``Allreduce`` for each ``--cases`` codec spec (the algorithm
-  from ``--algorithm``, default ``auto``).
+  from ``--algorithm``, default ``auto``), once for each device piece size of
+  ``--piece-kib`` (default: the library's ``DEVICE_PIECE_BYTES``), so that one
+  job measures what a piece costs (its launches, staging copies, message).
 
 Each result is checked against the exact sum (float64, computed on the host
 from every rank's data) with the bound of ``mpicomp.algorithms.bounds``
@@ -37,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"codec specs as for 'codecs' (default {DEFAULT_CASES})")
     parser.add_argument("--algorithm", default="auto", help="allreduce algorithm (auto)")
     parser.add_argument("--repeat", type=int, default=5, help="timed calls per case (5)")
+    parser.add_argument("--piece-kib", default="",
+                        help="device piece sizes to run every case with, comma-separated "
+                             "KiB of wire bytes (default: the library's DEVICE_PIECE_BYTES)")
     parser.add_argument("--markdown", metavar="PATH", default=None,
                         help="(rank 0) also write the table as Markdown to PATH")
 
@@ -65,7 +70,7 @@ def main(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     from mpi4py import MPI
 
     import mpicomp
-    from mpicomp.algorithms import bounds
+    from mpicomp.algorithms import bounds, common
     from mpicomp.backend.mpi_library import cuda_aware
 
     from .codecs import parse_case
@@ -87,7 +92,11 @@ def main(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     rows = [("plain MPI (device buffer)", t_plain, 1.0, 0.0, "exact",
              next(iter(plain.stats()["Allreduce"]["memory"])))]
     failed = False
-    for label, codec in [parse_case(c) for c in args.cases.split(",") if c.strip()]:
+    sizes = [int(v) << 10 for v in args.piece_kib.split(",") if v.strip()]
+    runs = [(piece, case) for piece in sizes or [common.DEVICE_PIECE_BYTES]
+            for case in [parse_case(c) for c in args.cases.split(",") if c.strip()]]
+    for piece, (label, codec) in runs:
+        common.DEVICE_PIECE_BYTES = piece  # (the same on every rank: the same arguments)
         mc = mpicomp.Comm(world, codec=codec.get_config(), threshold=0,
                           algorithm=args.algorithm)
         t = _timed(world, cp, lambda mc=mc: mc.Allreduce(x, y), args.repeat)
@@ -105,8 +114,9 @@ def main(args: argparse.Namespace, argv: list[str] | None = None) -> int:
             ok = err <= bound
             check = f"{err:.2e} <= {bound:.2e} {'ok' if ok else 'FAILED'}"
         failed |= not world.allreduce(ok, op=MPI.LAND)
-        rows.append((f"{label} ({alg})", t, t_plain / t, st["ratio"], check,
-                     next(iter(st["memory"]))))
+        k = common.pieces_of(codec, n // p, np.float32, device=True)
+        rows.append((f"{label} ({alg}), pieces of {piece >> 10} KiB ({k} a chunk)", t,
+                     t_plain / t, st["ratio"], check, next(iter(st["memory"]))))
     if r == 0:
         aware, how = cuda_aware()
         name = cp.cuda.runtime.getDeviceProperties(0)["name"]

@@ -10,7 +10,8 @@
 # Steps: the venv from the carried wheels; the codecs at 512 MiB of real gradients, float32
 # and float64 (GB/s next to a device copy, streams compared with the CPU codec's); the GPU
 # codec tests (2^27 values byte for byte); the compressed Allreduce of CuPy buffers on 4
-# ranks at 64 and 256 MiB; the device tests on 2 ranks.
+# ranks at 64 and 256 MiB, and at 64 MiB with device pieces of 128 KiB to 4 MiB (what a
+# piece costs); the device tests on 2 ranks.
 set -u
 OUT=${1:-${OUT:-gpu-session}}
 mkdir -p "$OUT"
@@ -36,6 +37,9 @@ step codecs-f64 75 $PY -m mpicomp.bench codecs --buffer cupy --size-mib 512 --da
 step gpu-codec-tests 90 $PY -m pytest -q -x -p no:cacheprovider tests/test_gpu_codecs.py
 step allreduce-64 60 .venv/bin/mpiexec -n 4 $PY -m mpicomp.bench allreduce-gpu --size-mib 64 \
     --repeat 3 --cases bitplane:8.25,errbound:2.5e-4 --markdown "$OUT/allreduce-64.md"
+step allreduce-pieces 50 .venv/bin/mpiexec -n 4 $PY -m mpicomp.bench allreduce-gpu \
+    --size-mib 64 --repeat 3 --cases bitplane:8.25 --piece-kib 128,512,1024,4096 \
+    --markdown "$OUT/allreduce-pieces.md"
 step allreduce-256 60 .venv/bin/mpiexec -n 4 $PY -m mpicomp.bench allreduce-gpu \
     --size-mib 256 --repeat 3 --cases bitplane:8.25,errbound:2.5e-4 --markdown "$OUT/allreduce-256.md"
 step device-tests 120 $PY tests/run_tests.py --stages 2 -m "gpu or device" \

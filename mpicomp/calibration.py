@@ -402,29 +402,60 @@ def codec_speed(comm: MPI.Intracomm, cal: Calibration, codec: Any, dtype: np.dty
 
     Whether the figure is known is agreed first (a MIN allreduce), so a rank
     that measured it on another communicator never skips a probe the others run.
+    On device memory the probe runs at two sizes, 16x apart: the slope is the
+    seconds per byte, and what a call costs beyond its bytes (its launches, a
+    staged call's copies and fences) goes to ``cal.codec_calls`` (a GPU codes a
+    megabyte in microseconds, so one size would price a large call's bytes at
+    a small call's fixed cost).
     """
     key = speed_key(codec, dtype, memory.on_device)
-    if comm.allreduce(int(key in cal.codecs), op=MPI.MIN):
-        value = comm.bcast(cal.codecs[key] if comm.Get_rank() == 0 else None, root=0)
+    known = key in cal.codecs and (not memory.on_device or key in cal.codec_calls)
+    if comm.allreduce(int(known), op=MPI.MIN):
+        value, calls = comm.bcast((cal.codecs[key], cal.codec_calls.get(key))
+                                  if comm.Get_rank() == 0 else None, root=0)
         cal.codecs[key] = value
+        if calls is not None:
+            cal.codec_calls[key] = calls
         return value, False
     simulated = memory.on_device and os.environ.get("NUMBA_ENABLE_CUDASIM", "") == "1"
-    x_host = _probe_data(CODEC_PROBE_VALUES_SIMULATOR if simulated else CODEC_PROBE_VALUES,
-                         np.dtype(dtype))
+    n = CODEC_PROBE_VALUES_SIMULATOR if simulated else CODEC_PROBE_VALUES
+    if not memory.on_device:
+        sizes = [n]
+    else:  # (the simulator's kernels take seconds: two sizes of its own, 2x apart)
+        sizes = [n // 2, n] if simulated else [n, 16 * n]
+    x_host = _probe_data(sizes[-1], np.dtype(dtype))
     x = memory.values("probe-values", x_host.size, x_host.dtype)
     memory.copy(x, x_host)
     y = memory.values("probe-decoded", x_host.size, x_host.dtype)
     stream = memory.wire("probe-stream", codec.encoded_nbytes(x_host.size, x_host.dtype))
+    times = []  # (bytes, encode s, decode s) per size
+    for m in sizes:
+        nbytes = codec.encoded_nbytes(m, x_host.dtype)
 
-    def encode() -> None:
-        memory.encode(codec, x, stream)
-        memory.synchronize()
+        def encode(m: int = m, nbytes: int = nbytes) -> None:
+            memory.encode(codec, x[:m], stream[:nbytes])
+            memory.synchronize()
 
-    def decode() -> None:
-        memory.decode(codec, stream, y)
-        memory.synchronize()
+        def decode(m: int = m, nbytes: int = nbytes) -> None:
+            memory.decode(codec, stream[:nbytes], y[:m])
+            memory.synchronize()
 
-    enc = _slowest_median(comm, encode) / x_host.nbytes
-    dec = _slowest_median(comm, decode) / x_host.nbytes
-    cal.codecs[key] = (enc, dec)  # (saved by the caller: mpicomp.calibration_file.save)
-    return (enc, dec), True
+        times.append((m * x_host.itemsize, _slowest_median(comm, encode),
+                      _slowest_median(comm, decode)))
+    (b0, e0, d0), (b1, e1, d1) = times[0], times[-1]
+    if len(times) == 1 or b1 <= b0:
+        speed = (e1 / b1, d1 / b1)
+    else:  # the slope, or (noise: a larger call no slower) the larger call's mean
+        speed = tuple(max(t1 - t0, 0.0) / (b1 - b0) or t1 / b1
+                      for t0, t1 in ((e0, e1), (d0, d1)))
+        cal.codec_calls[key] = (max(e0 - speed[0] * b0, 0.0), max(d0 - speed[1] * b0, 0.0))
+    cal.codecs[key] = (float(speed[0]), float(speed[1]))  # (saved by the caller)
+    return cal.codecs[key], True
+
+
+def codec_call_s(cal: Calibration, codec: Any, dtype: Any, on_device: bool) -> float | None:
+    """The measured seconds one codec call costs beyond its bytes on the device (the mean
+    of an encode's and a decode's), None on the host or where not measured (the model
+    then takes ``cal.call_s``)."""
+    calls = cal.codec_calls.get(speed_key(codec, dtype, on_device)) if on_device else None
+    return None if calls is None else (calls[0] + calls[1]) / 2

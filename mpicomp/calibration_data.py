@@ -98,6 +98,9 @@ class Calibration:
     source: str = "measured"
     #: "codec-config-json|dtype|memory" -> (encode, decode) seconds per raw byte
     codecs: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    #: the same keys, device memory only -> (encode, decode) seconds of one call beyond its
+    #: bytes (launches, staging copies, fences: what each piece of a device chunk costs)
+    codec_calls: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
 
     def describe(self) -> str:
         link = self.exchange
@@ -115,6 +118,8 @@ class Calibration:
         lines += [f"  node-aware {m}: {f.alpha * 1e6:.1f} us + {_gbs(f.beta)} GB/s"
                   for m, f in (self.node or {}).items()]
         lines += [f"  codec {k}: encode {_gbs(e)} GB/s, decode {_gbs(d)} GB/s"
+                  + (f" + {self.codec_calls[k][0] * 1e6:.1f} / {self.codec_calls[k][1] * 1e6:.1f}"
+                     " us a call" if k in self.codec_calls else "")
                   for k, (e, d) in self.codecs.items()]
         return "\n".join(lines)
 
@@ -135,6 +140,7 @@ class Calibration:
             "node": None if self.node is None else {
                 m: dataclasses.asdict(f) for m, f in self.node.items()},
             "codecs": {k: list(v) for k, v in self.codecs.items()},
+            "codec_calls": {k: list(v) for k, v in self.codec_calls.items()},
         }
 
     @classmethod
@@ -154,6 +160,8 @@ class Calibration:
             node=None if d["node"] is None else {m: Fit(**f) for m, f in d["node"].items()},
             source=source,
             codecs={k: (float(v[0]), float(v[1])) for k, v in d.get("codecs", {}).items()},
+            codec_calls={k: (float(v[0]), float(v[1]))
+                         for k, v in d.get("codec_calls", {}).items()},
         )
 
 

@@ -148,7 +148,7 @@ def allgather_nodes(ctx: Ctx, x: np.ndarray, out: np.ndarray, node_of: tuple[int
             node.Allgather(mine, pack(me))
     if node.Get_size() > 1:
         ctx.rec.sent(mine.size)
-    lctx = Ctx(leaders, ctx.codec, ctx.rec, ctx.memory) if leader else None
+    lctx = ctx.on(leaders) if leader else None
     order = [(me + s) % nodes for s in range(1, nodes)]
     arrivals, sends = {}, []
     if lctx is not None:
@@ -220,7 +220,7 @@ def bcast(ctx: Ctx, buf: np.ndarray, root: int) -> None:
     encodes the whole buffer and ``MPI_Bcast`` carries the stream (a variable codec's
     size first).
     """
-    if chained(ctx.size, pieces_of(ctx.codec, buf.size, buf.dtype)):
+    if chained(ctx.size, pieces_of(ctx.codec, buf.size, buf.dtype, bool(ctx.device_pieces))):
         chain_bcast(ctx, buf, root)
         return
     nb = ctx.nbytes(buf.size, buf.dtype)

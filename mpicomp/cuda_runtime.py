@@ -24,10 +24,12 @@ import numpy as np
 
 __all__ = [
     "THREADS",
+    "Fence",
     "as_device",
     "capture",
     "copy_to_device",
     "copy_to_host",
+    "copy_stream",
     "cuda_interface",
     "interface",
     "current_stream",
@@ -262,14 +264,105 @@ def pinned_empty(nbytes: int) -> np.ndarray:
 def copy_to_host(dst: np.ndarray, src: Any, stream: Any) -> None:
     """Enqueue ``dst[:] = src`` (device to host) on ``stream``; ``dst`` should be pinned."""
     if src.size:
-        as_device(src, "src").copy_to_host(dst, stream=stream)
+        s = as_device(src, "src")
+        if isinstance(stream, _DeferredStream):
+            stream.enqueue(lambda: s.copy_to_host(dst))
+        else:
+            s.copy_to_host(dst, stream=stream)
 
 
 def copy_to_device(dst: Any, src: Any, stream: Any) -> None:
     """Enqueue ``dst[:] = src`` on ``stream``; ``src`` is host memory or a device array."""
     if dst.size:
         d = as_device(dst, "dst")
-        d.copy_to_device(as_device(src, "src") if is_device_array(src) else src, stream=stream)
+        s = as_device(src, "src") if is_device_array(src) else src
+        if isinstance(stream, _DeferredStream):
+            stream.enqueue(lambda: d.copy_to_device(s))
+        else:
+            d.copy_to_device(s, stream=stream)
+
+
+def copy_stream() -> Any:
+    """A stream of its own for the staging copies between device and pinned host memory, so
+    that they overlap the kernels of the caller's stream.
+
+    Under the simulator, whose streams run everything at once, a stream that defers its
+    copies until a :class:`Fence` recorded after them is waited for (by the host or by
+    another stream) or the stream is synchronized: a copy that nothing waited for has not
+    happened yet, as on a GPU, so a missing wait shows as wrong bytes in the simulator's
+    tests instead of passing by luck."""
+    if simulator():
+        return _DeferredStream()
+    from numba import cuda
+
+    return cuda.stream()
+
+
+class _DeferredStream:
+    """The simulator's copy stream: copies kept in order, run when something waits for them."""
+
+    def __init__(self) -> None:
+        self._pending: list[Any] = []
+        self._done = 0  # copies run so far (the position a fence records counts from 0)
+
+    @property
+    def enqueued(self) -> int:
+        return self._done + len(self._pending)
+
+    @property
+    def ran(self) -> int:
+        return self._done
+
+    def enqueue(self, copy: Any) -> None:
+        self._pending.append(copy)
+
+    def run_to(self, position: int) -> None:
+        """Run the copies enqueued before ``position``."""
+        with _simulator_lock:
+            while self._done < position and self._pending:
+                self._pending.pop(0)()
+                self._done += 1
+
+    def synchronize(self) -> None:
+        self.run_to(self.enqueued)
+
+
+class Fence:
+    """The work a stream holds when the fence is recorded (a CUDA event): the host waits
+    for it (:meth:`wait`), or another stream does without the host (:meth:`wait_on`)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._deferred = stream if isinstance(stream, _DeferredStream) else None
+        if self._deferred is not None:
+            self._position = self._deferred.enqueued
+            self._event = None
+        elif simulator():  # (the simulator's kernels and copies run when enqueued)
+            self._event = None
+        else:
+            from numba import cuda
+
+            self._event = cuda.event(timing=False)
+            self._event.record(stream)
+
+    def wait(self) -> None:
+        """Block the host until the fenced work is done."""
+        if self._deferred is not None:
+            self._deferred.run_to(self._position)
+        elif self._event is not None:
+            self._event.synchronize()
+
+    def wait_on(self, stream: Any) -> None:
+        """Make ``stream``'s later work wait for the fenced work (on the device)."""
+        if self._deferred is not None:
+            self._deferred.run_to(self._position)  # (the simulator's kernels run at once)
+        elif self._event is not None and not isinstance(stream, _DeferredStream):
+            self._event.wait(stream)
+
+    def done(self) -> bool:
+        """Whether the fenced work is done (never blocks)."""
+        if self._deferred is not None:
+            return self._deferred.ran >= self._position
+        return self._event is None or bool(self._event.query())
 
 
 def _simulated_view(obj: Any) -> Any:

@@ -353,22 +353,27 @@ def size_exchange(cal: Calibration, method: str, algorithm: str, k: int) -> floa
 def predict(cal: Calibration, method: str, nbytes: int, codec: Any, dtype: Any,
             speed: tuple[float, float], algorithm: str = "auto",
             gain: float = GAIN, on_device: bool = False,
-            rho: float | None = None) -> Prediction:
+            rho: float | None = None, call_s: float | None = None) -> Prediction:
     """The prediction for one call (``algorithm``: what the policy says, or ``"auto"``).
 
     ``speed`` is the codec's (encode, decode) seconds per raw byte
     (:func:`mpicomp.calibration.codec_speed`); a codec with guarded encodes screens
     host buffers speculatively (no scan first). ``rho``: a variable codec's stream
     ratio (:mod:`mpicomp.ratios`; None: its upper bound); its calls also pay their
-    size exchange (:func:`size_exchange`).
+    size exchange (:func:`size_exchange`). ``call_s``: what one codec call costs beyond
+    its bytes where it was measured for this codec (device memory:
+    :func:`mpicomp.calibration.codec_call_s`), instead of the host's ``cal.call_s``.
     """
+    if call_s is not None:
+        cal = dataclasses.replace(cal, call_s=call_s)
     dt = np.dtype(dtype)
     count = max(int(nbytes) // dt.itemsize, 1)
     if rho is None:
         rho = codec.encoded_nbytes(count, dt) / (count * dt.itemsize)
     e, d = speed
     plain = plain_time(cal, method, nbytes)
-    k = pieces_of(codec, count if method == "Bcast" else count // cal.layout.size, dt)
+    k = pieces_of(codec, count if method == "Bcast" else count // cal.layout.size, dt,
+                  on_device)
     speculative = screens_in_encoder(codec, on_device)
     times = compressed_times(cal, method, float(nbytes), rho, e, d, k, speculative)
     if codec.variable:

@@ -181,7 +181,7 @@ class Pipeline:
         fields = pol.codec.takes_field
         field = (pol.codec.field_of(call.bufs[0].shape, call.local.size)
                  if fields and call.local is not None else None)
-        reason, max_abs, dims = agreement.agreement(private, call.collective, pol,
+        reason, max_abs, dims, device = agreement.agreement(private, call.collective, pol,
                                                     None if guarded else call.local, dtype,
                                                     settings, call.summands, memory, learning,
                                                     veto, field)
@@ -192,7 +192,8 @@ class Pipeline:
                 codec, rec.error_bound, bound = tolerance.codec_for(pol, max_abs, call.encodes)
             if fields:
                 codec = codec.for_field(dims)
-            ctx = Ctx(private.comm, codec, rec, memory, guarded=guarded, protect=call.local)
+            ctx = Ctx(private.comm, codec, rec, memory, guarded=guarded, protect=call.local,
+                      device_pieces=device)
             assert call.body is not None
             ran = call.body(ctx, private)
             # (a speculative call whose encoders found unsafe data: the verdict)

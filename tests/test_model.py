@@ -95,10 +95,91 @@ def test_fit_measures_a_steady_cost_per_byte_once(monkeypatch):
     assert asked == [1000, 2000, 4000]
 
 
-def test_speculative_screening_drops_the_scan_where_the_encoders_screen():
+def test_a_device_call_is_priced_with_the_device_pieces_and_the_measured_call_cost():
+    """A device chunk's pieces (``pieces_of(..., device=True)``) and the codec calls' fixed
+    cost measured on the device (``call_s``) price the ring: the codec term holds
+    ``k (4p - 2) call_s`` with the device's k; a larger measured call cost makes the call
+    dearer by exactly that term, and host calls keep the host's pieces."""
+    p, n = 4, 64 << 20
+    cal, speed = synthetic(p, p, gbs=1.0)
+    cal = dataclasses.replace(cal, call_s=5e-6)
+    count = n // 4 // p
+    k_dev = pieces_of(BITPLANE8, count, np.float32, device=True)
+    k_host = pieces_of(BITPLANE8, count, np.float32)
+    assert k_dev < k_host
+    cheap = model.predict(cal, "Allreduce", n, BITPLANE8, np.float32, speed, "ring",
+                          on_device=True, call_s=5e-6)
+    dear = model.predict(cal, "Allreduce", n, BITPLANE8, np.float32, speed, "ring",
+                         on_device=True, call_s=105e-6)
+    rho = BITPLANE8.encoded_nbytes(count * p, np.dtype(np.float32)) / n
+    terms = model.ring_terms(dataclasses.replace(cal, call_s=105e-6), n, rho, *speed, k_dev)
+    assert dear.candidates["ring"] == pytest.approx(terms["ring"])
+    assert dear.candidates["ring"] - cheap.candidates["ring"] == pytest.approx(
+        k_dev * (4 * p - 2) * 100e-6, rel=0.05)  # (the pipeline may hide a little of it)
+    host = model.predict(cal, "Allreduce", n, BITPLANE8, np.float32, speed, "ring")
+    host_terms = model.ring_terms(cal, n, rho, *speed, k_host, speculative=True)
+    assert host.candidates["ring"] == pytest.approx(host_terms["ring"])
+
+
+def test_the_device_codec_probe_splits_a_calls_cost_from_its_bytes(monkeypatch):
+    """On device memory the codec probe runs at two sizes: the slope is the seconds per
+    byte, the intercept each call's fixed cost (``codec_call_s``); host memory keeps the
+    one size, and no call cost."""
+    from mpicomp.backend.host import HostMemory, Scratch
+
+    class Timed(HostMemory):  # host arrays posing as device memory, with made-up times
+        on_device = False
+
+        def __init__(self, on_device):
+            super().__init__(Scratch())
+            self.on_device = on_device
+
+    fake = {"t": 0.0}
+    per_byte, fixed = {"enc": 1e-11, "dec": 2e-11}, {"enc": 30e-6, "dec": 10e-6}
+
+    def timed(comm, fn, repeat=3):
+        fn()
+        return fake["t"]
+
+    def encode(self, codec, x, out):
+        fake["t"] = fixed["enc"] + per_byte["enc"] * x.nbytes
+        return out
+
+    def decode(self, codec, stream, out):
+        fake["t"] = fixed["dec"] + per_byte["dec"] * out.nbytes
+        return out
+
+    monkeypatch.setattr(calibration, "_slowest_median", timed)
+    monkeypatch.setattr(Timed, "encode", encode)
+    monkeypatch.setattr(Timed, "decode", decode)
+    monkeypatch.setattr(Timed, "synchronize", lambda self: None, raising=False)
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "0")
+    comm = MPI.COMM_SELF
+    for on_device in (True, False):
+        cal, _ = synthetic(1, 1, gbs=1.0)
+        (e, d), measured = calibration.codec_speed(comm, cal, BITPLANE8, np.dtype(np.float32),
+                                                   Timed(on_device))
+        assert measured
+        call = calibration.codec_call_s(cal, BITPLANE8, np.float32, on_device)
+        if on_device:
+            assert (e, d) == pytest.approx((per_byte["enc"], per_byte["dec"]))
+            assert call == pytest.approx((fixed["enc"] + fixed["dec"]) / 2)
+        else:  # one size: the fixed cost is spread over its bytes
+            nbytes = calibration.CODEC_PROBE_VALUES * 4
+            assert e == pytest.approx(per_byte["enc"] + fixed["enc"] / nbytes)
+            assert call is None
+        # known now: asked again, nothing is measured
+        assert not calibration.codec_speed(comm, cal, BITPLANE8, np.dtype(np.float32),
+                                           Timed(on_device))[1]
+
+
+def test_speculative_screening_drops_the_scan_where_the_encoders_screen(monkeypatch):
     """bitplane on host buffers: no scan before the ring allreduce and the data-movement
     collectives (their encoders screen); the other algorithms, other codecs and device
-    buffers still pay it."""
+    buffers still pay it (device chunks cut as host ones here, so that the scan is the
+    only difference)."""
+    monkeypatch.setattr(common, "DEVICE_PIECE_BYTES", common.PIECE_BYTES)
+    monkeypatch.setattr(common, "DEVICE_MAX_PIECES", common.MAX_PIECES)
     cal, speed = synthetic(4, 4, gbs=0.125)
     cal = dataclasses.replace(cal, scan_s_per_byte=1e-9)  # 1 GB/s: 16 ms on 16 MiB
     n = 16 << 20
@@ -210,7 +291,7 @@ def test_bcast_prediction_is_its_chains_formula_where_the_chain_runs():
                                               + wide.plain["Bcast"].time(rho * n) + d * n)
 
 
-def test_ring_prediction_is_its_formula():
+def test_ring_prediction_is_its_formula(monkeypatch):
     cal, (e, d) = synthetic(4, 4, gbs=0.125, codec_gbs=2.0)
     n, p = 1 << 24, 4
     rho = BITPLANE8.encoded_nbytes(n // 4, np.float32) / n
@@ -231,6 +312,10 @@ def test_ring_prediction_is_its_formula():
     codec += k * (4 * p - 2) * 2e-5
     want = cal.agree_s + 3e-4 + max(wire, codec) + (wire + codec) / k
     assert more.compressed_s == pytest.approx(want)
+    # device buffers pay the scan (their chunks cut as host ones here, so that the scan
+    # is the only difference)
+    monkeypatch.setattr(common, "DEVICE_PIECE_BYTES", common.PIECE_BYTES)
+    monkeypatch.setattr(common, "DEVICE_MAX_PIECES", common.MAX_PIECES)
     scanned = model.predict(costs, "Allreduce", n, BITPLANE8, np.float32, (e, d),
                             algorithm="ring", on_device=True)
     assert scanned.compressed_s == pytest.approx(want + 1e-10 * n)

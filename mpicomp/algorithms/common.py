@@ -16,7 +16,8 @@ from ..backend.host import HostMemory
 from ..codecs import Codec
 from ..stats import Recorder
 
-__all__ = ["ALIGN", "PIECE_BYTES", "MAX_PIECES", "VARIABLE_RATIO", "Ctx", "PieceLayout", "pieces",
+__all__ = ["ALIGN", "DEVICE_MAX_PIECES", "DEVICE_PIECE_BYTES", "PIECE_BYTES", "MAX_PIECES",
+           "VARIABLE_RATIO", "Ctx", "PieceLayout", "pieces",
            "pieces_of", "poll", "screens_in_encoder", "split"]
 
 #: chunk boundaries fall on multiples of this many values (a whole number of
@@ -30,6 +31,18 @@ PIECE_BYTES = 128 * 1024
 
 #: at most this many pieces per chunk
 MAX_PIECES = 32
+
+#: a chunk on a device is cut into pieces of about this many wire bytes, at most
+#: :data:`DEVICE_MAX_PIECES`: few and large, since each piece costs its kernel launches, a
+#: staging copy each way and an MPI message (tens of microseconds from Python) while a GPU
+#: codes a megabyte in microseconds. Host-sized pieces made a 64 MiB device Allreduce
+#: of 4 ranks 192 pieces, 0.45x-0.58x plain MPI (docs/performance/gpu.md); these make it
+#: 24 (not yet measured on a GPU: ``allreduce-gpu --piece-kib`` sweeps the size)
+DEVICE_PIECE_BYTES = 1 << 20
+
+#: at most this many pieces per chunk on a device (enough to overlap a piece's copies and
+#: message with the next one's kernels)
+DEVICE_MAX_PIECES = 8
 
 #: a variable-size codec's chunk is cut as if its stream were this many times smaller than
 #: its upper bound (the raw bytes, for errbound): its size is known only after the encode,
@@ -71,11 +84,21 @@ class Ctx:
     #: retry reads it): a decode or copy into memory it shares waits for the verdict,
     #: and is skipped when the verdict is unsafe
     protect: Any = None
+    #: pieces cut for the device (:func:`pieces_of`): the agreement's "some rank's buffers
+    #: are on a device", so that every rank cuts alike; None: where ``memory`` lives
+    device_pieces: bool | None = None
 
     def __post_init__(self) -> None:
+        if self.device_pieces is None:
+            self.device_pieces = bool(self.memory.on_device)
         self.comm = self.memory.mpi_comm(self.comm)
         self.unsafe_blocks = 0  # this rank's, from guarded encodes
         self._verdict: Any = None  # (request, send, receive) once posted, then the bool
+
+    def on(self, comm: MPI.Intracomm) -> Ctx:
+        """This call's codec, recorder, memory and pieces on another communicator (a node's,
+        the leaders')."""
+        return Ctx(comm, self.codec, self.rec, self.memory, device_pieces=self.device_pieces)
 
     @property
     def rank(self) -> int:
@@ -282,14 +305,16 @@ def poll(done: Callable[[], bool], idle: bool = False) -> None:
             os.sched_yield()
 
 
-def pieces_of(codec: Codec, count: int, dtype: Any) -> int:
-    """Into how many pieces of about :data:`PIECE_BYTES` wire bytes ``count`` values are cut
-    (a variable codec's wire bytes: its upper bound over :data:`VARIABLE_RATIO`)."""
+def pieces_of(codec: Codec, count: int, dtype: Any, device: bool = False) -> int:
+    """Into how many pieces of about :data:`PIECE_BYTES` wire bytes (``device``:
+    :data:`DEVICE_PIECE_BYTES`) ``count`` values are cut (a variable codec's wire bytes:
+    its upper bound over :data:`VARIABLE_RATIO`)."""
     wire = codec.stream_nbytes(count, np.dtype(dtype)) if count else 0
     if codec.variable:
         wire //= VARIABLE_RATIO
     blocks = -(-count // ALIGN)
-    return max(1, min(MAX_PIECES, blocks, round(wire / PIECE_BYTES)))
+    size, most = (DEVICE_PIECE_BYTES, DEVICE_MAX_PIECES) if device else (PIECE_BYTES, MAX_PIECES)
+    return max(1, min(most, blocks, round(wire / size)))
 
 
 def pieces(ctx: Ctx, count: int, dtype: Any) -> tuple[list[int], list[int]]:
@@ -300,7 +325,7 @@ def pieces(ctx: Ctx, count: int, dtype: Any) -> tuple[list[int], list[int]]:
     way; the codecs code each block on its own, so the decoded values do
     not depend on the cut.
     """
-    k = pieces_of(ctx.codec, count, dtype)
+    k = pieces_of(ctx.codec, count, dtype, bool(ctx.device_pieces))
     return split(count, k, _align(ctx.codec, count // k))
 
 

@@ -78,7 +78,7 @@ def segments(nbytes: int) -> int:
 
 def _by_rails(ctx: Ctx, x: Any, out: Any, node: MPI.Intracomm, rail: MPI.Intracomm) -> None:
     size, me = node.Get_size(), node.Get_rank()
-    rail_ctx = Ctx(rail, ctx.codec, ctx.rec, ctx.memory)
+    rail_ctx = ctx.on(rail)
     seg_counts, seg_displs = split(x.size, segments(x.nbytes))
     cuts = [split(c, size) for c in seg_counts]  # each segment's parts: (counts, displs)
     parts = ctx.values("node-part", sum(counts[me] for counts, _ in cuts), x.dtype)
@@ -121,7 +121,7 @@ def _by_leaders(ctx: Ctx, x: Any, out: Any, node: MPI.Intracomm,
         if not leader:
             ctx.rec.sent(x.nbytes)
     if leader:
-        ring.allreduce(Ctx(leaders, ctx.codec, ctx.rec, ctx.memory), total, out)
+        ring.allreduce(ctx.on(leaders), total, out)
     if several:
         ctx.wait(node.Ibcast(out, root=0), idle=not leader)
         if leader:

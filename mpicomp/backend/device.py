@@ -19,12 +19,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from mpi4py import MPI
 
 from .. import cuda_runtime as cuda
 from ..errors import UncompressibleError
 from .host import Scratch, check_float
 from .mpi_buffers import for_mpi, spec_object, with_object
 from .mpi_library import cuda_aware
+from .staging import Staging
 
 if TYPE_CHECKING:
     from ..codecs import Codec
@@ -186,14 +188,18 @@ class DevicePools:
     def __init__(self) -> None:
         self.device = Scratch(_device_alloc)
         self.pinned = Scratch(cuda.pinned_empty)
+        #: the staged path's copy stream and fences over these pools' wire buffers
+        self.staging = Staging(self.device, self.pinned)
         self._stream: Any = None
 
     def use(self, stream: Any) -> None:
         """Start a call on ``stream``: when the previous call ran on another stream,
-        wait for it first (its last decode may still read these buffers)."""
+        wait for it and for the staging copies first (its last decode may still read
+        these buffers)."""
         previous = self._stream
         if previous is not None and previous is not stream and _key(previous) != _key(stream):
             previous.synchronize()
+            self.staging.synchronize()
         self._stream = stream
 
 
@@ -245,20 +251,30 @@ class DeviceMemory(DeviceArrays):
         return np.empty(nbytes, dtype=np.uint8)
 
     # -- the codec's kernels, streams staged through the host ------------------------
+    # A wire buffer's piece has a stage of its own (its mirror, mpicomp.backend.staging),
+    # copied on the staging stream; other host memory (a frame, a landing buffer) goes
+    # through the one shared stage, copied on the call's stream.
     def encode(self, codec: Codec, x: Any, out: Any) -> Any:
         if self.direct:
             return super().encode(codec, x, out)
-        staged = super().encode(codec, x, self.pools.device.get("stage", out.size, np.uint8))
+        staging = self.pools.staging
+        stage = staging.mirror(out)
+        if stage is None:
+            staged = super().encode(codec, x, self.pools.device.get("stage", out.size, np.uint8))
+            out = out[:staged.size]
+            cuda.copy_to_host(out, staged, self.stream)
+            return out
+        staging.before_write(out, self.stream)
+        staged = super().encode(codec, x, stage)
         out = out[:staged.size]
-        cuda.copy_to_host(out, staged, self.stream)
+        staging.to_host(out, staged, self.stream)
         return out
 
     def decode(self, codec: Codec, stream: Any, out: Any) -> Any:
         if self.direct:
             return super().decode(codec, stream, out)
-        staged = self.pools.device.get("stage", stream.size, np.uint8)
-        cuda.copy_to_device(staged, stream, self.stream)
-        return super().decode(codec, staged, out)
+        return self._from_stage(stream, lambda staged: super(DeviceMemory, self).decode(
+            codec, staged, out))
 
     def reconstruct(self, codec: Codec, x: Any, stream: Any, out: Any) -> Any:
         if self.direct or not codec.reconstructs:  # (else: super() decodes through self)
@@ -266,13 +282,37 @@ class DeviceMemory(DeviceArrays):
         # a reconstruct reads only the stream's head (Codec.reconstruct_on_stream): only that
         # crosses to the device, not the payload a decode would need
         head = stream[:codec.min_stream_nbytes(out.size, np.dtype(out.dtype))]
-        staged = self.pools.device.get("stage", head.size, np.uint8)
-        cuda.copy_to_device(staged, head, self.stream)
-        return super().reconstruct(codec, x, staged, out)
+        return self._from_stage(head, lambda staged: super(DeviceMemory, self).reconstruct(
+            codec, x, staged, out))
+
+    def _from_stage(self, host: Any, kernel: Any) -> Any:
+        """``kernel(staged)`` on the device copy of the host bytes ``host``."""
+        staging = self.pools.staging
+        stage = staging.mirror(host)
+        if stage is None:
+            stage = self.pools.device.get("stage", host.size, np.uint8)
+            cuda.copy_to_device(stage, host, self.stream)
+            return kernel(stage)
+        staging.to_device(stage, host, self.stream)
+        result = kernel(stage)
+        staging.read_by(host, self.stream)
+        return result
+
+    def copy(self, dst: Any, src: Any) -> None:
+        """:meth:`DeviceArrays.copy`, waiting for the staging copies of wire bytes first;
+        a copy between the device and wire bytes is waited for too (rare: the algorithms
+        copy values, not streams), so that it needs no fence of its own."""
+        staging = self.pools.staging
+        wire = [a for a in (dst, src) if staging.tracked(a)]
+        for a in wire:
+            staging.wait_host(a)
+        super().copy(dst, src)
+        if wire and (cuda.is_device_array(dst) or cuda.is_device_array(src)):
+            self.stream.synchronize()
 
     def order_keys(self, codes: Any) -> None:
         if not self.wire_on_device:  # staged: wait for the copy into the host buffer
-            self.stream.synchronize()
+            self.synchronize()
             np.bitwise_xor(codes, np.int16(0x7FFF), out=codes, where=codes < 0)
         else:
             super().order_keys(codes)
@@ -282,17 +322,30 @@ class DeviceMemory(DeviceArrays):
         return MPIOnDevice(comm, self)
 
     def synchronize(self) -> None:
+        """Block until the call's stream and the staging copies are done."""
         self.stream.synchronize()
+        self.pools.staging.synchronize()
+
+    def before_mpi(self, buffers: list[Any]) -> None:
+        """Block until the work that writes or reads ``buffers`` is done, before MPI touches
+        them: for wire bytes of a staged call, only their own staging copies (the
+        kernels of later pieces go on); for anything else, the stream and every copy."""
+        staging = self.pools.staging
+        if self.direct or not all(staging.tracked(b) for b in buffers):
+            self.synchronize()
+            return
+        for b in buffers:
+            staging.wait_host(b)
 
 
 class MPIOnDevice:
-    """A communicator whose buffer methods first wait for the call's stream.
+    """A communicator whose buffer methods first wait for the work on their buffers.
 
     MPI reads and writes buffers as soon as it is called, and mpi4py does
     not look at the stream of a ``__cuda_array_interface__``: so the kernels
-    and copies that produce (or still read) a buffer must have finished.
-    Simulated device arrays are passed as their host memory behind
-    ``__cuda_array_interface__`` (:func:`for_mpi`).
+    and copies that produce (or still read) a buffer must have finished
+    (:meth:`DeviceMemory.before_mpi`). Simulated device arrays are passed as
+    their host memory behind ``__cuda_array_interface__`` (:func:`for_mpi`).
     """
 
     def __init__(self, comm: Any, memory: DeviceMemory) -> None:
@@ -305,11 +358,26 @@ class MPIOnDevice:
             return attr
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            self._memory.synchronize()
+            self._memory.before_mpi(_buffers([*args, *kwargs.values()]))
             return attr(*[_for_mpi(a) for a in args],
                         **{k: _for_mpi(v) for k, v in kwargs.items()})
 
         return call
+
+
+def _buffers(args: list[Any]) -> list[Any]:
+    """The memory objects among an MPI method's arguments (a buffer spec's first item:
+    ``[buf, counts, ...]``): everything but None, numbers, strings and MPI handles."""
+    found: list[Any] = []
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            found.extend(_buffers(list(a[:1])))
+        elif not (a is None or isinstance(a, (int, float, str, *_HANDLES))):
+            found.append(a)
+    return found
+
+
+_HANDLES = (MPI.Op, MPI.Datatype, MPI.Status, MPI.Request, MPI.Info)
 
 
 def _for_mpi(arg: Any) -> Any:

@@ -52,6 +52,18 @@ class Scratch:
             self._buffers[name] = buf
         return buf[:nbytes].view(dt)
 
+    def locate(self, view: np.ndarray) -> tuple[str, int, int] | None:
+        """``(name, offset, size)`` of the host buffer ``view`` lies in: its name, where
+        ``view`` starts in it, its bytes; None when it lies in none of this pool's."""
+        start = int(view.__array_interface__["data"][0])
+        for name, buf in self._buffers.items():
+            if not isinstance(buf, np.ndarray):
+                return None  # (a device pool)
+            base = int(buf.__array_interface__["data"][0])
+            if base <= start and start + view.nbytes <= base + buf.nbytes:
+                return name, start - base, buf.nbytes
+        return None
+
 
 class HostArrays:
     """Operations on host arrays (NumPy); kernels from ``kernels/*_cpu.py``."""

@@ -5,7 +5,7 @@ data only one rank sees (a NaN, a value so large that a sum of ``p`` of them
 overflows) and on arguments every rank passes for itself (count, dtype, op,
 codec, rate). If ranks decided alone, one could take the compressed path
 while another took plain MPI, and both would wait forever. So before a
-compressed collective the ranks make one MAX allreduce of five float64
+compressed collective the ranks make one MAX allreduce of twelve float64
 numbers: the largest magnitude in this rank's input (+Inf for NaN/Inf), a
 48-bit fingerprint of the call's settings and its negation (so that ``max``
 and ``-max(-x)`` give the largest and the smallest fingerprint: they differ
@@ -17,7 +17,10 @@ ranks pass a plain array: MPI allows any datatypes with the same type
 signature; -1: none), and the field each rank's coded values form (for
 errbound's ``shape="auto"``: three dimensions and their negations, so that
 the ranks that code their own values find whether they agree; a rank that
-codes none, a Bcast's receiver, adds nothing). The screen before it decides from the signature's
+codes none, a Bcast's receiver, adds nothing), and whether this rank's buffers are on a
+device (so that every rank cuts its pieces for the device where any rank's are:
+``Ctx.device_pieces``; MPI lets one rank pass host memory where another passes device
+memory). The screen before it decides from the signature's
 element type and count, which every rank shares, so every rank reaches
 this step or none does.
 Every rank gets the same numbers back and therefore takes the same decision
@@ -70,26 +73,28 @@ class Agreement:
                   settings: str, summands: int, memory: HostMemory | DeviceMemory,
                   learning: tuple[Any, ...] | None = None, veto: str = "",
                   field: tuple[int, int, int] | None = None
-                  ) -> tuple[str | None, float, tuple[int, int, int] | None]:
-        """:meth:`agree`'s reason, the largest magnitude of ``local`` over all ranks, and the
-        field the ranks' coded values form; ``learning``: the kind of a blocking call whose
+                  ) -> tuple[str | None, float, tuple[int, int, int] | None, bool]:
+        """:meth:`agree`'s reason, the largest magnitude of ``local`` over all ranks, the
+        field the ranks' coded values form, and whether any rank's buffers are on a device
+        (``memory``'s); ``learning``: the kind of a blocking call whose
         variable codec's stream ratio the ranks agree on here (:mod:`mpicomp.ratios`);
         ``veto``: why this rank cannot compress its buffer (a datatype with gaps, ...): the
         call goes plain everywhere; ``field``: the dimensions of this rank's coded values
         (:func:`agree`), None where it codes none."""
         local_max = memory.max_abs(local) if local is not None and not veto else 0.0
         pending = self.ratios.pending(learning) if learning is not None else NONE
-        max_abs, ratio, vetoed, dims = agree(private.comm, name, local_max,
-                                             f"{settings} {pol.description}", pending,
-                                             bool(veto), field)
+        max_abs, ratio, vetoed, dims, device = agree(private.comm, name, local_max,
+                                                     f"{settings} {pol.description}", pending,
+                                                     bool(veto), field,
+                                                     bool(memory.on_device))
         if learning is not None:
             self.ratios.agreed(learning, ratio)
         if vetoed >= 0:
             return (veto or f"rank {vetoed}'s buffer cannot be compressed (its datatype, "
-                            "layout or memory)"), 0.0, None
+                            "layout or memory)"), 0.0, None, device
         if not math.isfinite(max_abs):
-            return "nonfinite (NaN or Inf on some rank)", max_abs, None
-        return _overflow_risk(pol, dtype, max_abs, summands), max_abs, dims
+            return "nonfinite (NaN or Inf on some rank)", max_abs, None, device
+        return _overflow_risk(pol, dtype, max_abs, summands), max_abs, dims, device
 
     def verdict(self, private: PrivateComm, ctx: Ctx, name: str, pol: Resolved, local: Any,
                 dtype: np.dtype, settings: str, summands: int) -> str | None:
@@ -106,18 +111,19 @@ class Agreement:
 
 
 def agree(comm: MPI.Intracomm, op: str, local_max_abs: float, settings: str,
-          ratio: float = NONE, veto: bool = False, field: tuple[int, int, int] | None = None
-          ) -> tuple[float, float, int, tuple[int, int, int] | None]:
+          ratio: float = NONE, veto: bool = False, field: tuple[int, int, int] | None = None,
+          device: bool = False) -> tuple[float, float, int, tuple[int, int, int] | None, bool]:
     """The agreement allreduce on ``comm`` (see the module docs): the largest magnitude over
     all ranks (+Inf: some rank holds NaN/Inf), the largest ``ratio`` (a learned stream
-    ratio, -1 for none), the highest rank that vetoed compression (-1: none) and the field
+    ratio, -1 for none), the highest rank that vetoed compression (-1: none), the field
     (``(n0, n1, n2)``) of every rank that passed one, where they all passed the same (None
-    where they differ, none passed one, or one passed ``(0, 0, 0)``: no field); the same
-    :class:`RankDisagreement` on every rank where their ``settings`` differ."""
+    where they differ, none passed one, or one passed ``(0, 0, 0)``: no field), and
+    whether any rank passed ``device``; the same :class:`RankDisagreement` on every rank
+    where their ``settings`` differ."""
     fp = fingerprint(settings)
     mine = [-math.inf] * 6 if field is None else [*map(float, field), *(-float(d) for d in field)]
-    vec = np.array([local_max_abs, fp, -fp, ratio, comm.Get_rank() if veto else -1.0, *mine],
-                   np.float64)
+    vec = np.array([local_max_abs, fp, -fp, ratio, comm.Get_rank() if veto else -1.0, *mine,
+                    1.0 if device else 0.0], np.float64)
     out = np.empty_like(vec)
     comm.Allreduce(vec, out, op=MPI.MAX)
     if out[1] != -out[2]:
@@ -128,7 +134,8 @@ def agree(comm: MPI.Intracomm, op: str, local_max_abs: float, settings: str,
     largest, smallest = out[5:8], -out[8:11]
     same = bool(np.all(largest == smallest) and np.all(largest >= 1))
     dims = tuple(int(d) for d in largest) if same else None
-    return float(out[0]), float(out[3]), int(out[4]), dims  # type: ignore[return-value]
+    return (float(out[0]), float(out[3]), int(out[4]), dims,  # type: ignore[return-value]
+            bool(out[11] > 0))
 
 
 def fingerprint(*parts: object) -> float:

@@ -102,7 +102,9 @@ class Predictor:
         speed = self.codec_speed(pol, np.dtype(dtype), on_device)
         assert self.cal is not None
         return model.predict(self.cal, method, nbytes, codec or pol.codec, dtype, speed,
-                             algorithm or pol.algorithm, on_device=on_device, rho=rho)
+                             algorithm or pol.algorithm, on_device=on_device, rho=rho,
+                             call_s=calibration.codec_call_s(self.cal, pol.codec, dtype,
+                                                             on_device))
 
     def codec_speed(self, pol: Resolved, dtype: np.dtype, on_device: bool) -> tuple[float, float]:
         """``pol``'s codec's (encode, decode) seconds per byte, measured once per job."""
