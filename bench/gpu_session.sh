@@ -43,7 +43,7 @@ step allreduce-pieces 50 .venv/bin/mpiexec -n 4 $PY -m mpicomp.bench allreduce-g
 step allreduce-256 60 .venv/bin/mpiexec -n 4 $PY -m mpicomp.bench allreduce-gpu \
     --size-mib 256 --repeat 3 --cases bitplane:8.25,errbound:2.5e-4 --markdown "$OUT/allreduce-256.md"
 step device-tests 120 $PY tests/run_tests.py --stages 2 -m "gpu or device" \
-    -k "bitplane or zfp or errbound"
+    -k "bitplane or zfp or errbound or staging"
 
 python3 - "$OUT" <<'EOF'
 import json, sys

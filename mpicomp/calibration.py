@@ -5,7 +5,7 @@ numbers. :func:`measure` measures them, collectively, on a private
 communicator (once per communicator layout, :mod:`mpicomp.topology`, and
 process: :func:`mpicomp.calibration_file.obtain`, which keeps them in a file):
 
-* ``agree_s``: one 32-byte MAX allreduce (the agreement step);
+* ``agree_s``: one 96-byte MAX allreduce (the agreement step's twelve float64);
 * ``exchange``: every rank ``Sendrecv``-ing to its right neighbour while
   receiving from its left one (the step of the ring algorithms), measured at and
   interpolated between five sizes (64 KiB to 4 MiB, and on to 16 MiB while
@@ -362,7 +362,7 @@ def measure(comm: MPI.Intracomm, lay: Layout) -> Calibration:
     from .kernels.scan_cpu import add_into, max_abs
 
     start = time.perf_counter()
-    vec, out = np.zeros(4), np.empty(4)  # the agreement step's four float64
+    vec, out = np.zeros(12), np.empty(12)  # the agreement step's twelve float64
     agree_s = _slowest_median(comm, lambda: comm.Allreduce(vec, out, op=MPI.MAX), repeat=10)
     exchange = _fit(comm, lambda n: _exchange_probe(comm, n))
     p = comm.Get_size()
@@ -402,11 +402,13 @@ def codec_speed(comm: MPI.Intracomm, cal: Calibration, codec: Any, dtype: np.dty
 
     Whether the figure is known is agreed first (a MIN allreduce), so a rank
     that measured it on another communicator never skips a probe the others run.
-    On device memory the probe runs at two sizes, 16x apart: the slope is the
-    seconds per byte, and what a call costs beyond its bytes (its launches, a
-    staged call's copies and fences) goes to ``cal.codec_calls`` (a GPU codes a
-    megabyte in microseconds, so one size would price a large call's bytes at
-    a small call's fixed cost).
+    On device memory the probe runs at two sizes (16x apart; 2x under the
+    simulator): the slope is the seconds per byte, and what a call costs beyond
+    its bytes (its launches, a staged call's copies and fences) goes to
+    ``cal.codec_calls`` (a GPU codes a megabyte in microseconds, so one size
+    would price a large call's bytes at a small call's fixed cost). Every rank
+    times as many runs (a host rank among device ones repeats its one size), so
+    that the probes' collectives match where ranks pass different memory.
     """
     key = speed_key(codec, dtype, memory.on_device)
     known = key in cal.codecs and (not memory.on_device or key in cal.codec_calls)
@@ -423,6 +425,8 @@ def codec_speed(comm: MPI.Intracomm, cal: Calibration, codec: Any, dtype: np.dty
         sizes = [n]
     else:  # (the simulator's kernels take seconds: two sizes of its own, 2x apart)
         sizes = [n // 2, n] if simulated else [n, 16 * n]
+    own = len(sizes)  # (the runs after them only match another rank's collectives)
+    sizes += [sizes[-1]] * (comm.allreduce(own, op=MPI.MAX) - own)
     x_host = _probe_data(sizes[-1], np.dtype(dtype))
     x = memory.values("probe-values", x_host.size, x_host.dtype)
     memory.copy(x, x_host)
@@ -442,8 +446,8 @@ def codec_speed(comm: MPI.Intracomm, cal: Calibration, codec: Any, dtype: np.dty
 
         times.append((m * x_host.itemsize, _slowest_median(comm, encode),
                       _slowest_median(comm, decode)))
-    (b0, e0, d0), (b1, e1, d1) = times[0], times[-1]
-    if len(times) == 1 or b1 <= b0:
+    (b0, e0, d0), (b1, e1, d1) = times[0], times[own - 1]
+    if own == 1 or b1 <= b0:
         speed = (e1 / b1, d1 / b1)
     else:  # the slope, or (noise: a larger call no slower) the larger call's mean
         speed = tuple(max(t1 - t0, 0.0) / (b1 - b0) or t1 / b1

@@ -284,7 +284,9 @@ def copy_to_device(dst: Any, src: Any, stream: Any) -> None:
 
 def copy_stream() -> Any:
     """A stream of its own for the staging copies between device and pinned host memory, so
-    that they overlap the kernels of the caller's stream.
+    that they overlap the kernels of the caller's stream: non-blocking where CuPy is here
+    (a blocking stream, Numba's only kind, waits for all work on the legacy default
+    stream, which is the caller's when it runs on Numba's or CuPy's null stream).
 
     Under the simulator, whose streams run everything at once, a stream that defers its
     copies until a :class:`Fence` recorded after them is waited for (by the host or by
@@ -295,7 +297,16 @@ def copy_stream() -> Any:
         return _DeferredStream()
     from numba import cuda
 
+    cp = _cupy()
+    if cp is not None:  # non-blocking: free of the legacy default stream's implicit syncs
+        owner = cp.cuda.Stream(non_blocking=True)
+        _COPY_STREAMS.append(owner)  # (a few a process, one each way per thread: kept)
+        return cuda.external_stream(owner.ptr)
     return cuda.stream()
+
+
+#: the CuPy streams behind :func:`copy_stream`'s Numba views, kept alive
+_COPY_STREAMS: list[Any] = []
 
 
 class _DeferredStream:
@@ -359,10 +370,24 @@ class Fence:
             self._event.wait(stream)
 
     def done(self) -> bool:
-        """Whether the fenced work is done (never blocks)."""
+        """Whether the fenced work is done (never blocks; under the simulator, whether a
+        wait ran it)."""
         if self._deferred is not None:
             return self._deferred.ran >= self._position
         return self._event is None or bool(self._event.query())
+
+    def poll(self) -> bool:
+        """:meth:`done`, asked by a host that waits for it to become true (a send waiting
+        for its copy). A GPU finishes the work by itself; the simulator's deferred copies
+        run at the second poll of a fence, so that the host sees a copy still running once
+        and the code that waits for it is exercised."""
+        if self._deferred is None or self.done():
+            return self.done()
+        self._polls = getattr(self, "_polls", 0) + 1
+        if self._polls < 2:
+            return False
+        self.wait()
+        return True
 
 
 def _simulated_view(obj: Any) -> Any:

@@ -121,56 +121,84 @@ def test_a_device_call_is_priced_with_the_device_pieces_and_the_measured_call_co
     assert host.candidates["ring"] == pytest.approx(host_terms["ring"])
 
 
+#: the made-up times of :func:`_timed_memory`'s codec calls: seconds per byte, and per call
+PER_BYTE, PER_CALL = {"enc": 1e-11, "dec": 2e-11}, {"enc": 30e-6, "dec": 10e-6}
+
+
+def _timed_memory(monkeypatch, on_device):
+    """Host arrays posing as host or device memory whose codec calls take
+    ``PER_CALL + PER_BYTE * bytes`` (the probe's timer reads them)."""
+    from mpicomp.backend.host import HostMemory, Scratch
+
+    fake = {"t": 0.0}
+
+    class Timed(HostMemory):
+        def encode(self, codec, x, out):
+            fake["t"] = PER_CALL["enc"] + PER_BYTE["enc"] * x.nbytes
+            return out
+
+        def decode(self, codec, stream, out):
+            fake["t"] = PER_CALL["dec"] + PER_BYTE["dec"] * out.nbytes
+            return out
+
+        def synchronize(self):
+            pass
+
+    def timed(comm, fn, repeat=3):
+        comm.Barrier()  # (the collectives of the real one: a hang where ranks differ)
+        fn()
+        return comm.allreduce(fake["t"], op=MPI.MAX)
+
+    monkeypatch.setattr(calibration, "_slowest_median", timed)
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "0")
+    memory = Timed(Scratch())
+    memory.on_device = on_device
+    return memory
+
+
+def _check_probe(cal, speed, on_device):
+    (e, d), call = speed, calibration.codec_call_s(cal, BITPLANE8, np.float32, on_device)
+    if on_device:
+        assert (e, d) == pytest.approx((PER_BYTE["enc"], PER_BYTE["dec"]))
+        assert call == pytest.approx((PER_CALL["enc"] + PER_CALL["dec"]) / 2)
+    else:  # one size: the fixed cost is spread over its bytes
+        nbytes = calibration.CODEC_PROBE_VALUES * 4
+        assert e == pytest.approx(PER_BYTE["enc"] + PER_CALL["enc"] / nbytes)
+        assert call is None
+
+
 def test_the_device_codec_probe_splits_a_calls_cost_from_its_bytes(monkeypatch):
     """On device memory the codec probe runs at two sizes: the slope is the seconds per
     byte, the intercept each call's fixed cost (``codec_call_s``); host memory keeps the
     one size, and no call cost."""
-    from mpicomp.backend.host import HostMemory, Scratch
-
-    class Timed(HostMemory):  # host arrays posing as device memory, with made-up times
-        on_device = False
-
-        def __init__(self, on_device):
-            super().__init__(Scratch())
-            self.on_device = on_device
-
-    fake = {"t": 0.0}
-    per_byte, fixed = {"enc": 1e-11, "dec": 2e-11}, {"enc": 30e-6, "dec": 10e-6}
-
-    def timed(comm, fn, repeat=3):
-        fn()
-        return fake["t"]
-
-    def encode(self, codec, x, out):
-        fake["t"] = fixed["enc"] + per_byte["enc"] * x.nbytes
-        return out
-
-    def decode(self, codec, stream, out):
-        fake["t"] = fixed["dec"] + per_byte["dec"] * out.nbytes
-        return out
-
-    monkeypatch.setattr(calibration, "_slowest_median", timed)
-    monkeypatch.setattr(Timed, "encode", encode)
-    monkeypatch.setattr(Timed, "decode", decode)
-    monkeypatch.setattr(Timed, "synchronize", lambda self: None, raising=False)
-    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "0")
     comm = MPI.COMM_SELF
     for on_device in (True, False):
         cal, _ = synthetic(1, 1, gbs=1.0)
-        (e, d), measured = calibration.codec_speed(comm, cal, BITPLANE8, np.dtype(np.float32),
-                                                   Timed(on_device))
+        memory = _timed_memory(monkeypatch, on_device)
+        speed, measured = calibration.codec_speed(comm, cal, BITPLANE8, np.dtype(np.float32),
+                                                  memory)
         assert measured
-        call = calibration.codec_call_s(cal, BITPLANE8, np.float32, on_device)
-        if on_device:
-            assert (e, d) == pytest.approx((per_byte["enc"], per_byte["dec"]))
-            assert call == pytest.approx((fixed["enc"] + fixed["dec"]) / 2)
-        else:  # one size: the fixed cost is spread over its bytes
-            nbytes = calibration.CODEC_PROBE_VALUES * 4
-            assert e == pytest.approx(per_byte["enc"] + fixed["enc"] / nbytes)
-            assert call is None
+        _check_probe(cal, speed, on_device)
         # known now: asked again, nothing is measured
         assert not calibration.codec_speed(comm, cal, BITPLANE8, np.dtype(np.float32),
-                                           Timed(on_device))[1]
+                                           memory)[1]
+
+
+@pytest.mark.mpi(min_size=2)
+def test_the_codec_probe_of_ranks_on_host_and_device_memory_runs_the_same_collectives(
+        monkeypatch):
+    """Rank 0's memory on a device (two probe sizes), the others' on the host (one): every
+    rank times as many runs, so the probes' collectives match (a hang otherwise), and
+    each rank gets its own memory's figures."""
+    comm = MPI.COMM_WORLD
+    on_device = comm.Get_rank() == 0
+    cal, _ = synthetic(comm.Get_size(), comm.Get_size(), gbs=1.0)
+    memory = _timed_memory(monkeypatch, on_device)
+    speed, measured = calibration.codec_speed(comm, cal, BITPLANE8, np.dtype(np.float32),
+                                              memory)
+    assert measured
+    _check_probe(cal, speed, on_device)
+    assert comm.allreduce(1) == comm.Get_size()  # (every rank got here)
 
 
 def test_speculative_screening_drops_the_scan_where_the_encoders_screen(monkeypatch):

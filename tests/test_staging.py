@@ -68,7 +68,7 @@ def _device(x):
 
 @pytest.mark.mpi(min_size=1)
 @pytest.mark.device
-@pytest.mark.skipif(not SIMULATOR, reason="the deferred copy stream is the simulator's")
+@pytest.mark.skipif(not SIMULATOR, reason="the deferred copy streams are the simulator's")
 def test_a_staged_piece_reaches_its_wire_bytes_only_when_mpi_waits_for_it():
     """Two pieces encoded one after the other into one wire buffer: neither copy has
     happened before MPI waits (the deferred stream), each piece then holds its own
@@ -92,9 +92,9 @@ def test_a_staged_piece_reaches_its_wire_bytes_only_when_mpi_waits_for_it():
 
 @pytest.mark.mpi(min_size=1)
 @pytest.mark.device
-@pytest.mark.skipif(not SIMULATOR, reason="the deferred copy stream is the simulator's")
+@pytest.mark.skipif(not SIMULATOR, reason="the deferred copy streams are the simulator's")
 def test_a_staged_decode_reads_the_bytes_received_before_it():
-    """A piece's decode copies its wire bytes to its own stage on the copy stream, and the
+    """A piece's decode copies its wire bytes to its own stage on the copies to the device, and the
     kernel waits for that copy: the decoded values are the received stream's even when
     MPI then receives the next piece into the same wire bytes (the receive waits for the
     copy first)."""
@@ -117,10 +117,10 @@ def test_a_staged_decode_reads_the_bytes_received_before_it():
 
 @pytest.mark.mpi(min_size=1)
 @pytest.mark.device
-@pytest.mark.skipif(not SIMULATOR, reason="the deferred copy stream is the simulator's")
+@pytest.mark.skipif(not SIMULATOR, reason="the deferred copy streams are the simulator's")
 def test_memory_outside_the_wire_buffers_waits_for_every_copy():
     """MPI handed host memory the staging does not track (a size, a frame) waits for the
-    stream and every staging copy, as every MPI call did before the copy stream."""
+    stream and every staging copy, as every MPI call did before the copy streams."""
     memory = _staged_memory()
     a = gradient_like(512, np.float32, seed=5)
     nb = BITPLANE.stream_nbytes(a.size, np.dtype(np.float32))
@@ -134,9 +134,9 @@ def test_memory_outside_the_wire_buffers_waits_for_every_copy():
 @pytest.mark.device
 @pytest.mark.parametrize("aware", ["0", "1"], ids=["staged", "cuda-aware"])
 def test_ranks_with_host_and_device_buffers_cut_alike(comm, aware, monkeypatch):
-    """MPI lets one rank pass host memory where another passes device memory; the pieces
-    of a device chunk differ from a host chunk's, so the agreement tells every rank
-    whether any rank's buffers are on a device and all cut for it. Rank 0 on the device,
+    """The pieces of a device chunk differ from a host chunk's, so the agreement tells
+    every rank whether any rank's buffers are on a device and all cut for it (MPI lets
+    one rank pass host memory where another passes device memory). Rank 0 on the device,
     the others on the host, with device pieces made small (several a chunk) so that the
     two cuts differ: the same bits as every rank on the host (the codecs code each block
     on its own), where mismatched cuts would hang or mix pieces up."""
@@ -160,3 +160,40 @@ def test_ranks_with_host_and_device_buffers_cut_alike(comm, aware, monkeypatch):
     digests = comm.allgather(hashlib.sha256(y.tobytes()).hexdigest())
     assert len(set(digests)) == 1
     assert mc.stats()["Allreduce"]["compressed"] == 2
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.device
+@pytest.mark.skipif(not SIMULATOR, reason="the deferred copy streams are the simulator's")
+def test_a_send_of_a_piece_whose_copy_runs_waits_for_it_in_order(comm):
+    """An Isend of wire bytes whose copy to the host still runs is handed to MPI only once
+    the copy is done (the host goes on meanwhile), in the order of the sends: rank 0's two
+    pieces reach rank 1 as their codec's streams, in order, after rank 0's waits."""
+    from mpi4py import MPI
+
+    from mpicomp.backend.device import DeferredSend
+
+    memory = _staged_memory()
+    dup = comm.Dup()
+    try:
+        mpi = memory.mpi_comm(dup)
+        xs = [gradient_like(1024, np.float32, seed=s) for s in (7, 8)]
+        streams = [BITPLANE.encode(x).tobytes() for x in xs]
+        nb = len(streams[0])
+        if comm.Get_rank() == 0:
+            wire = memory.wire("send", 2 * nb)
+            sends = []
+            for i, x in enumerate(xs):
+                piece = memory.encode(BITPLANE, _device(x), wire[i * nb:(i + 1) * nb])
+                sends.append(mpi.Isend(piece, 1, 5))
+                assert isinstance(sends[i], DeferredSend)
+                assert sends[i].request is None, "a send started before its copy was done"
+            MPI.Request.Waitall(mpi.started(sends))
+            assert all(s.request is not None for s in sends)
+        elif comm.Get_rank() == 1:
+            got = [np.empty(nb, np.uint8) for _ in xs]
+            for g in got:
+                dup.Recv(g, 0, 5)
+            assert [g.tobytes() for g in got] == streams
+    finally:
+        dup.Free()

@@ -92,6 +92,10 @@ class Ctx:
         if self.device_pieces is None:
             self.device_pieces = bool(self.memory.on_device)
         self.comm = self.memory.mpi_comm(self.comm)
+        # a staged device call's sends may wait for their copies: every wait hands MPI
+        # those whose copies are done (backend.device.DeferredSend); nothing on the host
+        self._pump: Callable[[], None] = getattr(self.comm, "pump", _nothing)
+        self._started: Callable[[list[Any]], list[Any]] = getattr(self.comm, "started", _same)
         self.unsafe_blocks = 0  # this rank's, from guarded encodes
         self._verdict: Any = None  # (request, send, receive) once posted, then the bool
 
@@ -224,16 +228,20 @@ class Ctx:
     def wait(self, req: MPI.Request, idle: bool = False) -> None:
         """Complete ``req``, yielding the core between polls (see :func:`poll`)."""
         with self.rec.mpi():
-            poll(req.Test, idle)
+            poll(lambda: self._pumped(req.Test()), idle)
+
+    def _pumped(self, flag: bool) -> bool:
+        self._pump()
+        return bool(flag)
 
     def wait_any(self, reqs: list[MPI.Request]) -> int:
-        """Complete one of ``reqs`` (those completed before are ``MPI.REQUEST_NULL`` now);
-        its index."""
+        """Complete one of the receives ``reqs`` (those completed before are
+        ``MPI.REQUEST_NULL`` now); its index."""
         found = [MPI.UNDEFINED]
 
         def done() -> bool:
             found[0], flag = MPI.Request.Testany(reqs)
-            return bool(flag)
+            return self._pumped(flag)
 
         with self.rec.mpi():
             poll(done)
@@ -244,7 +252,7 @@ class Ctx:
         may be shorter than the buffer it was received into)."""
         status = MPI.Status()
         with self.rec.mpi():
-            poll(lambda: req.Test(status))
+            poll(lambda: self._pumped(req.Test(status)))
         return status.Get_count(MPI.BYTE)
 
     def sizes(self, used: int) -> list[int]:
@@ -281,8 +289,17 @@ class Ctx:
 
     def waitall(self, reqs: list[MPI.Request]) -> None:
         if reqs:
+            started = self._started(reqs)
             with self.rec.mpi():
-                poll(lambda: MPI.Request.Testall(reqs))
+                poll(lambda: MPI.Request.Testall(started))
+
+
+def _nothing() -> None:
+    pass
+
+
+def _same(reqs: list[Any]) -> list[Any]:
+    return reqs
 
 
 def poll(done: Callable[[], bool], idle: bool = False) -> None:

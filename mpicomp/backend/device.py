@@ -16,6 +16,7 @@ reads (:class:`MPIOnDevice`).
 """
 from __future__ import annotations
 
+import collections
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -31,7 +32,8 @@ from .staging import Staging
 if TYPE_CHECKING:
     from ..codecs import Codec
 
-__all__ = ["DEVICE", "DeviceArrays", "DeviceMemory", "DevicePools", "MPIOnDevice"]
+__all__ = ["DEVICE", "DeferredSend", "DeviceArrays", "DeviceMemory", "DevicePools",
+           "MPIOnDevice"]
 
 
 class DeviceArrays:
@@ -188,7 +190,7 @@ class DevicePools:
     def __init__(self) -> None:
         self.device = Scratch(_device_alloc)
         self.pinned = Scratch(cuda.pinned_empty)
-        #: the staged path's copy stream and fences over these pools' wire buffers
+        #: the staged path's copy streams and fences over these pools' wire buffers
         self.staging = Staging(self.device, self.pinned)
         self._stream: Any = None
 
@@ -326,16 +328,26 @@ class DeviceMemory(DeviceArrays):
         self.stream.synchronize()
         self.pools.staging.synchronize()
 
-    def before_mpi(self, buffers: list[Any]) -> None:
+    def before_mpi(self, buffers: list[Any], reading: bool = False) -> None:
         """Block until the work that writes or reads ``buffers`` is done, before MPI touches
-        them: for wire bytes of a staged call, only their own staging copies (the
-        kernels of later pieces go on); for anything else, the stream and every copy."""
+        them (``reading``: MPI only reads them): for wire bytes of a staged call, only
+        their own staging copies (the kernels of later pieces go on); for anything else,
+        the stream and every copy."""
         staging = self.pools.staging
         if self.direct or not all(staging.tracked(b) for b in buffers):
             self.synchronize()
             return
         for b in buffers:
-            staging.wait_host(b)
+            staging.wait_host(b, reading)
+
+    def defers_send(self, buf: Any) -> bool:
+        """Whether a send of ``buf`` may wait for its staging copy without the host
+        waiting (wire bytes of a staged call: :class:`DeferredSend`)."""
+        return not self.direct and self.pools.staging.tracked(buf)
+
+    def readable(self, buf: Any) -> bool:
+        """Whether the staging copies that write the wire bytes ``buf`` are done."""
+        return self.pools.staging.readable(buf)
 
 
 class MPIOnDevice:
@@ -351,6 +363,8 @@ class MPIOnDevice:
     def __init__(self, comm: Any, memory: DeviceMemory) -> None:
         self._comm = comm
         self._memory = memory
+        #: sends of wire bytes whose copies were still running, in the order of the calls
+        self._sends: collections.deque[DeferredSend] = collections.deque()
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._comm, name)
@@ -358,11 +372,59 @@ class MPIOnDevice:
             return attr
 
         def call(*args: Any, **kwargs: Any) -> Any:
+            self.pump(block=True)  # (every send before this call has started)
             self._memory.before_mpi(_buffers([*args, *kwargs.values()]))
             return attr(*[_for_mpi(a) for a in args],
                         **{k: _for_mpi(v) for k, v in kwargs.items()})
 
         return call
+
+    def Isend(self, buf: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N802 - mpi4py's
+        """MPI_Isend of ``buf``; of wire bytes whose staging copy still runs, a
+        :class:`DeferredSend` that MPI gets once the copy is done (the host goes on
+        queueing the next piece's kernels meanwhile)."""
+        if kwargs or not self._memory.defers_send(buf):
+            return self.__getattr__("Isend")(buf, *args, **kwargs)
+        send = DeferredSend(self, buf, args)
+        self._sends.append(send)
+        self.pump()
+        return send
+
+    def pump(self, block: bool = False) -> None:
+        """Hand MPI the deferred sends whose copies are done, in the order they were
+        called (``block``: all of them, waiting for their copies)."""
+        while self._sends:
+            send = self._sends[0]
+            if not block and not self._memory.readable(send.buf):
+                return
+            self._memory.before_mpi([send.buf], reading=True)
+            send.request = self._comm.Isend(send.buf, *send.args)
+            self._sends.popleft()
+
+    def started(self, reqs: list[Any]) -> list[Any]:
+        """``reqs`` as MPI requests: every deferred send among them handed to MPI first."""
+        if any(isinstance(r, DeferredSend) for r in reqs):
+            self.pump(block=True)
+        return [r.request if isinstance(r, DeferredSend) else r for r in reqs]
+
+
+class DeferredSend:
+    """An MPI_Isend of wire bytes that waits for their staging copy: MPI gets it once the
+    copy is done (in the order of the sends, so that messages keep MPI's order), at the
+    latest at the communicator's next other call or wait; ``Test`` and ``Wait`` as an
+    ``MPI.Request``'s (:meth:`MPIOnDevice.started` turns a list into MPI requests)."""
+
+    def __init__(self, comm: MPIOnDevice, buf: Any, args: tuple[Any, ...]) -> None:
+        self._comm, self.buf, self.args = comm, buf, args
+        self.request: Any = None
+
+    def Test(self, status: Any = None) -> bool:  # noqa: N802 - MPI.Request's
+        self._comm.pump()
+        return self.request is not None and bool(self.request.Test(status))
+
+    def Wait(self, status: Any = None) -> Any:  # noqa: N802 - MPI.Request's
+        self._comm.pump(block=True)
+        return self.request.Wait(status)
 
 
 def _buffers(args: list[Any]) -> list[Any]:

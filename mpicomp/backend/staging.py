@@ -4,10 +4,13 @@ An MPI that is not CUDA-aware reads and writes host memory, so a staged
 call (:class:`~mpicomp.backend.device.DeviceMemory` without ``direct``)
 moves every piece's stream from the device stage its kernel wrote to a
 pinned wire buffer for MPI, and every received piece back. :class:`Staging`
-runs those copies on a stream of its own (:func:`mpicomp.cuda_runtime.copy_stream`),
-so that a piece's copy overlaps the kernels of the next one on the call's
-stream, and the host waits only for the copies of the bytes MPI is about
-to touch, not for the whole stream.
+runs those copies on two streams of its own (:func:`mpicomp.cuda_runtime.copy_stream`:
+one for the copies to the host, one for those to the device, which a GPU's
+copy engines run at once), and the host waits only for the copies of the
+bytes MPI is about to touch, not for the whole stream (a send of bytes whose
+copy still runs waits for it without the host: ``backend.device.DeferredSend``):
+a piece's copy and transfer go on while the next piece's kernels run, and a
+received piece's copy and decode while the next receive completes.
 
 Each pinned wire buffer of a thread's pool has a device *mirror* of its
 size, and each piece's stage is the mirror's bytes at the piece's own
@@ -53,6 +56,8 @@ class _Range:
     stage: Any
     #: the copy between the range and its mirror
     copy: cuda.Fence
+    #: whether the copy writes the host range (to the host) or only reads it (to the device)
+    writes_host: bool
     #: the last kernel that read the mirror (None: none since the copy)
     kernel: cuda.Fence | None = None
 
@@ -71,15 +76,15 @@ class Staging:
     def __init__(self, device: Scratch, pinned: Scratch) -> None:
         self._device = device
         self._pinned = pinned
-        self._copies: Any = None
+        self._streams: dict[str, Any] = {}
         self._ranges: list[_Range] = []
+        self._sizes: dict[str, int] = {}  # each wire buffer's size when its mirror was made
 
-    @property
-    def copies(self) -> Any:
-        """The stream the staging copies run on (made at first use)."""
-        if self._copies is None:
-            self._copies = cuda.copy_stream()
-        return self._copies
+    def _stream(self, way: str) -> Any:
+        """The stream of the copies ``way`` (``"host"``, ``"device"``), made at first use."""
+        if way not in self._streams:
+            self._streams[way] = cuda.copy_stream()
+        return self._streams[way]
 
     def mirror(self, host: Any) -> Any | None:
         """The device stage of the wire bytes ``host`` (a slice of a pool's wire buffer): its
@@ -90,6 +95,9 @@ class Staging:
         if found is None or not found[0].startswith(WIRE):
             return None
         name, offset, size = found
+        if self._sizes.get(name) != size:  # a wire buffer that grew: a new mirror, and no
+            self.synchronize()  # range of the old ones left (the fences are by host address)
+            self._sizes[name] = size
         return self._device.get("mirror:" + name, size, np.uint8)[offset : offset + host.nbytes]
 
     def tracked(self, host: Any) -> bool:
@@ -109,23 +117,32 @@ class Staging:
                 r.copy.wait_on(stream)
 
     def to_host(self, host: np.ndarray, stage: Any, stream: Any) -> None:
-        """Enqueue ``host[:] = stage`` (its mirror) on the copy stream, after the work
-        ``stream`` holds now (the kernel that wrote the stage)."""
-        cuda.Fence(stream).wait_on(self.copies)
-        cuda.copy_to_host(host, stage, self.copies)
-        self._note(host, stage, cuda.Fence(self.copies))
-
-    def to_device(self, stage: Any, host: np.ndarray, stream: Any) -> None:
-        """Enqueue ``stage[:] = host`` on the copy stream, after the kernels that still read
-        the stage, and make ``stream``'s later work wait for it."""
+        """Enqueue ``host[:] = stage`` (its mirror) on the copies to the host, after the
+        work ``stream`` holds now (the kernel that wrote the stage) and the copies that
+        still touch ``host``."""
+        copies = self._stream("host")
+        cuda.Fence(stream).wait_on(copies)
         start, end = _span(host)
         for r in self._ranges:
-            if r.kernel is not None and r.overlaps(start, end):
-                r.kernel.wait_on(self.copies)
-        cuda.copy_to_device(stage, host, self.copies)
-        done = cuda.Fence(self.copies)
+            if r.overlaps(start, end):
+                r.copy.wait_on(copies)
+        cuda.copy_to_host(host, stage, copies)
+        self._note(host, stage, cuda.Fence(copies), True)
+
+    def to_device(self, stage: Any, host: np.ndarray, stream: Any) -> None:
+        """Enqueue ``stage[:] = host`` on the copies to the device, after the kernels and
+        copies that still read the stage, and make ``stream``'s later work wait for it."""
+        copies = self._stream("device")
+        start, end = _span(host)
+        for r in self._ranges:
+            if r.overlaps(start, end):
+                r.copy.wait_on(copies)
+                if r.kernel is not None:
+                    r.kernel.wait_on(copies)
+        cuda.copy_to_device(stage, host, copies)
+        done = cuda.Fence(copies)
         done.wait_on(stream)
-        self._note(host, stage, done)
+        self._note(host, stage, done, False)
 
     def read_by(self, host: np.ndarray, stream: Any) -> None:
         """Record that ``stream``'s work up to now reads ``host``'s mirror (a decode): a
@@ -137,26 +154,37 @@ class Staging:
                 r.kernel = fence
 
     # -- the host's waits ----------------------------------------------------------
-    def wait_host(self, host: np.ndarray) -> None:
-        """Block until the copies into or out of ``host`` are done (before MPI touches it)."""
+    def wait_host(self, host: np.ndarray, reading: bool = False) -> None:
+        """Block until the copies into or out of ``host`` are done, before MPI touches it;
+        ``reading``: MPI only reads it (a send), so only the copies that write it."""
         start, end = _span(host)
         for r in self._ranges:
-            if r.overlaps(start, end):
+            if r.overlaps(start, end) and (r.writes_host or not reading):
                 r.copy.wait()
         self._purge()
 
+    def readable(self, host: np.ndarray) -> bool:
+        """Whether the copies that write ``host`` are done (never blocks: a send of it may
+        start)."""
+        start, end = _span(host)
+        return all(r.copy.poll() for r in self._ranges
+                   if r.writes_host and r.overlaps(start, end))
+
     def synchronize(self) -> None:
         """Block until every staging copy is done."""
-        if self._copies is not None:
-            self._copies.synchronize()
+        for copies in self._streams.values():
+            copies.synchronize()
         self._purge()
 
-    def _note(self, host: np.ndarray, stage: Any, copy: cuda.Fence) -> None:
+    def _note(self, host: np.ndarray, stage: Any, copy: cuda.Fence, writes_host: bool) -> None:
         start, end = _span(host)
-        # a range this copy covers whole needs no fence of its own any more: the copy
-        # stream runs in order, and the new copy waited for its kernels
+        # a range this copy covers whole needs no fence of its own any more: the new copy
+        # waited for its copy and its kernels, so the new fence implies both (and a send
+        # must wait for it where the covered copy wrote the host)
+        covered = [r for r in self._ranges if start <= r.start and r.end <= end]
+        writes_host = writes_host or any(r.writes_host and not r.copy.done() for r in covered)
         self._ranges = [r for r in self._ranges if not (start <= r.start and r.end <= end)]
-        self._ranges.append(_Range(start, end, host, stage, copy))
+        self._ranges.append(_Range(start, end, host, stage, copy, writes_host))
 
     def _purge(self) -> None:
         self._ranges = [r for r in self._ranges

@@ -19,8 +19,7 @@ errbound's ``shape="auto"``: three dimensions and their negations, so that
 the ranks that code their own values find whether they agree; a rank that
 codes none, a Bcast's receiver, adds nothing), and whether this rank's buffers are on a
 device (so that every rank cuts its pieces for the device where any rank's are:
-``Ctx.device_pieces``; MPI lets one rank pass host memory where another passes device
-memory). The screen before it decides from the signature's
+``Ctx.device_pieces``). The screen before it decides from the signature's
 element type and count, which every rank shares, so every rank reaches
 this step or none does.
 Every rank gets the same numbers back and therefore takes the same decision
