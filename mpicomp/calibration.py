@@ -408,7 +408,9 @@ def codec_speed(comm: MPI.Intracomm, cal: Calibration, codec: Any, dtype: np.dty
     ``cal.codec_calls`` (a GPU codes a megabyte in microseconds, so one size
     would price a large call's bytes at a small call's fixed cost). Every rank
     times as many runs (a host rank among device ones repeats its one size), so
-    that the probes' collectives match where ranks pass different memory.
+    that the probes' collectives match where ranks pass different memory; the
+    times are the slowest rank's, as in every probe, so such a job's figures mix
+    the two memories (the model prices it for neither: docs/usage.md).
     """
     key = speed_key(codec, dtype, memory.on_device)
     known = key in cal.codecs and (not memory.on_device or key in cal.codec_calls)

@@ -188,8 +188,9 @@ def test_the_device_codec_probe_splits_a_calls_cost_from_its_bytes(monkeypatch):
 def test_the_codec_probe_of_ranks_on_host_and_device_memory_runs_the_same_collectives(
         monkeypatch):
     """Rank 0's memory on a device (two probe sizes), the others' on the host (one): every
-    rank times as many runs, so the probes' collectives match (a hang otherwise), and
-    each rank gets its own memory's figures."""
+    rank times as many runs, so the probes' collectives match (a hang otherwise), and each
+    rank fits its own sizes. (The made-up costs are the same on both memories: a probe's
+    times are the slowest rank's, so real ones would mix the two.)"""
     comm = MPI.COMM_WORLD
     on_device = comm.Get_rank() == 0
     cal, _ = synthetic(comm.Get_size(), comm.Get_size(), gbs=1.0)

@@ -230,6 +230,11 @@ class Ctx:
         with self.rec.mpi():
             poll(lambda: self._pumped(req.Test()), idle)
 
+    def progress(self) -> None:
+        """Hand MPI the sends that waited for their staging copies and may start now
+        (never blocks; nothing on the host)."""
+        self._pump()
+
     def _pumped(self, flag: bool) -> bool:
         self._pump()
         return bool(flag)

@@ -79,7 +79,9 @@ class _Relay:
         self.sends: list[MPI.Request] = []  # the forwards started (the caller completes them)
 
     def pump(self) -> None:
-        """Forward every piece that has arrived since the last call, in order."""
+        """Forward every piece that has arrived since the last call, in order (and hand MPI
+        this rank's sends whose staging copies are done: ``Ctx.progress``)."""
+        self.ctx.progress()
         status = MPI.Status()
         while len(self.nbytes) < len(self.requests):
             with self.ctx.rec.mpi():

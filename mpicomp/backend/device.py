@@ -390,9 +390,17 @@ class MPIOnDevice:
         self.pump()
         return send
 
-    def pump(self, block: bool = False) -> None:
+    def Irecv(self, buf: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N802 - mpi4py's
+        """MPI_Irecv into ``buf`` once the copies that touch it are done; deferred sends
+        need not start first (a receive does not overtake a send)."""
+        self.pump()
+        self._memory.before_mpi(_buffers([buf, *args, *kwargs.values()]))
+        return self._comm.Irecv(_for_mpi(buf), *args, **kwargs)
+
+    def pump(self, block: bool = False, until: DeferredSend | None = None) -> None:
         """Hand MPI the deferred sends whose copies are done, in the order they were
-        called (``block``: all of them, waiting for their copies)."""
+        called (``block``: all of them, or those up to ``until``, waiting for their
+        copies)."""
         while self._sends:
             send = self._sends[0]
             if not block and not self._memory.readable(send.buf):
@@ -400,11 +408,15 @@ class MPIOnDevice:
             self._memory.before_mpi([send.buf], reading=True)
             send.request = self._comm.Isend(send.buf, *send.args)
             self._sends.popleft()
+            if send is until:
+                return
 
     def started(self, reqs: list[Any]) -> list[Any]:
-        """``reqs`` as MPI requests: every deferred send among them handed to MPI first."""
-        if any(isinstance(r, DeferredSend) for r in reqs):
-            self.pump(block=True)
+        """``reqs`` as MPI requests: the deferred sends among them (and those before
+        them) handed to MPI first."""
+        waiting = [r for r in reqs if isinstance(r, DeferredSend) and r.request is None]
+        if waiting:
+            self.pump(block=True, until=max(waiting, key=self._sends.index))
         return [r.request if isinstance(r, DeferredSend) else r for r in reqs]
 
 

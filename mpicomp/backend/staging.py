@@ -79,6 +79,9 @@ class Staging:
         self._streams: dict[str, Any] = {}
         self._ranges: list[_Range] = []
         self._sizes: dict[str, int] = {}  # each wire buffer's size when its mirror was made
+        #: a mirror was just made: its memory may come from a pool that hands out blocks in
+        #: the caller's stream's order, so the next copy waits for that stream's work first
+        self._fresh = False
 
     def _stream(self, way: str) -> Any:
         """The stream of the copies ``way`` (``"host"``, ``"device"``), made at first use."""
@@ -95,9 +98,10 @@ class Staging:
         if found is None or not found[0].startswith(WIRE):
             return None
         name, offset, size = found
-        if self._sizes.get(name) != size:  # a wire buffer that grew: a new mirror, and no
-            self.synchronize()  # range of the old ones left (the fences are by host address)
+        if self._sizes.get(name) != size:  # a wire buffer that grew: a new mirror; every
+            self.synchronize()  # copy of the old ones done (the fences are by host address)
             self._sizes[name] = size
+            self._fresh = True
         return self._device.get("mirror:" + name, size, np.uint8)[offset : offset + host.nbytes]
 
     def tracked(self, host: Any) -> bool:
@@ -121,7 +125,8 @@ class Staging:
         work ``stream`` holds now (the kernel that wrote the stage) and the copies that
         still touch ``host``."""
         copies = self._stream("host")
-        cuda.Fence(stream).wait_on(copies)
+        cuda.Fence(stream).wait_on(copies)  # (a fresh mirror's pool order too)
+        self._fresh = False
         start, end = _span(host)
         for r in self._ranges:
             if r.overlaps(start, end):
@@ -133,6 +138,9 @@ class Staging:
         """Enqueue ``stage[:] = host`` on the copies to the device, after the kernels and
         copies that still read the stage, and make ``stream``'s later work wait for it."""
         copies = self._stream("device")
+        if self._fresh:
+            cuda.Fence(stream).wait_on(copies)
+            self._fresh = False
         start, end = _span(host)
         for r in self._ranges:
             if r.overlaps(start, end):
