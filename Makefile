@@ -37,8 +37,9 @@
 #                  internet; its python3 is 3.12 with CuPy, Numba, PyTorch and pytest); carry
 #                  .whl there and run  make test-gpu WHEELS=.whl  (docs/performance/gpu.md)
 #   make gpu-session  there, with .whl carried: venv, codecs (float32, float64), GPU codec tests,
-#                  Allreduce at 64 and 256 MiB, device tests, each step time-capped (under 8
-#                  minutes in all); logs, tables and steps.json in OUT (gpu-session/)
+#                  Allreduce at 64 and 256 MiB, the device piece sizes at 64 MiB, device tests,
+#                  each step time-capped (under 8 minutes in all); logs, tables and steps.json
+#                  in OUT (gpu-session/)
 #   make clean     remove caches and build outputs; make distclean also removes .venv
 # Pass options to the test runner with ARGS, e.g.  make test ARGS="--stages serial,2 -k codec"
 # WHEELS=DIR (a machine without internet): make venv installs DIR's wheels with no index and
