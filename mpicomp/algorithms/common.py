@@ -227,8 +227,9 @@ class Ctx:
 
     def wait(self, req: MPI.Request, idle: bool = False) -> None:
         """Complete ``req``, yielding the core between polls (see :func:`poll`)."""
+        test = req.Test if self._pump is _nothing else (lambda: self._pumped(req.Test()))
         with self.rec.mpi():
-            poll(lambda: self._pumped(req.Test()), idle)
+            poll(test, idle)
 
     def progress(self) -> None:
         """Hand MPI the sends that waited for their staging copies and may start now

@@ -92,10 +92,8 @@ class Staging:
     def mirror(self, host: Any) -> Any | None:
         """The device stage of the wire bytes ``host`` (a slice of a pool's wire buffer): its
         mirror's bytes at the same offset; None for any other memory."""
-        if not isinstance(host, np.ndarray):
-            return None
-        found = self._pinned.locate(host)
-        if found is None or not found[0].startswith(WIRE):
+        found = self._wire(host)
+        if found is None:
             return None
         name, offset, size = found
         if self._sizes.get(name) != size:  # a wire buffer that grew: a new mirror; every
@@ -106,10 +104,12 @@ class Staging:
 
     def tracked(self, host: Any) -> bool:
         """Whether ``host`` is wire memory, whose copies this object fences."""
-        if not isinstance(host, np.ndarray):
-            return False
-        found = self._pinned.locate(host)
-        return found is not None and found[0].startswith(WIRE)
+        return self._wire(host) is not None
+
+    def _wire(self, host: Any) -> tuple[str, int, int] | None:
+        """``(name, offset, size)`` of the pool's wire buffer ``host`` lies in, else None."""
+        found = self._pinned.locate(host) if isinstance(host, np.ndarray) else None
+        return found if found is not None and found[0].startswith(WIRE) else None
 
     # -- the copies ----------------------------------------------------------------
     def before_write(self, host: np.ndarray, stream: Any) -> None:
