@@ -28,6 +28,9 @@ import time
 
 import pytest
 
+sys.path.insert(0, os.path.dirname(__file__))
+import pairwise  # noqa: E402  (tests/pairwise.py: the ``pairwise`` marker's selection)
+
 REPORT_DIR_ENV = "MPICOMP_TEST_REPORT"
 STAGE_ENV = "MPICOMP_TEST_STAGE"
 RUN_ID_ENV = "MPICOMP_TEST_RUN_ID"
@@ -102,7 +105,9 @@ def gpu_available() -> tuple[bool, str]:
     return _gpu_state
 
 
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by the markers added here
 def pytest_collection_modifyitems(config, items):
+    pairwise.mark_beyond_cover(items)
     gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
     if not gpu_items:
         return
@@ -152,6 +157,7 @@ class RankReporter:
             "xfailed": 0,
             "xpassed": 0,
             "failures": [],  # [{"nodeid", "when", "message"}]
+            "file_seconds": {},  # test file: seconds of its setups, calls and teardowns
         }
         os.makedirs(directory, exist_ok=True)
         self.write()
@@ -190,6 +196,9 @@ class RankReporter:
         self.write()
 
     def pytest_runtest_logreport(self, report):
+        seconds = self.data["file_seconds"]
+        path = report.nodeid.split("::")[0]
+        seconds[path] = round(seconds.get(path, 0.0) + report.duration, 3)
         wasxfail = hasattr(report, "wasxfail")
         if report.when == "call":
             if report.passed:
@@ -219,7 +228,8 @@ def pytest_configure(config):
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
         # the warp-cooperative kernels meet at a barrier of the simulator's Python threads per
         # warp operation: handing the GIL on sooner than every 5 ms makes each one 10x cheaper
-        sys.setswitchinterval(1e-4)
+        # (0.3 ms: a device errbound Send/Recv case 47 s on 2 ranks, at 0.1 ms 57, 0.02 ms 68)
+        sys.setswitchinterval(3e-4)
     # tests that start their own mpiexec: what Open MPI's needs here (root, more ranks
     # than cores; tests/launcher.py); a rank of a job (its launcher's variables set) has
     # no need, nor does a session under tests/run_tests.py, which has set them already

@@ -3,8 +3,11 @@
 
 Stages (``--stages``, default ``serial,2,3,4,sim2,mpi4py``; ``sim3`` on request):
 
-* ``serial``: ``python -m pytest --with-mpi tests`` in one process (MPI
-  singleton); every test runs.
+* ``serial``: ``python -m pytest --with-mpi tests`` (MPI singletons); every
+  test runs. On a machine of 2 cores or more, two pytest processes run side
+  by side (``--serial-jobs``), each on a share of the test files
+  (``serial.0``, ``serial.1``: split by ``SERIAL_FILE_S``, the files' measured
+  times); one process where test paths, ``-k`` or ``-m`` are given.
 * ``N``: ``mpiexec -n N python -m pytest --with-mpi -m mpi tests``; only the
   tests marked ``@pytest.mark.mpi`` run, on every rank.
 * ``simN``: like ``N`` with ``NUMBA_ENABLE_CUDASIM=1`` (Numba's CUDA
@@ -109,6 +112,10 @@ def parse_args(argv: list[str]):
                    help="seconds per stage before it is killed and counted failed "
                         "(default %(default)s: the serial stage, which compiles every "
                         "kernel from a clean clone, took over 1200 s on a 2-core Zen 3 VM)")
+    p.add_argument("--serial-jobs", type=int, default=min(2, os.cpu_count() or 1),
+                   help="pytest processes the serial stage runs side by side, each on a share "
+                        "of the test files (default %(default)s: the cores, at most 2); one "
+                        "where test paths, -k or -m are given")
     p.add_argument("--mpi4py-ranks", default="2,3",
                    help="rank counts of the mpi4py stage (default %(default)s)")
     p.add_argument("--sim-all", action="store_true",
@@ -147,9 +154,10 @@ def user_gave_paths(extra: list[str]) -> bool:
     return False
 
 
-def pytest_args_for(stage: str, args, extra: list[str]) -> list[str]:
+def pytest_args_for(stage: str, args, extra: list[str], files: list[str] | None = None
+                    ) -> list[str]:
     out = ["--with-mpi"]
-    if stage == "serial":
+    if stage.startswith("serial"):
         if args.markexpr:
             out += ["-m", args.markexpr]
     elif stage.startswith("sim"):
@@ -160,9 +168,38 @@ def pytest_args_for(stage: str, args, extra: list[str]) -> list[str]:
     if args.keyword:
         out += ["-k", args.keyword]
     out += extra
-    if not user_gave_paths(extra):
+    if files:
+        out += files
+    elif not user_gave_paths(extra):
         out.append(TESTS)
     return out
+
+
+# The serial stage's files that take longest (seconds, alone on the 2-core Zen 3 VM,
+# 2026-12-02, about 0.6x the durations of a run beside the simulator stage); any other
+# file counts DEFAULT_FILE_S. Only the split between the jobs depends on them.
+SERIAL_FILE_S = {
+    "test_cuda_sim.py": 200, "test_errbound.py": 160, "test_simulator_host_codecs.py": 125,
+    "test_coalescing.py": 115, "test_cuda_compile.py": 115, "test_docs_examples.py": 115,
+    "test_warmup.py": 110, "test_bench.py": 95, "test_errbound_shaped.py": 90,
+    "test_bench_osu.py": 35, "test_codec_contract.py": 30, "test_load.py": 25,
+    "test_bench_comm.py": 25, "test_bitplane.py": 20, "test_import.py": 20,
+}
+DEFAULT_FILE_S = 5
+
+
+def serial_shards(jobs: int) -> list[list[str]]:
+    """The test files cut into ``jobs`` lists of about equal time (longest first, each to
+    the list with the least so far)."""
+    files = sorted(p.name for p in (ROOT / TESTS).glob("test_*.py"))
+    files.sort(key=lambda f: -SERIAL_FILE_S.get(f, DEFAULT_FILE_S))
+    shards: list[list[str]] = [[] for _ in range(jobs)]
+    loads = [0.0] * jobs
+    for f in files:
+        k = loads.index(min(loads))
+        shards[k].append(f"{TESTS}/{f}")
+        loads[k] += SERIAL_FILE_S.get(f, DEFAULT_FILE_S)
+    return [sorted(s) for s in shards if s]
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -178,34 +215,37 @@ def kill_group(proc: subprocess.Popen) -> None:
             continue
 
 
-def run_stage(stage: str, args, extra, report_dir: str, run_id: str, mpiexec: str | None):
-    """Run one stage; return (returncode or None, timed_out, elapsed, command)."""
+def stage_command(stage: str, args, extra, report_dir: str, run_id: str, mpiexec: str | None,
+                  files: list[str] | None = None):
+    """(command, environment, seconds before the runner kills it) of one stage (or one
+    job of the serial stage: ``serial.K`` with its ``files``)."""
     env = dict(os.environ)
     env.update({"MPICOMP_TEST_REPORT": report_dir, "MPICOMP_TEST_STAGE": stage,
                 "MPICOMP_TEST_RUN_ID": run_id, "PYTHONFAULTHANDLER": "1"})
     # the run's own calibration cache: no user's saved calibration decides a test's path
-    env.setdefault("MPICOMP_CACHE_DIR", os.path.join(report_dir, "calibration-cache"))
-    ptargs = pytest_args_for(stage, args, extra)
+    # (a job of the serial stage one of its own: the jobs run side by side)
+    cache = "calibration-cache" + (f"-{stage}" if "." in stage else "")
+    env.setdefault("MPICOMP_CACHE_DIR", os.path.join(report_dir, cache))
+    ptargs = pytest_args_for(stage, args, extra, files)
     timeout = args.timeout
-    if stage == "serial":
-        cmd = [sys.executable, "-m", "pytest", *ptargs]
-        backstop = timeout
-    else:
-        env["MPIEXEC_TIMEOUT"] = str(max(1, int(round(timeout))))
-        if stage.startswith("sim"):
-            env["NUMBA_ENABLE_CUDASIM"] = "1"
-        # several ranks share the cores: idle OpenMP workers (Numba's
-        # threading layer) must sleep, not spin, or the ranks starve each other
-        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        cmd = [mpiexec, "-n", stage.removeprefix("sim"), sys.executable,
-               str(Path(__file__).resolve()), RANK_EXEC, report_dir, stage, "--", *ptargs]
-        backstop = timeout + BACKSTOP_S
-    print(f"\n===== stage {stage}: {shlex.join(cmd)}", flush=True)
-    t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)
+    if stage.startswith("serial"):
+        return [sys.executable, "-m", "pytest", *ptargs], env, timeout
+    env["MPIEXEC_TIMEOUT"] = str(max(1, int(round(timeout))))
+    if stage.startswith("sim"):
+        env["NUMBA_ENABLE_CUDASIM"] = "1"
+    # several ranks share the cores: idle OpenMP workers (Numba's
+    # threading layer) must sleep, not spin, or the ranks starve each other
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    cmd = [mpiexec, "-n", stage.removeprefix("sim"), sys.executable,
+           str(Path(__file__).resolve()), RANK_EXEC, report_dir, stage, "--", *ptargs]
+    return cmd, env, timeout + BACKSTOP_S
+
+
+def wait_stage(proc: subprocess.Popen, backstop: float, timeout: float, t0: float):
+    """(returncode or None, timed_out, elapsed) of a started stage."""
     timed_out = False
     try:
-        rc = proc.wait(timeout=backstop)
+        rc = proc.wait(timeout=max(1.0, backstop - (time.monotonic() - t0)))
     except subprocess.TimeoutExpired:
         timed_out = True
         kill_group(proc)
@@ -216,7 +256,51 @@ def run_stage(stage: str, args, extra, report_dir: str, run_id: str, mpiexec: st
     elapsed = time.monotonic() - t0
     if elapsed >= timeout - 0.5:
         timed_out = True  # MPIEXEC_TIMEOUT fired (or the backstop did)
-    return rc, timed_out, elapsed, cmd
+    return rc, timed_out, elapsed
+
+
+def run_stage(stage: str, args, extra, report_dir: str, run_id: str, mpiexec: str | None):
+    """Run one stage; return (returncode or None, timed_out, elapsed, command)."""
+    cmd, env, backstop = stage_command(stage, args, extra, report_dir, run_id, mpiexec)
+    print(f"\n===== stage {stage}: {shlex.join(cmd)}", flush=True)
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True)
+    return (*wait_stage(proc, backstop, args.timeout, t0), cmd)
+
+
+def run_serial_jobs(shards: list[list[str]], args, extra, report_dir: str, run_id: str):
+    """The serial stage as one pytest process per list of files, side by side (``serial.0``,
+    ``serial.1``, ...): the first prints here, the others into a log each, printed when
+    they end. Returns [(job, returncode, timed_out, elapsed)]."""
+    started = []
+    t0 = time.monotonic()
+    for k, files in enumerate(shards):
+        stage = f"serial.{k}"
+        cmd, env, backstop = stage_command(stage, args, extra, report_dir, run_id, None, files)
+        print(f"\n===== stage {stage} ({len(files)} files, side by side with "
+              f"{len(shards) - 1} more): {shlex.join(cmd)}", flush=True)
+        log = None
+        if k > 0:
+            log = open(Path(report_dir) / f"{stage}-rank0.log", "w")
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True,
+                                stdout=log, stderr=subprocess.STDOUT if log else None)
+        started.append((stage, proc, backstop, log))
+    ended: dict[str, float] = {}  # job: its elapsed seconds, noted as it ends
+    while len(ended) < len(started) and time.monotonic() - t0 < started[0][2]:
+        for stage, proc, _, _ in started:
+            if stage not in ended and proc.poll() is not None:
+                ended[stage] = time.monotonic() - t0
+        time.sleep(0.5)
+    results = []
+    for stage, proc, backstop, log in started:
+        rc, timed_out, elapsed = wait_stage(proc, backstop, args.timeout, t0)
+        elapsed = ended.get(stage, elapsed)
+        if log is not None:
+            log.close()
+            print(f"\n===== output of stage {stage}", flush=True)
+            print(Path(log.name).read_text(errors="replace"), flush=True)
+        results.append((stage, rc, timed_out, elapsed))
+    return results
 
 
 def log_tail(path: Path) -> list[str]:
@@ -248,7 +332,7 @@ class Totals:
 
 
 def judge_stage(stage, rc, timed_out, elapsed, report_dir, run_id, args, totals: Totals):
-    nranks = 1 if stage == "serial" else int(stage.removeprefix("sim"))
+    nranks = 1 if stage.startswith("serial") else int(stage.removeprefix("sim"))
     label = f"stage {stage}"
     lines = []
     stage_tests = 0
@@ -386,6 +470,13 @@ def main(argv: list[str]) -> int:
                 summary_lines.append(f"stage {stage}: not run: no mpiexec found next to "
                                      f"{sys.executable} or on PATH")
                 totals.problem(f"[stage {stage}] no mpiexec")
+                continue
+            if stage == "serial" and args.serial_jobs > 1 and not (
+                    args.keyword or args.markexpr or user_gave_paths(extra)):
+                for job, rc, timed_out, elapsed in run_serial_jobs(
+                        serial_shards(args.serial_jobs), args, extra, report_dir, run_id):
+                    summary_lines += judge_stage(job, rc, timed_out, elapsed, report_dir,
+                                                 run_id, args, totals)
                 continue
             rc, timed_out, elapsed, _ = run_stage(stage, args, extra, report_dir, run_id, mpiexec)
             summary_lines += judge_stage(stage, rc, timed_out, elapsed, report_dir, run_id, args,

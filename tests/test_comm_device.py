@@ -121,25 +121,21 @@ def host_result(comm, config, algorithm, x):
 
 
 def _allreduce_params() -> list:
-    """(dtype, config, algorithm) of :func:`test_allreduce`: every combination, half of them
-    marked ``exhaustive``. The other half (per config and algorithm one dtype, ``(config +
-    algorithm) mod 2``) still holds every pair of the four parameters (where, dtype, config,
-    algorithm): CI's simulator stage runs it, ``make test-device`` and a GPU every case."""
+    """(dtype, config, algorithm) of :func:`test_allreduce`: every combination. CI's
+    simulator stage runs a set holding every pair of the parameters (the buffer kind and
+    the MPI path among them: the ``pairwise`` marker); ``make test-device`` and a GPU every
+    case."""
     dtypes = [(np.float32, "f32"), (np.float64, "f64")]
     configs = [({"id": "bitplane", "rate": 8.25}, "bitplane8"),
                ({"id": "cast", "dtype": "bfloat16"}, "bf16"),
                ({"id": "errbound", "tolerance": 1e-3}, "errbound")]
     algorithms = ["allgather", "ring", "direct", "recursive_doubling"]
-    out = []
-    for a, algorithm in enumerate(algorithms):
-        for c, (config, cname) in enumerate(configs):
-            for d, (dtype, dname) in enumerate(dtypes):
-                marks = () if d == (c + a) % len(dtypes) else (pytest.mark.exhaustive,)
-                out.append(pytest.param(dtype, config, algorithm, marks=marks,
-                                        id=f"{algorithm}-{cname}-{dname}"))
-    return out
+    return [pytest.param(dtype, config, algorithm, id=f"{algorithm}-{cname}-{dname}")
+            for algorithm in algorithms for config, cname in configs
+            for dtype, dname in dtypes]
 
 
+@pytest.mark.pairwise
 @pytest.mark.parametrize(("dtype", "config", "algorithm"), _allreduce_params())
 def test_allreduce(comm, where, dtype, config, algorithm):
     kind, label, _ = where
@@ -293,6 +289,7 @@ def within_codec(config, got: np.ndarray, want: np.ndarray) -> None:
     assert float(err.max()) <= c * float(np.abs(want).max()) + a
 
 
+@pytest.mark.pairwise
 @pytest.mark.parametrize("config", [{"id": "bitplane", "rate": 10.25},
                                     {"id": "errbound", "tolerance": 1e-3}],
                          ids=["bitplane10", "errbound"])
@@ -400,6 +397,7 @@ def test_reduce_scatter_and_nonblocking_movement(comm, where, capfd, monkeypatch
     assert f"Reduce_scatter: compressed (ring, bitplane); {label};" in err
 
 
+@pytest.mark.pairwise
 @pytest.mark.parametrize("config", [{"id": "bitplane", "rate": 8.25},
                                     {"id": "errbound", "tolerance": 1e-3}],
                          ids=["bitplane8", "errbound"])
