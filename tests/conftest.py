@@ -26,10 +26,8 @@ import os
 import sys
 import time
 
+import pairwise  # tests/pairwise.py (pytest puts this folder on sys.path, as for launcher)
 import pytest
-
-sys.path.insert(0, os.path.dirname(__file__))
-import pairwise  # noqa: E402  (tests/pairwise.py: the ``pairwise`` marker's selection)
 
 REPORT_DIR_ENV = "MPICOMP_TEST_REPORT"
 STAGE_ENV = "MPICOMP_TEST_STAGE"

@@ -24,7 +24,7 @@ KINDS = ["numba", "cai"] if SIMULATOR else ["cupy", "numba"]
 #: every kind of buffer a test of behaviour that is the same everywhere runs over (as
 #: mpi4py's tests run over its ``arrayimpl`` array types): host memory, then the device
 #: kinds, marked ``device`` (they run where device arrays exist: the simulator stages
-#: sim2 and sim3 of ``make test``, or a GPU)
+#: sim2 of ``make test``, sim2 and sim3 of ``make test-device``, or a GPU)
 BACKENDS = [pytest.param("host", id="host")] + [
     pytest.param(k, id=k, marks=pytest.mark.device) for k in KINDS]
 
@@ -83,7 +83,7 @@ def needs_device(request):
         return
     if not (SIMULATOR or gpu_usable()):
         pytest.skip("needs a CUDA device, or NUMBA_ENABLE_CUDASIM=1 (make test runs the "
-                    "simulator stages sim2 and sim3)")
+                    "simulator stage sim2, make test-device sim2 and sim3)")
     with warnings.catch_warnings():
         # the simulator runs the kernels' integer arithmetic in NumPy scalars, which wrap
         warnings.simplefilter("ignore", RuntimeWarning)

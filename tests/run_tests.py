@@ -290,11 +290,16 @@ def run_serial_jobs(shards: list[list[str]], args, extra, report_dir: str, run_i
                                 stdout=log, stderr=subprocess.STDOUT if log else None)
         started.append((stage, proc, backstop, log))
     ended: dict[str, float] = {}  # job: its elapsed seconds, noted as it ends
-    while len(ended) < len(started) and time.monotonic() - t0 < started[0][2]:
-        for stage, proc, _, _ in started:
-            if stage not in ended and proc.poll() is not None:
-                ended[stage] = time.monotonic() - t0
-        time.sleep(0.5)
+    try:
+        while len(ended) < len(started) and time.monotonic() - t0 < started[0][2]:
+            for stage, proc, _, _ in started:
+                if stage not in ended and proc.poll() is not None:
+                    ended[stage] = time.monotonic() - t0
+            time.sleep(0.5)
+    except KeyboardInterrupt:  # (the jobs run in sessions of their own: Ctrl-C misses them)
+        for _, proc, _, _ in started:
+            kill_group(proc)
+        raise
     results = []
     for stage, proc, backstop, log in started:
         rc, timed_out, elapsed = wait_stage(proc, backstop, args.timeout, t0)

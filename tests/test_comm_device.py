@@ -8,8 +8,10 @@ and run wherever device arrays exist:
 
 * on a machine with a GPU (``make test-gpu``): CuPy arrays and Numba device
   arrays, and the results must be bitwise identical to the host path's;
-* without one, under Numba's CUDA simulator (``make test`` runs the stages
-  ``sim2`` and ``sim3``: ``NUMBA_ENABLE_CUDASIM=1 mpiexec -n 2|3``). There
+* without one, under Numba's CUDA simulator (``make test`` runs the stage
+  ``sim2``, a test marked ``pairwise`` with its cases that hold every pair of
+  parameter values; ``make test-device`` ``sim2`` and ``sim3`` with every case:
+  ``NUMBA_ENABLE_CUDASIM=1 mpiexec -n 2|3``). There
   the kernels are the simulated GPU kernels, and device memory is host
   memory: handed to MPI through ``__cuda_array_interface__`` it takes the
   same device-pointer path into mpi4py as on a GPU. Buffers are Numba
