@@ -77,3 +77,53 @@ def test_after_warmup_a_job_compiles_nothing(comm, tmp_path):
                           capture_output=True, text=True, timeout=660)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert _files(cache) == warmed, sorted(_files(cache) - warmed)
+
+
+_HOLD = r"""
+import fcntl, os, sys
+from mpicomp.kernels.launch import lock_path
+fd = os.open(lock_path(), os.O_RDWR | os.O_CREAT, 0o600)
+try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except BlockingIOError:
+    print("held")
+else:
+    print("free")
+"""
+
+
+def test_compile_lock_is_one_per_cache_folder(tmp_path):
+    """Processes compiling into one cache wait for each other's first compile; processes with
+    caches of their own (NUMBA_CACHE_DIR) do not."""
+    import numba
+
+    from mpicomp.kernels.launch import compile_lock
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MPICOMP_")}
+    env["TMPDIR"] = str(tmp_path)  # the lock files of this test alone
+    own = dict(env, NUMBA_CACHE_DIR=str(tmp_path / "a"))
+    other = dict(env, NUMBA_CACHE_DIR=str(tmp_path / "b"))
+    default = {k: v for k, v in env.items() if k != "NUMBA_CACHE_DIR"}
+
+    def probe(child_env):
+        return subprocess.run([sys.executable, "-c", _HOLD], env=child_env, capture_output=True,
+                              text=True, timeout=120).stdout.strip()
+
+    saved = numba.config.CACHE_DIR, os.environ.get("TMPDIR")
+    numba.config.CACHE_DIR = str(tmp_path / "a")
+    os.environ["TMPDIR"] = str(tmp_path)
+    import tempfile
+    tempfile.tempdir = None  # (gettempdir caches its answer)
+    try:
+        with compile_lock():
+            assert probe(own) == "held"
+            assert probe(other) == "free"
+            assert probe(default) == "free"
+        assert probe(own) == "free"
+    finally:
+        numba.config.CACHE_DIR = saved[0]
+        if saved[1] is None:
+            os.environ.pop("TMPDIR")
+        else:
+            os.environ["TMPDIR"] = saved[1]
+        tempfile.tempdir = None

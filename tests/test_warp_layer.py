@@ -67,5 +67,5 @@ def test_warp_primitives_in_the_simulator():
 
 
 if __name__ == "__main__":
-    sys.setswitchinterval(1e-4)  # as the test suite runs the simulator
+    sys.setswitchinterval(3e-4)  # as the test suite runs the simulator
     sys.exit(_simulated())
