@@ -21,9 +21,8 @@ same kernel at once (each taking the cores the others need); that first
 call therefore holds a node-wide file lock, one per cache folder, so one
 rank compiles and caches while the others wait, then load its machine
 code. Processes that cache in different folders (``NUMBA_CACHE_DIR``)
-cannot load each other's code, so they do not wait for each other (two
-cold-cache test processes side by side: 63 and 48 s with a lock each, 126 s
-both with one lock).
+cannot load each other's code, so they do not wait for each other
+(docs/decisions.md, *One compile lock for every Numba cache folder*).
 (``python -m mpicomp warmup`` fills the cache before any job.)
 """
 from __future__ import annotations

@@ -62,8 +62,8 @@ def main(out_path: str, names: list[str]) -> int:
     if not SIMULATOR:
         print("run me with NUMBA_ENABLE_CUDASIM=1", file=sys.stderr)
         return 2
-    # the simulator's barriers hand the GIL between its threads (0.3 ms: every case 66 s
-    # alone, at 0.1 ms 86 s)
+    # the simulator's barriers hand the GIL between its threads (0.3 ms: this script on
+    # every case 66 s alone, at 0.1 ms 86 s)
     sys.setswitchinterval(3e-4)
     results = {name: run(name) for name in (names or list(CASES))}
     Path(out_path).write_text(json.dumps(results, indent=1))

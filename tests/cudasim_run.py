@@ -78,7 +78,7 @@ def main(cases_path: str, out_path: str) -> int:
         return 2
     # the warp-cooperative kernels meet at a barrier of the simulator's Python threads per
     # warp operation: handing the GIL on sooner than every 5 ms makes each one 10x cheaper
-    # (0.3 ms: every case of tests/test_cuda_sim.py 111 s alone, at 0.1 ms 122, at 1 ms 190)
+    # (0.3 ms: pytest tests/test_cuda_sim.py 106 s alone, at 0.1 ms 158 s)
     sys.setswitchinterval(3e-4)
     with open(cases_path) as fh:
         cases = json.load(fh)

@@ -79,8 +79,9 @@ def test_after_warmup_a_job_compiles_nothing(comm, tmp_path):
     assert _files(cache) == warmed, sorted(_files(cache) - warmed)
 
 
-_HOLD = r"""
-import fcntl, os, sys
+
+_PROBE = r"""
+import fcntl, os
 from mpicomp.kernels.launch import lock_path
 fd = os.open(lock_path(), os.O_RDWR | os.O_CREAT, 0o600)
 try:
@@ -92,38 +93,27 @@ else:
 """
 
 
-def test_compile_lock_is_one_per_cache_folder(tmp_path):
+def test_compile_lock_is_one_per_cache_folder(tmp_path, monkeypatch):
     """Processes compiling into one cache wait for each other's first compile; processes with
     caches of their own (NUMBA_CACHE_DIR) do not."""
+    import tempfile
+
     import numba
 
     from mpicomp.kernels.launch import compile_lock
 
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the lock files of this test alone
+    monkeypatch.setattr(tempfile, "tempdir", None)  # (gettempdir keeps its first answer)
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "a"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("MPICOMP_")}
-    env["TMPDIR"] = str(tmp_path)  # the lock files of this test alone
-    own = dict(env, NUMBA_CACHE_DIR=str(tmp_path / "a"))
-    other = dict(env, NUMBA_CACHE_DIR=str(tmp_path / "b"))
-    default = {k: v for k, v in env.items() if k != "NUMBA_CACHE_DIR"}
 
-    def probe(child_env):
-        return subprocess.run([sys.executable, "-c", _HOLD], env=child_env, capture_output=True,
-                              text=True, timeout=120).stdout.strip()
+    def probe(**cache):
+        return subprocess.run([sys.executable, "-c", _PROBE], env=dict(env, **cache),
+                              capture_output=True, text=True, timeout=120).stdout.strip()
 
-    saved = numba.config.CACHE_DIR, os.environ.get("TMPDIR")
-    numba.config.CACHE_DIR = str(tmp_path / "a")
-    os.environ["TMPDIR"] = str(tmp_path)
-    import tempfile
-    tempfile.tempdir = None  # (gettempdir caches its answer)
-    try:
-        with compile_lock():
-            assert probe(own) == "held"
-            assert probe(other) == "free"
-            assert probe(default) == "free"
-        assert probe(own) == "free"
-    finally:
-        numba.config.CACHE_DIR = saved[0]
-        if saved[1] is None:
-            os.environ.pop("TMPDIR")
-        else:
-            os.environ["TMPDIR"] = saved[1]
-        tempfile.tempdir = None
+    with compile_lock():
+        assert probe(NUMBA_CACHE_DIR=str(tmp_path / "a")) == "held"
+        assert probe(NUMBA_CACHE_DIR=str(tmp_path / "b")) == "free"
+        assert probe() == "free"  # Numba's default cache, beside each kernel file
+    assert probe(NUMBA_CACHE_DIR=str(tmp_path / "a")) == "free"
