@@ -11,7 +11,9 @@
 # and float64 (GB/s next to a device copy, streams compared with the CPU codec's); the GPU
 # codec tests (2^27 values byte for byte); the compressed Allreduce of CuPy buffers on 4
 # ranks at 64 and 256 MiB, and at 64 MiB with device pieces of 128 KiB to 4 MiB (what a
-# piece costs); the device tests on 2 ranks.
+# piece costs); the device tests on 2 ranks; the torch layers and the sharded optimizer on CUDA
+# tensors (the machine's own PyTorch) on 2 ranks; the training benchmark on CuPy gradients for
+# 1,000 steps, with the memory pool's growth.
 set -u
 OUT=${1:-${OUT:-gpu-session}}
 mkdir -p "$OUT"
@@ -44,6 +46,10 @@ step allreduce-256 60 .venv/bin/mpiexec -n 4 $PY -m mpicomp.bench allreduce-gpu 
     --size-mib 256 --repeat 3 --cases bitplane:8.25,errbound:2.5e-4 --markdown "$OUT/allreduce-256.md"
 step device-tests 120 $PY tests/run_tests.py --stages 2 -m "gpu or device" \
     -k "bitplane or zfp or errbound or staging"
+step torch-cuda 60 .venv/bin/mpiexec -n 2 $PY -m pytest --with-mpi -q -p no:cacheprovider \
+    tests/test_torch_cuda.py
+step train-soak 90 .venv/bin/mpiexec -n 4 $PY -m mpicomp.bench train --buffer cupy --steps 1000 \
+    --cases plain,bitplane:4.25+loco,cast:bfloat16+none --json "$OUT/train-soak.json"
 
 python3 - "$OUT" <<'EOF'
 import json, sys

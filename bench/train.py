@@ -16,6 +16,11 @@ rank. ``--plot FILE.png``: the loss curves; ``--json FILE``: the records.
 ``--buffer cupy`` keeps the data, the parameters and the gradients on the
 GPU as CuPy arrays, so the reducer packs, compensates and averages them
 on the device.
+
+Memory over a long run (a soak: ``--steps 1000``): each record has the
+rank's resident memory (VmRSS) and, with ``--buffer cupy``, CuPy's device
+memory pool (bytes it holds from the driver) after the first
+:data:`SETTLED` steps and at the end; the table prints their growth (rank 0).
 """
 from __future__ import annotations
 
@@ -29,7 +34,10 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-__all__ = ["CASES", "add_arguments", "main", "run_case"]
+__all__ = ["CASES", "SETTLED", "add_arguments", "main", "run_case"]
+
+#: steps after which a run's memory counts as settled (the buffers and pools made)
+SETTLED = 10
 
 _CODECS = {
     "bitplane:8.25": {"codec": "bitplane", "rate": 8.25},
@@ -94,6 +102,7 @@ def run_case(comm: Any, case: str, steps: int, lr: float, batch: int, seed: int,
     curve: list[tuple[int, float]] = []
     started = time.perf_counter()
     reduce_seconds = 0.0
+    memory: dict[str, list[int]] = {}
     with _one_blas_thread():
         for step in range(steps):
             if pos + batch > len(perm):
@@ -112,6 +121,9 @@ def run_case(comm: Any, case: str, steps: int, lr: float, batch: int, seed: int,
             if step % eval_every == 0 or step == steps - 1:
                 loss, _ = loss_and_grads(params, x32, y_all)
                 curve.append((step, float(loss)))
+            if step == min(SETTLED, steps) - 1 or step == steps - 1:
+                for kind, value in _memory(xp).items():
+                    memory.setdefault(kind, []).append(value)
         _sync(xp)
         elapsed = time.perf_counter() - started
         final_loss, _ = loss_and_grads(params, x32, y_all)
@@ -130,7 +142,20 @@ def run_case(comm: Any, case: str, steps: int, lr: float, batch: int, seed: int,
         "curve": curve, "wire_bytes": int(st.get("wire_bytes", 0)),
         "raw_bytes": int(st.get("raw_bytes", 0)), "ms_per_step": 1e3 * elapsed / steps,
         "reduce_ms_per_step": 1e3 * reduce_seconds / steps, "identical": identical,
-        "residual_bytes": reducer.feedback.nbytes(), "buffer": buffer}
+        "residual_bytes": reducer.feedback.nbytes(), "buffer": buffer,
+        "memory": {kind: {"settled": v[0], "end": v[-1]} for kind, v in memory.items()}}
+
+
+def _memory(xp: Any) -> dict[str, int]:
+    """This rank's resident bytes, and CuPy's device pool's (``--buffer cupy``)."""
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                out["rss"] = int(line.split()[1]) * 1024
+    if xp is not np:
+        out["device_pool"] = int(xp.get_default_memory_pool().total_bytes())
+    return out
 
 
 def _sync(xp: Any) -> None:
@@ -194,13 +219,22 @@ def _report(records: list[dict[str, Any]], args: argparse.Namespace, argv: list[
           f"LoCo beta {args.beta}, buffers {args.buffer}")
     print("# command: python -m mpicomp.bench train " + " ".join(argv[1:]))
     print(f"{'case':24s} {'final loss':>10s} {'vs plain':>9s} {'accuracy':>8s} "
-          f"{'wire MiB':>9s} {'vs plain':>8s} {'ms/step':>8s} {'reduce ms':>9s} identical")
+          f"{'wire MiB':>9s} {'vs plain':>8s} {'ms/step':>8s} {'reduce ms':>9s} identical  "
+          f"memory growth after step {SETTLED} (rank 0)")
     for rec in records:
         gap = (f"{rec['final_loss'] / plain['final_loss'] - 1:+8.1%}" if plain else "       -")
         wire = (f"{rec['wire_bytes'] / max(plain['wire_bytes'], 1):8.3f}" if plain else "       -")
         print(f"{rec['case']:24s} {rec['final_loss']:10.4f} {gap:>9s} {rec['accuracy']:8.3f} "
               f"{rec['wire_bytes'] / 2**20:9.1f} {wire:>8s} {rec['ms_per_step']:8.2f} "
-              f"{rec['reduce_ms_per_step']:9.2f} {'yes' if rec['identical'] else 'NO'}")
+              f"{rec['reduce_ms_per_step']:9.2f} {'yes' if rec['identical'] else 'NO ':9s}  "
+              f"{_growth(rec['memory'])}")
+
+
+def _growth(memory: dict[str, dict[str, int]]) -> str:
+    """``rss +X MiB (of Y), device_pool +Z MiB (of W)``: each kind's growth from the settled
+    point to the end."""
+    return ", ".join(f"{kind} {(m['end'] - m['settled']) / 2**20:+.1f} MiB "
+                     f"(of {m['settled'] / 2**20:.1f})" for kind, m in memory.items())
 
 
 def _plot(records: list[dict[str, Any]], path: str, p: int) -> None:

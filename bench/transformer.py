@@ -598,6 +598,9 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
         policy_settings(v)
     if not 0 <= args.skip < args.steps:
         raise SystemExit(f"--skip must be in [0, --steps), got {args.skip} (steps {args.steps})")
+    for flag in ("eval_every", "eval_seqs", "val_kib", "seeds", "threads"):
+        if getattr(args, flag) < 1:
+            raise SystemExit(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
     world = mpicomp.Comm(mpicomp.COMM_WORLD)
     if world.Get_size() != 4:
         raise SystemExit(f"the transformer study runs on 4 ranks, got {world.Get_size()}")

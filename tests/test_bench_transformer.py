@@ -103,3 +103,17 @@ def test_policies_name_their_settings():
     assert transformer.policy_settings("hybrid", local_tp=True)["tp"] == transformer.BF16
     with pytest.raises(ValueError, match="policy must be one of"):
         transformer.policy_settings("gentle")
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--eval-every", "0"], "--eval-every must be >= 1, got 0"),
+    (["--seeds", "0"], "--seeds must be >= 1, got 0"),
+    (["--steps", "5", "--skip", "5"], r"--skip must be in \[0, --steps\)"),
+    (["--layouts", "dp3"], "unknown layout 'dp3'"),
+])
+def test_bad_arguments_name_the_constraint(argv, says):
+    """Bad options stop the study before any rank trains, naming the option and value."""
+    parser = argparse.ArgumentParser()
+    transformer.add_arguments(parser)
+    with pytest.raises(SystemExit, match=says):
+        transformer.main(parser.parse_args(argv), argv)

@@ -1,6 +1,8 @@
 """The torch training layers on CUDA tensors: tensor-parallel layers, a pipeline and the
 sharded optimizer with their modules on the GPU (skipped without torch or a CUDA device;
-``make test-gpu`` runs them on 2 and 4 ranks sharing one GPU)."""
+``make test-gpu`` runs them on 2 and 4 ranks sharing one GPU). Under Numba's CUDA
+simulator (the simulator stages of ``make test``) the sharded optimizer's device path runs
+over CPU tensors offered to mpicomp as device memory."""
 from __future__ import annotations
 
 import pytest
@@ -9,6 +11,10 @@ torch = pytest.importorskip("torch")
 
 import mpicomp  # noqa: E402
 import mpicomp.torch as mt  # noqa: E402
+from mpicomp.backend.mpi_buffers import HostMemoryAsDevice  # noqa: E402
+from mpicomp.kernels.jit import SIMULATOR  # noqa: E402
+from mpicomp.torch import sharded  # noqa: E402
+from mpicomp.torch.tensors import TensorMemory  # noqa: E402
 
 pytestmark = [pytest.mark.mpi(min_size=2), pytest.mark.device]
 
@@ -96,7 +102,8 @@ def test_pipeline_on_cuda(comm):
 def test_sharded_optimizer_on_cuda(comm):
     """ShardedOptimizer over a CUDA model, gradients bitplane 8.25 with LoCo error
     feedback: the replicas hold the same bits after every step, the parameters stay on
-    the GPU, and the loss falls."""
+    the GPU as views of the flat vector, which lives there with the gradient shard and
+    the optimizer state (no host copy), and the loss falls."""
     dev = _cuda()
     r = comm.Get_rank()
     dp = mpicomp.Comm(comm)
@@ -104,8 +111,11 @@ def test_sharded_optimizer_on_cuda(comm):
     model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(),
                                 torch.nn.Linear(7, 3)).to(dev)
     opt = mt.ShardedOptimizer(model.named_parameters(), torch.optim.SGD, comm=dp, lr=0.05,
-                              codec="bitplane", rate=8.25, threshold=0,
+                              momentum=0.9, codec="bitplane", rate=8.25, threshold=0,
                               error_feedback="loco")
+    assert opt.flat.device.type == "cuda" and opt.grads.shard.device.type == "cuda"
+    flat = opt.flat.untyped_storage().data_ptr()
+    assert all(w.untyped_storage().data_ptr() == flat for w in model.parameters())
     g = torch.Generator().manual_seed(r)
     x, t = torch.randn(16, 5, generator=g).to(dev), torch.randn(16, 3, generator=g).to(dev)
     first = None
@@ -118,4 +128,72 @@ def test_sharded_optimizer_on_cuda(comm):
         assert all(w.device.type == "cuda" for w in model.parameters())
         blob = b"".join(w.detach().cpu().numpy().tobytes() for w in model.parameters())
         assert len(set(comm.allgather(blob))) == 1
+    state = [v for s in opt.optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+    assert state and all(v.device.type == "cuda" for v in state)
+    assert dp.stats()["Ireduce_scatter_block"]["compressed"] > 0
     assert torch.nn.functional.mse_loss(model(x), t).item() < first
+
+
+class _SimulatedDeviceTensors(TensorMemory):
+    """CPU tensors offered to mpicomp as device memory (host memory behind the CUDA array
+    interface, which the simulator's device arrays view): the optimizer's device path,
+    its buffers' codecs and error feedback run by the simulator's kernels."""
+
+    def __init__(self, device):
+        super().__init__(device)
+        from mpicomp.backend.device import DEVICE
+
+        self.on_device, self.ops = True, DEVICE
+
+    def wire(self, t):
+        return HostMemoryAsDevice(super().wire(t))
+
+
+def _train_sharded(comm, steps):
+    """``steps`` SGD steps of a small MLP under ShardedOptimizer: gradients bitplane 8.25
+    (direct reduce-scatter) with LoCo feedback, parameter changes gathered at bitplane
+    8.25 during the next forward; returns the model's parameters after each step (bytes)
+    and the communicator."""
+    r = comm.Get_rank()
+    dp = mpicomp.Comm(comm)
+    torch.manual_seed(r)  # different on every rank: the optimizer copies rank 0's
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(),
+                                torch.nn.Linear(7, 3))
+    opt = mt.ShardedOptimizer(model.named_parameters(), torch.optim.SGD, comm=dp, lr=0.05,
+                              codec="bitplane", rate=8.25, threshold=0,
+                              error_feedback="loco", bucket_mib=1e-4,
+                              param_settings={"codec": "bitplane", "rate": 8.25,
+                                              "threshold": 0},
+                              gather_deltas=True)
+    opt.gather_during_forward(model)
+    g = torch.Generator().manual_seed(r)
+    x, t = torch.randn(16, 5, generator=g), torch.randn(16, 3, generator=g)
+    seen = []
+    for _ in range(steps):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), t).backward()
+        opt.step()
+        opt.finish_param_gather()
+        seen.append(b"".join(w.detach().numpy().tobytes() for w in model.parameters()))
+    return seen, dp, opt
+
+
+def test_sharded_optimizer_device_path_in_simulator(comm, monkeypatch):
+    """Under the simulator, the sharded optimizer's buffers as device memory: every
+    reduce-scatter and parameter gather went through the device path, compressed, the
+    replicas hold the same bits after every step, and the parameters are bitwise those of
+    the same run on the host path (the device kernels code the same bytes, the feedback's
+    arithmetic gives the same values)."""
+    if not SIMULATOR:
+        pytest.skip("the simulator's device path (on a GPU: test_sharded_optimizer_on_cuda)")
+    host, _, _ = _train_sharded(comm, 4)
+    monkeypatch.setattr(sharded, "TensorMemory", _SimulatedDeviceTensors)
+    device, dp, opt = _train_sharded(comm, 4)
+    assert opt.tensors.on_device
+    stats = dp.stats()
+    for call in ("Ireduce_scatter_block", "Iallgather"):
+        assert stats[call]["compressed"] == stats[call]["calls"] > 0, stats[call]["fallbacks"]
+        assert all(m.startswith("device") for m in stats[call]["memory"]), stats[call]
+    for step in device:
+        assert len(set(comm.allgather(step))) == 1  # identical replicas
+    assert device == host

@@ -225,6 +225,10 @@ def test_train_study_runs(tmp_path):
     assert records[1]["residual_bytes"] > 0 and records[0]["residual_bytes"] == 0
     assert all(np.isfinite(r["final_loss"]) for r in records)
     assert "final loss" in proc.stdout
+    for r in records:  # the soak's memory: settled (step 6 here: fewer than SETTLED) and end
+        rss = r["memory"]["rss"]
+        assert 0 < rss["settled"] <= 2 * rss["end"] and "device_pool" not in r["memory"]
+    assert "rss " in proc.stdout
 
 
 @pytest.mark.mpi

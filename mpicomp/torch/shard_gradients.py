@@ -23,6 +23,10 @@ exactly the round trip of each part sent to another rank (this rank's own
 part arrives exact), so the residual carries all this rank's contribution
 lost; under the ring (which also requantizes partial sums) it is the round
 trip of the whole bucket.
+
+The buckets, the shard and the residuals live where the parameters do
+(:class:`.tensors.TensorMemory`): on a CUDA device the copies, the
+feedback's arithmetic and the codecs run there, on the current stream.
 """
 from __future__ import annotations
 
@@ -32,10 +36,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..backend.host import HOST
 from ..training.feedback import ErrorFeedback
 from .flat_layout import FlatLayout
 from .progress import Progress
+from .tensors import TensorMemory
 
 __all__ = ["IN_FLIGHT", "GradientShards"]
 
@@ -45,13 +49,15 @@ IN_FLIGHT = 2
 
 class GradientShards:
     """This rank's averaged gradient shard (:attr:`shard`), reduced as backward runs (see
-    the module). ``settings``: the reduce-scatter's mpicomp settings."""
+    the module). ``settings``: the reduce-scatter's mpicomp settings; ``memory``: where
+    the parameters live (the CPU by default)."""
 
     def __init__(self, layout: FlatLayout, comm: Any, settings: dict[str, Any],
-                 feedback: ErrorFeedback) -> None:
+                 feedback: ErrorFeedback, memory: TensorMemory | None = None) -> None:
         self.layout, self.comm, self.settings, self.feedback = layout, comm, settings, feedback
+        self.memory = TensorMemory(torch.device("cpu")) if memory is None else memory
         #: the averaged gradient of this rank's shard, accumulated until :meth:`zero`
-        self.shard = torch.zeros(layout.shard_numel, dtype=torch.float32)
+        self.shard = self._zeros(layout.shard_numel)
         self._expected = [0] * len(layout.buckets)
         for _, _, q, _ in layout.placed:
             if q.requires_grad:
@@ -59,8 +65,10 @@ class GradientShards:
                     self._expected[piece.bucket] += piece.count
         self._missing = list(self._expected)
         self._filling: dict[int, torch.Tensor] = {}
-        self._in_flight: collections.deque[tuple[int, Any, Any, np.ndarray, np.ndarray]] = \
-            collections.deque()
+        #: (bucket, request, its helper's future, the send values, the received part as a
+        #: tensor and as the communicator took it, the send tensor: alive until completed)
+        self._in_flight: collections.deque[tuple[int, Any, Any, Any, torch.Tensor, Any,
+                                                 torch.Tensor]] = collections.deque()
         self._next = 0  # the next bucket to start
         self._callback_queued = False
         #: gradients reduced since the last :meth:`take` (else a step reduces ``.grad``)
@@ -88,8 +96,7 @@ class GradientShards:
             b = self.layout.buckets[piece.bucket]
             send = self._filling.get(piece.bucket)
             if send is None:
-                send = self._filling[piece.bucket] = torch.zeros(
-                    self.layout.size * b.part, dtype=torch.float32)
+                send = self._filling[piece.bucket] = self._zeros(self.layout.size * b.part)
             at = piece.at - b.start
             send[at:at + piece.count].copy_(g[piece.offset:piece.offset + piece.count])
             self._missing[piece.bucket] -= piece.count
@@ -100,25 +107,28 @@ class GradientShards:
         b = self.layout.buckets[k]
         send = self._filling.pop(k, None)
         if send is None:  # no gradient reached it: this rank sends zeros
-            send = torch.zeros(self.layout.size * b.part, dtype=torch.float32)
-        x = self.feedback.compensate(k, send.numpy(), HOST)
-        y = np.empty(b.part, np.float32)
+            send = self._zeros(self.layout.size * b.part)
+        ops = self.memory.ops
+        x = self.feedback.compensate(k, self.memory.values(send, f"bucket {k}"), ops)
+        part = torch.empty(b.part, dtype=torch.float32, device=self.memory.device)
+        y = self.memory.values(part, f"bucket {k}'s part")
         req = self.comm.Ireduce_scatter_block(x, y, **self.settings)
-        self._in_flight.append((k, req, self._progress.watch(req), x, y))
+        self._in_flight.append((k, req, self._progress.watch(req), x, part, y, send))
         self._missing[k] = self._expected[k]
         self._next += 1
         self._note_buffers(0)
 
     def complete_oldest(self) -> None:
         """Wait for the oldest bucket in flight; add its averaged part to the shard."""
-        k, req, tested, x, y = self._in_flight.popleft()
+        k, req, tested, x, part, y, _send = self._in_flight.popleft()
         tested.result()  # (the helper thread completes it: one thread at a time may)
         req.Wait()
+        ops = self.memory.ops
         if self.feedback.active:
-            self.feedback.update(k, x, self._carried(x, req), HOST)
+            self.feedback.update(k, x, self._carried(x, req), ops)
         b = self.layout.buckets[k]
-        y /= self.layout.size
-        self.shard[b.master_at:b.master_at + b.part] += torch.from_numpy(y)
+        ops.divide(y, self.layout.size)
+        self.shard[b.master_at:b.master_at + b.part] += part
 
     def _end_backward(self) -> None:
         self._callback_queued = False
@@ -151,24 +161,29 @@ class GradientShards:
     def buffer_bytes(self) -> int:
         """Bytes of the send and receive buffers held now."""
         return (sum(t.numel() * 4 for t in self._filling.values())
-                + sum(x.nbytes + y.nbytes for _, _, _, x, y in self._in_flight))
+                + sum(x.nbytes + part.numel() * 4 for _, _, _, x, part, _, _ in self._in_flight))
 
     def _note_buffers(self, extra: int) -> None:
         self.peak_buffer_bytes = max(self.peak_buffer_bytes, self.buffer_bytes() + extra)
 
-    def _carried(self, x: np.ndarray, req: Any) -> np.ndarray:
+    def _zeros(self, n: int) -> torch.Tensor:
+        return torch.zeros(n, dtype=torch.float32, device=self.memory.device)
+
+    def _carried(self, x: Any, req: Any) -> Any:
         """C(x): what this rank's ``x`` carried in the finished ``req``."""
         if not getattr(req, "compressed", False):
             return x
+        ops = self.memory.ops
         pol = self.comm.resolved_policy(**self.settings)
         if pol.algorithm not in ("allgather", "direct"):
-            return HOST.roundtrip(pol.codec, x)
+            return ops.roundtrip(pol.codec, x)
         part = x.size // self.layout.size
-        out = x.copy()
+        out = ops.empty(x.size, np.dtype(x.dtype))
+        ops.copy(out, x)
         for j in range(self.layout.size):
             if j != self.layout.rank:
-                out[j * part:(j + 1) * part] = HOST.roundtrip(
-                    pol.codec, np.ascontiguousarray(x[j * part:(j + 1) * part]))
+                block = slice(j * part, (j + 1) * part)
+                ops.copy(out[block], ops.roundtrip(pol.codec, x[block]))
         return out
 
     def remove_hooks(self) -> None:

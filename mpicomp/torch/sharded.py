@@ -47,9 +47,12 @@ plus the buckets (:meth:`ShardedOptimizer.memory`). At construction rank 0's
 parameters are copied to every rank (exactly), so every replica starts alike.
 The parameters' ``.grad`` are ``None`` after backward: clip with
 :meth:`ShardedOptimizer.clip_grad_norm_`, which also spans tensor- and
-pipeline-parallel groups. CUDA parameters are staged: the flat vector, the
-shard and the optimizer state stay in host memory, each gradient is copied
-to its host bucket and each step copies the parameters back to the device.
+pipeline-parallel groups. Everything lives where the parameters do
+(:class:`.tensors.TensorMemory`): for CUDA parameters the flat vector, the
+buckets, the shard, the master values, the optimizer state and the error
+feedback's residuals are device memory, the codecs and the feedback run on
+the device, and only the compressed bytes are staged through the host for an
+MPI that is not CUDA-aware (nothing is copied to the host a step).
 """
 from __future__ import annotations
 
@@ -64,6 +67,7 @@ from ..training.feedback import ErrorFeedback
 from .flat_layout import FlatLayout, param_groups
 from .progress import Progress
 from .shard_gradients import GradientShards
+from .tensors import TensorMemory
 from .tensors import world as _world
 
 __all__ = ["GRADIENT_SETTINGS", "ShardedOptimizer"]
@@ -117,6 +121,9 @@ class ShardedOptimizer:
         if not float(bucket_mib) > 0:
             raise ValueError(f"bucket_mib must be > 0, got {bucket_mib!r}")
         self.dtype = self.named[0][1].dtype
+        #: where the parameters, and so every buffer of this optimizer, live
+        self.tensors = TensorMemory(self.named[0][1].device)
+        device = self.tensors.device
         if compress_params and self.dtype != torch.float32:
             raise ValueError(f"param_settings compress float32 parameters; these are "
                              f"{self.dtype}: gather them as they are (param_settings=None)")
@@ -133,31 +140,27 @@ class ShardedOptimizer:
         self.buckets = self.layout.buckets
         self.numel = sum(q.numel() for _, q in self.named)
         #: the parameters as every rank holds them; each parameter is a view of it
-        self.flat = torch.zeros(self.layout.numel, dtype=self.dtype)
+        self.flat = torch.zeros(self.layout.numel, dtype=self.dtype, device=device)
         with torch.no_grad():
             for _, _, q, at in self.layout.placed:
                 self.flat[at:at + q.numel()].copy_(q.detach().reshape(-1))
         self.comm.Bcast(self._wire(self.flat), root=0, codec="none")  # replicas alike
-        #: parameters off the host (CUDA) keep their own memory: each step copies the flat
-        #: vector into them, their gradients are copied to the host buckets
-        self.staged = self.named[0][1].device.type != "cpu"
-        if self.staged:
-            self._write_staged()
-        else:
-            for _, _, q, at in self.layout.placed:
-                q.data = self.flat[at:at + q.numel()].view_as(q)
+        for _, _, q, at in self.layout.placed:
+            q.data = self.flat[at:at + q.numel()].view_as(q)
         #: the master values are the parameters themselves (float32, gathered plain)
         self.aliased = self.dtype == torch.float32 and not compress_params
         if self.aliased:
             self._master_flat = None
             parts = [self.flat[self.layout.mine(b)] for b in self.buckets]
         else:
-            self._master_flat = torch.zeros(self.layout.shard_numel, dtype=torch.float32)
+            self._master_flat = torch.zeros(self.layout.shard_numel, dtype=torch.float32,
+                                            device=device)
             for b in self.buckets:
                 self._master_flat[b.master_at:b.master_at + b.part].copy_(
                     self.flat[self.layout.mine(b)])
             parts = [self._master_flat[b.master_at:b.master_at + b.part] for b in self.buckets]
-        self.grads = GradientShards(self.layout, self.comm, self.gradient_settings, feedback)
+        self.grads = GradientShards(self.layout, self.comm, self.gradient_settings, feedback,
+                                    self.tensors)
         self.feedback = feedback
         self.masters = [torch.nn.Parameter(t) for t in parts]
         for m, b in zip(self.masters, self.buckets, strict=True):
@@ -220,10 +223,7 @@ class ShardedOptimizer:
         its own parameters, which start in the order forward uses them. Whatever reads the
         parameters otherwise (an evaluation outside ``module``'s forward, a hash, a
         checkpoint of the module) calls :meth:`finish_param_gather` first; this optimizer's
-        own methods do. Host (CPU) parameters only."""
-        if self.staged:
-            raise ValueError("gather_during_forward: parameters on the host only (these are "
-                             f"on {self.named[0][1].device}, staged through the host)")
+        own methods do."""
         if self._gather_hooks is not None:
             raise ValueError("gather_during_forward: already called")
         where = {id(q): sorted({piece.bucket for piece in self.layout.pieces[id(q)]})
@@ -241,7 +241,6 @@ class ShardedOptimizer:
         """Wait for the parameter allgathers :meth:`step` started (of ``buckets``, by index,
         else all): after it the parameters hold the step's values (at once unless
         :meth:`gather_during_forward` was called)."""
-        waited = False
         for k in (list(self._gathers) if buckets is None else buckets):
             started = self._gathers.pop(k, None)
             if started is not None:
@@ -251,9 +250,6 @@ class ShardedOptimizer:
                 if received is not None:  # the same bits added on every rank
                     with torch.no_grad():
                         self.flat[self.layout.whole(self.buckets[k])].add_(received)
-                waited = True
-        if waited and self.staged:  # (staged: every bucket at once, in step)
-            self._write_staged()
 
     def _start_gather(self, k: int) -> None:
         b, m = self.buckets[k], self.masters[k]
@@ -262,25 +258,22 @@ class ShardedOptimizer:
         if self.gather_deltas:  # the master values less what every replica holds
             with torch.no_grad():
                 mine = m.detach() - self.flat[self.layout.mine(b)]
-            received = torch.empty(whole.size, dtype=torch.float32)
-            req = self.comm.Iallgather(mine.numpy(), received.numpy(), **self.param_settings)
+            received = torch.empty(self.layout.size * b.part, dtype=torch.float32,
+                                   device=self.tensors.device)
+            req = self.comm.Iallgather(self._wire(mine), self._wire(received),
+                                       **self.param_settings)
             held = received.numel() * 4 + sum(g[2].numel() * 4 for g in self._gathers.values()
                                               if g[2] is not None)
             self.peak_delta_bytes = max(self.peak_delta_bytes, held)
         elif self.aliased:
             req = self.comm.Iallgather(MPI.IN_PLACE, whole, **self.param_settings)
         elif self.dtype == torch.float32:  # compressed: the owner decodes its part too
-            req = self.comm.Iallgather(m.detach().numpy(), whole, **self.param_settings)
+            req = self.comm.Iallgather(self._wire(m.detach()), whole, **self.param_settings)
         else:
             with torch.no_grad():
                 self.flat[self.layout.mine(b)].copy_(m)
             req = self.comm.Iallgather(MPI.IN_PLACE, whole, **self.param_settings)
         self._gathers[k] = (req, self._progress.watch(req), received, mine)
-
-    def _write_staged(self) -> None:
-        with torch.no_grad():
-            for _, _, q, at in self.layout.placed:
-                q.copy_(self.flat[at:at + q.numel()].view_as(q))
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
         """Scale this step's gradient so that its norm over the whole model (every rank's
@@ -365,8 +358,6 @@ class ShardedOptimizer:
             self.flat.copy_(state["params"])
             if self._master_flat is not None:
                 self._master_flat.copy_(state["master"])
-        if self.staged:
-            self._write_staged()
         self.optimizer.load_state_dict(state["optimizer"])
         self.feedback.load_state_dict(state["feedback"])
         self.grads.zero()
@@ -376,7 +367,7 @@ class ShardedOptimizer:
     def master_values(self) -> torch.Tensor:
         """This rank's float32 master values, bucket after bucket (a copy; padded)."""
         return torch.cat([m.detach().reshape(-1) for m in self.masters]).clone() \
-            if self.masters else torch.zeros(0)
+            if self.masters else torch.zeros(0, device=self.tensors.device)
 
     def state_bytes(self) -> int:
         """Bytes of this rank's optimizer state (its shard's), with the master values when
@@ -432,7 +423,6 @@ class ShardedOptimizer:
                 if getattr(q, "tensor_model_parallel", False)
                 for span in self.layout.shard_spans(q)]
 
-    @staticmethod
-    def _wire(t: torch.Tensor) -> np.ndarray:
-        """A NumPy view of ``t`` for MPI (16-bit floats as their int16 bits)."""
-        return t.numpy() if t.dtype == torch.float32 else t.view(torch.int16).numpy()
+    def _wire(self, t: torch.Tensor) -> Any:
+        """What the communicator takes for ``t`` (:meth:`.tensors.TensorMemory.wire`)."""
+        return self.tensors.wire(t)

@@ -6,7 +6,7 @@ from typing import Any
 from ..comm import Comm
 from ..comm import world as comm_world
 
-__all__ = ["buffer", "reducible", "require_torch", "world", "write_back"]
+__all__ = ["TensorMemory", "buffer", "reducible", "require_torch", "world", "write_back"]
 
 
 def require_torch() -> Any:
@@ -23,6 +23,41 @@ def buffer(t: Any) -> Any:
     """What a communicator takes for a contiguous tensor: a NumPy view on the CPU, the
     tensor itself on a CUDA device (a device buffer)."""
     return t.numpy() if t.device.type == "cpu" else t
+
+
+class TensorMemory:
+    """Where a module's own tensors live (``device``: the CPU or a CUDA device), and what
+    mpicomp takes for them: :meth:`wire` for a communicator, :meth:`values` for the array
+    operations :attr:`ops` (``mpicomp.backend``'s host operations on NumPy views, or its
+    device operations, kernels on the current CUDA stream, on Numba device arrays over the
+    tensors' memory). Nothing is copied between host and device."""
+
+    def __init__(self, device: Any) -> None:
+        if device.type not in ("cpu", "cuda"):
+            raise TypeError(f"tensors on the CPU or a CUDA device, got {device}")
+        self.device = device
+        #: whether the tensors are device memory
+        self.on_device = device.type == "cuda"
+        if self.on_device:
+            from ..backend.device import DEVICE
+
+            self.ops: Any = DEVICE
+        else:
+            from ..backend.host import HOST
+
+            self.ops = HOST
+
+    def wire(self, t: Any) -> Any:
+        """What a communicator takes for the contiguous tensor ``t`` (:func:`buffer`;
+        16-bit floats as their int16 bits, which MPI moves as they are)."""
+        torch = require_torch()
+        if t.dtype in (torch.bfloat16, torch.float16):
+            t = t.view(torch.int16)
+        return buffer(t)
+
+    def values(self, t: Any, name: str = "tensor") -> Any:
+        """The contiguous float tensor ``t`` as :attr:`ops` take it (a view, no copy)."""
+        return self.ops.view(name, self.wire(t))
 
 
 def reducible(g: Any, back: list[tuple[Any, Any]]) -> Any:

@@ -122,7 +122,8 @@ class ErrorFeedback:
                 "residuals": residuals}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` (host residuals); the mode and residual dtype must be
+        """Restore :meth:`state_dict` (host residuals, moved to the device by the first step
+        that uses them on device buffers); the mode and residual dtype must be
         this feedback's."""
         if (state.get("mode"), state.get("residual_dtype")) != (self.mode, self.residual_dtype):
             raise ValueError(f"error feedback state of mode {state.get('mode')!r} (residuals "
@@ -144,6 +145,10 @@ class ErrorFeedback:
         kept = self._state.get(key)
         if kept is None:
             return None
+        if ops.on_device and isinstance(kept.data, np.ndarray):  # (loaded from a checkpoint)
+            moved = ops.empty(kept.data.size, kept.data.dtype)
+            ops.copy(moved, kept.data)
+            kept.data = moved
         if kept.codec is None:
             return kept.data
         out = ops.empty(kept.count, kept.dtype)
