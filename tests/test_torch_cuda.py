@@ -149,51 +149,77 @@ class _SimulatedDeviceTensors(TensorMemory):
         return HostMemoryAsDevice(super().wire(t))
 
 
-def _train_sharded(comm, steps):
-    """``steps`` SGD steps of a small MLP under ShardedOptimizer: gradients bitplane 8.25
-    (direct reduce-scatter) with LoCo feedback, parameter changes gathered at bitplane
-    8.25 during the next forward; returns the model's parameters after each step (bytes)
-    and the communicator."""
-    r = comm.Get_rank()
+def _sharded(comm, gathers, dtype):
+    """ShardedOptimizer over a small MLP (every rank from rank 0's weights): gradients
+    bitplane 8.25 (direct reduce-scatter) with LoCo feedback; ``gathers`` "deltas": the
+    parameter changes gathered at bitplane 8.25 during the next forward, "plain": the
+    parameters gathered as they are; returns (model, optimizer, communicator)."""
     dp = mpicomp.Comm(comm)
-    torch.manual_seed(r)  # different on every rank: the optimizer copies rank 0's
+    torch.manual_seed(comm.Get_rank())  # different on every rank: the optimizer copies rank 0's
     model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.Tanh(),
-                                torch.nn.Linear(7, 3))
-    opt = mt.ShardedOptimizer(model.named_parameters(), torch.optim.SGD, comm=dp, lr=0.05,
+                                torch.nn.Linear(7, 3)).to(dtype)
+    params = ({"param_settings": {"codec": "bitplane", "rate": 8.25, "threshold": 0},
+               "gather_deltas": True} if gathers == "deltas" else {})
+    opt = mt.ShardedOptimizer(model.named_parameters(), torch.optim.Adam, comm=dp, lr=0.01,
                               codec="bitplane", rate=8.25, threshold=0,
-                              error_feedback="loco", bucket_mib=1e-4,
-                              param_settings={"codec": "bitplane", "rate": 8.25,
-                                              "threshold": 0},
-                              gather_deltas=True)
-    opt.gather_during_forward(model)
-    g = torch.Generator().manual_seed(r)
-    x, t = torch.randn(16, 5, generator=g), torch.randn(16, 3, generator=g)
-    seen = []
-    for _ in range(steps):
+                              error_feedback="loco", bucket_mib=1e-4, **params)
+    if gathers == "deltas":
+        opt.gather_during_forward(model)
+    return model, opt, dp
+
+
+def _steps(comm, model, opt, first, last):
+    """Adam steps ``first`` to ``last - 1`` (each its own batch); the parameters' bytes after
+    each."""
+    r, seen = comm.Get_rank(), []
+    dtype = next(model.parameters()).dtype
+    for step in range(first, last):
+        g = torch.Generator().manual_seed(100 * step + r)
+        x, t = torch.randn(16, 5, generator=g).to(dtype), torch.randn(16, 3, generator=g)
         opt.zero_grad()
-        torch.nn.functional.mse_loss(model(x), t).backward()
+        torch.nn.functional.mse_loss(model(x).float(), t).backward()
         opt.step()
         opt.finish_param_gather()
-        seen.append(b"".join(w.detach().numpy().tobytes() for w in model.parameters()))
-    return seen, dp, opt
+        seen.append(b"".join(w.detach().view(torch.int16).numpy().tobytes()
+                             if w.dtype == torch.bfloat16 else w.detach().numpy().tobytes()
+                             for w in model.parameters()))
+    return seen
 
 
-def test_sharded_optimizer_device_path_in_simulator(comm, monkeypatch):
+@pytest.mark.parametrize(("gathers", "dtype"), [("deltas", torch.float32),
+                                                ("plain", torch.bfloat16)],
+                         ids=["compressed-deltas-f32", "plain-bf16"])
+def test_sharded_optimizer_device_path_in_simulator(comm, monkeypatch, gathers, dtype):
     """Under the simulator, the sharded optimizer's buffers as device memory: every
-    reduce-scatter and parameter gather went through the device path, compressed, the
-    replicas hold the same bits after every step, and the parameters are bitwise those of
-    the same run on the host path (the device kernels code the same bytes, the feedback's
-    arithmetic gives the same values)."""
+    reduce-scatter and parameter gather went through the device path (the reduce-scatters
+    and the delta gathers compressed), the replicas hold the same bits after every step,
+    and the parameters are bitwise those of the same run on the host path (the device
+    kernels code the same bytes, the feedback's arithmetic gives the same values), also
+    when the run is saved after 2 steps and resumed in a new optimizer (the residuals
+    loaded from host memory)."""
     if not SIMULATOR:
         pytest.skip("the simulator's device path (on a GPU: test_sharded_optimizer_on_cuda)")
-    host, _, _ = _train_sharded(comm, 4)
+    model, opt, _ = _sharded(comm, gathers, dtype)
+    host = _steps(comm, model, opt, 0, 4)
     monkeypatch.setattr(sharded, "TensorMemory", _SimulatedDeviceTensors)
-    device, dp, opt = _train_sharded(comm, 4)
+    model, opt, dp = _sharded(comm, gathers, dtype)
+    device = _steps(comm, model, opt, 0, 4)
     assert opt.tensors.on_device
     stats = dp.stats()
     for call in ("Ireduce_scatter_block", "Iallgather"):
-        assert stats[call]["compressed"] == stats[call]["calls"] > 0, stats[call]["fallbacks"]
+        assert stats[call]["calls"] > 0
         assert all(m.startswith("device") for m in stats[call]["memory"]), stats[call]
+    assert stats["Ireduce_scatter_block"]["compressed"] == \
+        stats["Ireduce_scatter_block"]["calls"], stats["Ireduce_scatter_block"]["fallbacks"]
+    assert stats["Iallgather"]["compressed"] == \
+        (stats["Iallgather"]["calls"] if gathers == "deltas" else 0)
     for step in device:
         assert len(set(comm.allgather(step))) == 1  # identical replicas
     assert device == host
+    model, opt, _ = _sharded(comm, gathers, dtype)
+    resumed = _steps(comm, model, opt, 0, 2)
+    saved = opt.state_dict()
+    model, opt, _ = _sharded(comm, gathers, dtype)
+    opt.load_state_dict(saved)
+    resumed += _steps(comm, model, opt, 2, 4)
+    assert resumed == host

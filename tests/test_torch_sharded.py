@@ -445,6 +445,10 @@ def test_bad_param_groups_raise_a_type_error_naming_them(comm):
         mixed = _model(0)
         mixed[2].to(torch.bfloat16)
         mt.ShardedOptimizer(mixed.parameters(), comm=comm)
+    # a device the optimizer cannot work on in place: refused on every rank, naming it
+    meta = torch.nn.Linear(3, 2, device="meta")
+    with pytest.raises(TypeError, match="tensors on the CPU or a CUDA device, got meta"):
+        mt.ShardedOptimizer(meta.parameters(), comm=comm)
 
 
 def _wide(seed: int):

@@ -136,6 +136,30 @@ def test_device_feedback_is_the_host_feedback(mode, store):
     assert fbs["device"].nbytes() == 300 * (2 if store else 4)
 
 
+@pytest.mark.parametrize("store", [None, "bfloat16"])
+def test_device_feedback_moves_loaded_residuals_to_the_device(store):
+    """Residuals restored from a checkpoint (host arrays) move to the device at their first
+    use on device buckets, once: the step after the load adds them as the saved feedback
+    would have, and what is kept from then on is device memory."""
+    from numba import cuda
+
+    from mpicomp import cuda_runtime
+
+    rng = np.random.default_rng(6)
+    g = rng.standard_normal(300).astype(np.float32)
+    saved = ErrorFeedback("classic", residual_dtype=store)
+    x = saved.compensate("k", cuda.to_device(g), DEVICE)
+    saved.update("k", x, cuda.to_device(np.round(g * 4) / 4), DEVICE)
+    saved.end_step()
+    want = saved.compensate("k", cuda.to_device(g), DEVICE).copy_to_host()
+    fb = ErrorFeedback("classic", residual_dtype=store)
+    fb.load_state_dict(saved.state_dict())
+    assert isinstance(fb._state["k"].data, np.ndarray)  # (as a checkpoint holds it)
+    got = fb.compensate("k", cuda.to_device(g), DEVICE).copy_to_host()
+    assert got.tobytes() == want.tobytes()
+    assert cuda_runtime.is_device_array(fb._state["k"].data)
+
+
 def test_device_nonfinite_is_sent_plain_and_keeps_no_residual(comm):
     """A NaN in one rank's device gradient: the bucket goes plain on every rank (NaN in the
     mean, as plain MPI gives), so no rank lost anything to compression: every rank's classic

@@ -26,7 +26,7 @@ trip of the whole bucket.
 
 The buckets, the shard and the residuals live where the parameters do
 (:class:`.tensors.TensorMemory`): on a CUDA device the copies, the
-feedback's arithmetic and the codecs run there, on the current stream.
+feedback's arithmetic and the codecs run there, on PyTorch's current stream.
 """
 from __future__ import annotations
 
@@ -109,10 +109,11 @@ class GradientShards:
         if send is None:  # no gradient reached it: this rank sends zeros
             send = self._zeros(self.layout.size * b.part)
         ops = self.memory.ops
-        x = self.feedback.compensate(k, self.memory.values(send, f"bucket {k}"), ops)
         part = torch.empty(b.part, dtype=torch.float32, device=self.memory.device)
-        y = self.memory.values(part, f"bucket {k}'s part")
-        req = self.comm.Ireduce_scatter_block(x, y, **self.settings)
+        with self.memory.ordered():
+            x = self.feedback.compensate(k, self.memory.values(send, f"bucket {k}"), ops)
+            y = self.memory.values(part, f"bucket {k}'s part")
+            req = self.comm.Ireduce_scatter_block(x, y, **self.settings)
         self._in_flight.append((k, req, self._progress.watch(req), x, part, y, send))
         self._missing[k] = self._expected[k]
         self._next += 1
@@ -122,12 +123,13 @@ class GradientShards:
         """Wait for the oldest bucket in flight; add its averaged part to the shard."""
         k, req, tested, x, part, y, _send = self._in_flight.popleft()
         tested.result()  # (the helper thread completes it: one thread at a time may)
-        req.Wait()
         ops = self.memory.ops
-        if self.feedback.active:
-            self.feedback.update(k, x, self._carried(x, req), ops)
+        with self.memory.ordered():
+            req.Wait()
+            if self.feedback.active:
+                self.feedback.update(k, x, self._carried(x, req), ops)
+            ops.divide(y, self.layout.size)
         b = self.layout.buckets[k]
-        ops.divide(y, self.layout.size)
         self.shard[b.master_at:b.master_at + b.part] += part
 
     def _end_backward(self) -> None:

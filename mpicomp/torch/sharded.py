@@ -50,9 +50,10 @@ The parameters' ``.grad`` are ``None`` after backward: clip with
 pipeline-parallel groups. Everything lives where the parameters do
 (:class:`.tensors.TensorMemory`): for CUDA parameters the flat vector, the
 buckets, the shard, the master values, the optimizer state and the error
-feedback's residuals are device memory, the codecs and the feedback run on
-the device, and only the compressed bytes are staged through the host for an
-MPI that is not CUDA-aware (nothing is copied to the host a step).
+feedback's residuals are device memory, and the codecs and the feedback run
+on the device, on PyTorch's current stream. An MPI that is not CUDA-aware
+gets a compressed call's bytes through pinned host buffers, a plain call's
+whole buffers (the default plain parameter gathers) through host copies.
 """
 from __future__ import annotations
 
@@ -121,16 +122,23 @@ class ShardedOptimizer:
         if not float(bucket_mib) > 0:
             raise ValueError(f"bucket_mib must be > 0, got {bucket_mib!r}")
         self.dtype = self.named[0][1].dtype
-        #: where the parameters, and so every buffer of this optimizer, live
-        self.tensors = TensorMemory(self.named[0][1].device)
-        device = self.tensors.device
         if compress_params and self.dtype != torch.float32:
             raise ValueError(f"param_settings compress float32 parameters; these are "
                              f"{self.dtype}: gather them as they are (param_settings=None)")
+        device = self.named[0][1].device
         shape = [[(n, tuple(q.shape), str(q.dtype)) for n, q in group] for group in groups]
-        if len(set(map(repr, self.comm.allgather(shape)))) != 1:
+        every = self.comm.allgather((shape, device.type, TensorMemory.unusable(device)))
+        if len({repr(s) for s, _, _ in every}) != 1:
             raise ValueError("ShardedOptimizer: the ranks hold different parameter names, "
                              "shapes, dtypes or groups")
+        if len({d for _, d, _ in every}) != 1:
+            raise TypeError("ShardedOptimizer: the ranks' parameters lie on different kinds of "
+                            f"device ({sorted({d for _, d, _ in every})})")
+        problem = next((u for _, _, u in every if u), None)
+        if problem is not None:
+            raise TypeError(f"ShardedOptimizer: {problem}")
+        #: where the parameters, and so every buffer of this optimizer, live
+        self.tensors = TensorMemory(device)
         self.tensor_parallel = None if tensor_parallel is None else _world(tensor_parallel)
         self.pipeline_parallel = (None if pipeline_parallel is None
                                   else _world(pipeline_parallel))
@@ -144,7 +152,8 @@ class ShardedOptimizer:
         with torch.no_grad():
             for _, _, q, at in self.layout.placed:
                 self.flat[at:at + q.numel()].copy_(q.detach().reshape(-1))
-        self.comm.Bcast(self._wire(self.flat), root=0, codec="none")  # replicas alike
+        with self.tensors.ordered():
+            self.comm.Bcast(self._wire(self.flat), root=0, codec="none")  # replicas alike
         for _, _, q, at in self.layout.placed:
             q.data = self.flat[at:at + q.numel()].view_as(q)
         #: the master values are the parameters themselves (float32, gathered plain)
@@ -246,12 +255,18 @@ class ShardedOptimizer:
             if started is not None:
                 req, tested, received, _sent = started
                 tested.result()  # (the helper thread completes it: one thread at a time may)
-                req.Wait()
+                with self.tensors.ordered():
+                    req.Wait()
                 if received is not None:  # the same bits added on every rank
                     with torch.no_grad():
                         self.flat[self.layout.whole(self.buckets[k])].add_(received)
 
     def _start_gather(self, k: int) -> None:
+        with self.tensors.ordered():
+            self._gathers[k] = self._gather(k)
+
+    def _gather(self, k: int) -> tuple[Any, Any, Any, Any]:
+        """Start bucket ``k``'s parameter allgather: what :attr:`_gathers` keeps of it."""
         b, m = self.buckets[k], self.masters[k]
         whole = self._wire(self.flat[self.layout.whole(b)])
         received = mine = None
@@ -273,7 +288,7 @@ class ShardedOptimizer:
             with torch.no_grad():
                 self.flat[self.layout.mine(b)].copy_(m)
             req = self.comm.Iallgather(MPI.IN_PLACE, whole, **self.param_settings)
-        self._gathers[k] = (req, self._progress.watch(req), received, mine)
+        return req, self._progress.watch(req), received, mine
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
         """Scale this step's gradient so that its norm over the whole model (every rank's
@@ -302,7 +317,7 @@ class ShardedOptimizer:
         scale = float(max_norm) / (total + 1e-6)
         if scale < 1.0:
             shard.mul_(scale)
-        return torch.tensor(total)
+        return torch.tensor(total, device=shard.device)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.grads.zero()
@@ -331,9 +346,11 @@ class ShardedOptimizer:
     def consolidate_state_dict(self, to: int = 0) -> dict[str, Any] | None:
         """Every rank's :meth:`state_dict`, gathered on rank ``to`` (collective; as
         ``ZeroRedundancyOptimizer.consolidate_state_dict``): ``{"shards": [rank 0's, ...]}``
-        there, one file for the whole optimizer; None on the other ranks. Every rank may
-        load it back with :meth:`load_state_dict` (each takes its own shard)."""
-        shards = self.comm.gather(self.state_dict(), root=to)
+        there, one file for the whole optimizer, its tensors in host memory (CUDA ones
+        copied: rank ``to`` holds no other rank's state on a GPU); None on the other ranks.
+        Every rank may load it back with :meth:`load_state_dict` (each takes its own shard,
+        onto its parameters' device)."""
+        shards = self.comm.gather(_to_cpu(self.state_dict()), root=to)
         return {"shards": shards} if self.comm.Get_rank() == to else None
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -426,3 +443,14 @@ class ShardedOptimizer:
     def _wire(self, t: torch.Tensor) -> Any:
         """What the communicator takes for ``t`` (:meth:`.tensors.TensorMemory.wire`)."""
         return self.tensors.wire(t)
+
+
+def _to_cpu(state: Any) -> Any:
+    """``state`` (dicts, lists, tuples, tensors) with every tensor in host memory."""
+    if torch.is_tensor(state):
+        return state.cpu()
+    if isinstance(state, Mapping):
+        return {k: _to_cpu(v) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(_to_cpu(v) for v in state)
+    return state

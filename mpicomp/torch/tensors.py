@@ -1,6 +1,7 @@
 """Tensors as the communicators take them, shared by the PyTorch integration's modules."""
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from ..comm import Comm
@@ -29,12 +30,14 @@ class TensorMemory:
     """Where a module's own tensors live (``device``: the CPU or a CUDA device), and what
     mpicomp takes for them: :meth:`wire` for a communicator, :meth:`values` for the array
     operations :attr:`ops` (``mpicomp.backend``'s host operations on NumPy views, or its
-    device operations, kernels on the current CUDA stream, on Numba device arrays over the
-    tensors' memory). Nothing is copied between host and device."""
+    device operations, kernels on a CUDA stream, on Numba device arrays over the tensors'
+    memory). Nothing is copied between host and device here; mpicomp's calls and kernels
+    on CUDA tensors run inside :meth:`ordered`, on PyTorch's current stream."""
 
     def __init__(self, device: Any) -> None:
-        if device.type not in ("cpu", "cuda"):
-            raise TypeError(f"tensors on the CPU or a CUDA device, got {device}")
+        problem = self.unusable(device)
+        if problem is not None:
+            raise TypeError(problem)
         self.device = device
         #: whether the tensors are device memory
         self.on_device = device.type == "cuda"
@@ -46,6 +49,40 @@ class TensorMemory:
             from ..backend.host import HOST
 
             self.ops = HOST
+
+    @staticmethod
+    def unusable(device: Any) -> str | None:
+        """Why tensors on ``device`` cannot be worked on in place (None: they can): a device
+        other than the CPU and CUDA, or CUDA memory mpicomp's kernels cannot use (no usable
+        CUDA device for Numba, as under ROCm)."""
+        if device.type == "cpu":
+            return None
+        if device.type != "cuda":
+            return f"tensors on the CPU or a CUDA device, got {device}"
+        from ..backend import placement
+
+        where = placement.of(require_torch().empty(1, device=device))
+        if not where.on_device:
+            return (f"tensors on {device} are not memory mpicomp's CUDA kernels can use "
+                    f"({where.reason or where.place.name})")
+        return None
+
+    def ordered(self) -> Any:
+        """A context in which mpicomp's calls and kernels on these tensors run on PyTorch's
+        current stream of their device (that device current), so that they keep the order
+        of PyTorch's own operations on them; nothing on the CPU."""
+        if self.device.type != "cuda":
+            return contextlib.nullcontext()
+        from numba import cuda
+
+        from .. import cuda_runtime
+
+        torch = require_torch()
+        handle = torch.cuda.current_stream(self.device).cuda_stream
+        stream = cuda.external_stream(handle) if handle else cuda.default_stream()
+        index = self.device.index if self.device.index is not None else \
+            torch.cuda.current_device()
+        return cuda_runtime.using_stream(stream, index)
 
     def wire(self, t: Any) -> Any:
         """What a communicator takes for the contiguous tensor ``t`` (:func:`buffer`;

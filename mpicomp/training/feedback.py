@@ -10,7 +10,7 @@
 
 ``C(x)`` is the codec's round trip of this rank's own input (what its
 compressed contribution carries). Residuals are kept per bucket where the
-bucket lives (host or device, :mod:`.arrays`), in the gradient's dtype or,
+bucket lives (host or device, :mod:`mpicomp.backend`), in the gradient's dtype or,
 with ``residual_dtype="float16"``/``"bfloat16"``, as 2-byte values (the
 ``cast`` codec's stream, the same bits on host and device), clipped to the
 lower precision's largest finite value so that a residual never becomes Inf.

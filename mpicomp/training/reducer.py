@@ -19,7 +19,7 @@ Gradients are NumPy arrays or anything NumPy views without a copy (PyTorch
 CPU tensors, via ``numpy()``), or CUDA device buffers (CuPy arrays, PyTorch
 CUDA tensors, Numba device arrays): those are packed, compensated, reduced
 and copied back on the device, on the caller's current stream
-(:mod:`.arrays`). Every rank must pass the same names, shapes, dtypes and
+(:mod:`mpicomp.backend`). Every rank must pass the same names, shapes, dtypes and
 placement (host or device), in any order (checked each step, the same error
 on every rank).
 """
@@ -32,9 +32,9 @@ from typing import Any
 import numpy as np
 
 from .. import backend
+from ..algorithms.common import split
 from ..backend.device import DEVICE
 from ..backend.host import HOST
-from ..algorithms.common import split
 from . import buckets as bucketing
 from .feedback import ErrorFeedback
 from .rules import Rule, check_rules, settings_for
