@@ -99,12 +99,22 @@ def test_pipeline_on_cuda(comm):
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-4, atol=1e-6)
 
 
-def test_sharded_optimizer_on_cuda(comm):
+@pytest.mark.parametrize("side_stream", [False, True], ids=["default-stream", "side-stream"])
+def test_sharded_optimizer_on_cuda(comm, side_stream):
     """ShardedOptimizer over a CUDA model, gradients bitplane 8.25 with LoCo error
     feedback: the replicas hold the same bits after every step, the parameters stay on
     the GPU as views of the flat vector, which lives there with the gradient shard and
-    the optimizer state (no host copy), and the loss falls."""
+    the optimizer state (no host copy), and the loss falls; also with the whole run on a
+    stream of its own (mpicomp's kernels follow PyTorch's current stream)."""
     dev = _cuda()
+    if side_stream:
+        with torch.cuda.stream(torch.cuda.Stream(dev)):
+            _sharded_on_cuda(comm, dev)
+    else:
+        _sharded_on_cuda(comm, dev)
+
+
+def _sharded_on_cuda(comm, dev):
     r = comm.Get_rank()
     dp = mpicomp.Comm(comm)
     torch.manual_seed(r)  # different on every rank: the optimizer copies rank 0's

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from ..comm import Comm
@@ -67,22 +68,26 @@ class TensorMemory:
                     f"({where.reason or where.place.name})")
         return None
 
-    def ordered(self) -> Any:
+    @contextlib.contextmanager
+    def ordered(self) -> Iterator[None]:
         """A context in which mpicomp's calls and kernels on these tensors run on PyTorch's
         current stream of their device (that device current), so that they keep the order
         of PyTorch's own operations on them; nothing on the CPU."""
         if self.device.type != "cuda":
-            return contextlib.nullcontext()
+            yield
+            return
         from numba import cuda
 
         from .. import cuda_runtime
 
         torch = require_torch()
-        handle = torch.cuda.current_stream(self.device).cuda_stream
-        stream = cuda.external_stream(handle) if handle else cuda.default_stream()
         index = self.device.index if self.device.index is not None else \
             torch.cuda.current_device()
-        return cuda_runtime.using_stream(stream, index)
+        with cuda.gpus[index]:  # (the stream belongs to that device's context)
+            handle = torch.cuda.current_stream(self.device).cuda_stream
+            stream = cuda.external_stream(handle) if handle else cuda.default_stream()
+            with cuda_runtime.using_stream(stream, index):
+                yield
 
     def wire(self, t: Any) -> Any:
         """What a communicator takes for the contiguous tensor ``t`` (:func:`buffer`;
