@@ -38,8 +38,9 @@
 #                  .whl there and run  make test-gpu WHEELS=.whl  (docs/performance/gpu.md)
 #   make gpu-session  there, with .whl carried: venv, codecs (float32, float64), GPU codec tests,
 #                  Allreduce at 64 and 256 MiB, the device piece sizes at 64 MiB, device tests,
-#                  each step time-capped (under 8 minutes in all); logs, tables and steps.json
-#                  in OUT (gpu-session/)
+#                  torch on CUDA, a CuPy training soak, the transformer study on CUDA; each
+#                  step time-capped, BUDGET (460 s) in all; logs, tables and steps.json in OUT
+#                  (gpu-session/)
 #   make clean     remove caches and build outputs; make distclean also removes .venv
 # Pass options to the test runner with ARGS, e.g.  make test ARGS="--stages serial,2 -k codec"
 # WHEELS=DIR (a machine without internet): make venv installs DIR's wheels with no index and

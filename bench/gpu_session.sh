@@ -13,7 +13,8 @@
 # ranks at 64 and 256 MiB, and at 64 MiB with device pieces of 128 KiB to 4 MiB (what a
 # piece costs); the device tests on 2 ranks; the torch layers and the sharded optimizer on CUDA
 # tensors (the machine's own PyTorch) on 2 ranks; the training benchmark on CuPy gradients for
-# 1,000 steps, with the memory pool's growth.
+# 1,000 steps, with the memory pool's growth; the transformer study's data-parallel layouts on
+# CUDA tensors (the replicated reducer and the sharded optimizer on the device path).
 set -u
 OUT=${1:-${OUT:-gpu-session}}
 mkdir -p "$OUT"
@@ -61,6 +62,9 @@ step torch-cuda 60 .venv/bin/mpiexec -n 2 $PY -m pytest --with-mpi -q -p no:cach
     tests/test_torch_cuda.py
 step train-soak 90 .venv/bin/mpiexec -n 4 $PY -m mpicomp.bench train --buffer cupy --steps 1000 \
     --cases plain,bitplane:4.25+loco,cast:bfloat16+none --json "$OUT/train-soak.json"
+step transformer-cuda 90 .venv/bin/mpiexec -n 4 $PY -m mpicomp.bench transformer --device cuda \
+    --layouts dp4,dp4-sharded --policies plain,bf16,hybrid --steps 60 --seeds 1 --val-kib 16 \
+    --eval-every 60 --json "$OUT/transformer-cuda.json" --markdown "$OUT/transformer-cuda.md"
 
 python3 - "$OUT" <<'EOF'
 import json, sys

@@ -168,6 +168,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--val-kib", type=int, default=256,
                         help="KiB of held-out text the final validation loss scores (256)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per rank (1)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the model, its batches and the optimizers' buffers live "
+                             "(cpu; cuda: every rank on its node-local GPU, CUDA tensors "
+                             "through mpicomp's device path)")
     parser.add_argument("--label", default="", help="the network, for the report (e.g. '1 Gbit/s')")
     parser.add_argument("--json", help="write the records to this JSON file")
     parser.add_argument("--markdown", help="(rank 0) also write the table as Markdown")
@@ -182,7 +186,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _hash(params: list[Any]) -> str:
     h = hashlib.sha256()
     for p in params:
-        h.update(p.detach().numpy().tobytes())
+        h.update(p.detach().cpu().numpy().tobytes())
     return h.hexdigest()
 
 
@@ -200,12 +204,30 @@ def _unsplit_names(module: Any) -> list[str]:
     return out
 
 
-def _batch(text: np.ndarray, starts: np.ndarray, context: int) -> tuple[Any, Any]:
+def _batch(text: np.ndarray, starts: np.ndarray, context: int,
+           device: Any = "cpu") -> tuple[Any, Any]:
     import torch
 
     idx = starts[:, None] + np.arange(context + 1)[None, :]
-    seq = torch.from_numpy(text[idx].astype(np.int64))
+    seq = torch.from_numpy(text[idx].astype(np.int64)).to(device)
     return seq[:, :-1], seq[:, 1:]
+
+
+def _device(args: argparse.Namespace, host: Any) -> Any:
+    """``--device`` as a torch device: this rank's GPU among its node's (by its rank on the
+    node) for ``cuda``, made current (PyTorch's and CuPy's)."""
+    import torch
+
+    if args.device == "cpu":
+        return torch.device("cpu")
+    device = torch.device("cuda", host.Get_rank() % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    try:  # (mpicomp's device work runs on CuPy's current device where CuPy is)
+        import cupy
+    except ImportError:
+        return device
+    cupy.cuda.Device(device.index).use()
+    return device
 
 
 def _lr(step: int, args: argparse.Namespace) -> float:
@@ -254,9 +276,10 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
         s = {**s, "tp": {"codec": "bitplane", "rate": args.tp_rate, "threshold": 0}}
     g = parallel_groups(world, dp=dp, tp=tp, pp=pp,
                         policies={"dp": PLAIN, "tp": s["tp"], "pp": s["pp"]})
+    device = _device(args, host)
     torch.manual_seed(args.seed)
     config = gpt.GPTConfig(context=args.context, d=args.d, heads=args.heads, layers=args.layers)
-    model = gpt.GPT(config)
+    model = gpt.GPT(config).to(device)
     parameters = gpt.count_parameters(model)  # the whole model's, before the split
     model = gpt.split_tensors(model, g.tp)
     module = gpt.stage_of(model, g.pp_rank, pp) if pp > 1 else model
@@ -333,7 +356,7 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
         chunk = max(args.global_batch // dp, 1)
         total = 0.0
         for at in range(0, mine.size, chunk):
-            x, y = _batch(source, mine[at:at + chunk], args.context)
+            x, y = _batch(source, mine[at:at + chunk], args.context, device)
             total += loss_of(x, y, False) * x.shape[0]
         return g.dp.allreduce(total) / g.dp.allreduce(mine.size)
 
@@ -364,7 +387,7 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
             group["lr"] = _lr(step, args)
         starts = np.random.default_rng([args.seed, 0, step]).integers(
             0, text.size - args.context - 1, args.global_batch)
-        x, y = _batch(text, starts[mine], args.context)
+        x, y = _batch(text, starts[mine], args.context, device)
         opt.zero_grad()
         loss = loss_of(x, y, True)
         opt.step()
@@ -431,7 +454,7 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
         "final_train_loss": final_train, "final_val_loss": final_val,
         "val_bytes": int(val_starts.size * (args.context + 1)), "seed": args.seed,
         "identical": bool(identical),
-        "parameters": parameters,
+        "parameters": parameters, "device": str(device),
     }
     g.free()
     host.Free()
@@ -601,6 +624,9 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     for flag in ("eval_every", "eval_seqs", "val_kib", "seeds", "threads"):
         if getattr(args, flag) < 1:
             raise SystemExit(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit(f"--device cuda: this PyTorch ({torch.__version__}) sees no CUDA "
+                         "device")
     world = mpicomp.Comm(mpicomp.COMM_WORLD)
     if world.Get_size() != 4:
         raise SystemExit(f"the transformer study runs on 4 ranks, got {world.Get_size()}")

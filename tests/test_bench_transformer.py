@@ -110,6 +110,8 @@ def test_policies_name_their_settings():
     (["--seeds", "0"], "--seeds must be >= 1, got 0"),
     (["--steps", "5", "--skip", "5"], r"--skip must be in \[0, --steps\)"),
     (["--layouts", "dp3"], "unknown layout 'dp3'"),
+    pytest.param(["--device", "cuda"], "--device cuda: this PyTorch .* sees no CUDA device",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here")),
 ])
 def test_bad_arguments_name_the_constraint(argv, says):
     """Bad options stop the study before any rank trains, naming the option and value."""
