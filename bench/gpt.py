@@ -84,7 +84,7 @@ class Embedding(torch.nn.Module):
         self.position = torch.nn.Embedding(c.context, c.d)
 
     def forward(self, ids: Any) -> Any:
-        return self.token(ids) + self.position(torch.arange(ids.shape[1]))
+        return self.token(ids) + self.position(torch.arange(ids.shape[1], device=ids.device))
 
 
 class Head(torch.nn.Module):
@@ -133,7 +133,8 @@ def split_tensors(model: GPT, tp: Any) -> GPT:
         if isinstance(block, Block):
             a, m = block.attn, block.mlp
             # rows regrouped so that rank r's contiguous slice is [q_r; k_r; v_r]
-            order = torch.arange(3 * c.d).view(3, t, c.d // t).transpose(0, 1).reshape(-1)
+            order = torch.arange(3 * c.d, device=a.qkv.weight.device).view(
+                3, t, c.d // t).transpose(0, 1).reshape(-1)
             with torch.no_grad():
                 a.qkv.weight.copy_(a.qkv.weight[order])
                 a.qkv.bias.copy_(a.qkv.bias[order])

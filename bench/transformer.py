@@ -395,6 +395,8 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
             curve.append(g.dp.allreduce(loss) / dp)
         if sharded and evaluating:  # (the evaluation is not timed: its parameters are)
             opt.finish_param_gather()
+        if device.type == "cuda":  # (the step's queued GPU work is the step's)
+            torch.cuda.synchronize(device)
         wall = time.perf_counter() - t
         regions = clock.take()
         if tx is not None and step >= args.skip:
@@ -454,7 +456,7 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
         "final_train_loss": final_train, "final_val_loss": final_val,
         "val_bytes": int(val_starts.size * (args.context + 1)), "seed": args.seed,
         "identical": bool(identical),
-        "parameters": parameters, "device": str(device),
+        "parameters": parameters, "device": args.device,
     }
     g.free()
     host.Free()

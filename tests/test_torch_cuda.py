@@ -134,6 +134,9 @@ def _sharded_on_cuda(comm, dev):
         loss = torch.nn.functional.mse_loss(model(x), t)
         first = loss.item() if first is None else first
         loss.backward()
+        # (the GPU kept busy on PyTorch's current stream: mpicomp's work on another stream
+        # would run ahead of the gradients and parameters it reads)
+        torch.cuda._sleep(2_000_000)
         opt.step()
         assert all(w.device.type == "cuda" for w in model.parameters())
         blob = b"".join(w.detach().cpu().numpy().tobytes() for w in model.parameters())

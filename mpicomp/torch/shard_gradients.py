@@ -66,9 +66,10 @@ class GradientShards:
         self._missing = list(self._expected)
         self._filling: dict[int, torch.Tensor] = {}
         #: (bucket, request, its helper's future, the send values, the received part as a
-        #: tensor and as the communicator took it, the send tensor: alive until completed)
+        #: tensor and as the communicator took it, the send tensor: alive until completed,
+        #: the stream it started on)
         self._in_flight: collections.deque[tuple[int, Any, Any, Any, torch.Tensor, Any,
-                                                 torch.Tensor]] = collections.deque()
+                                                 torch.Tensor, Any]] = collections.deque()
         self._next = 0  # the next bucket to start
         self._callback_queued = False
         #: gradients reduced since the last :meth:`take` (else a step reduces ``.grad``)
@@ -114,16 +115,18 @@ class GradientShards:
             x = self.feedback.compensate(k, self.memory.values(send, f"bucket {k}"), ops)
             y = self.memory.values(part, f"bucket {k}'s part")
             req = self.comm.Ireduce_scatter_block(x, y, **self.settings)
-        self._in_flight.append((k, req, self._progress.watch(req), x, part, y, send))
+        self._in_flight.append((k, req, self._progress.watch(req), x, part, y, send,
+                                self.memory.stream()))
         self._missing[k] = self._expected[k]
         self._next += 1
         self._note_buffers(0)
 
     def complete_oldest(self) -> None:
         """Wait for the oldest bucket in flight; add its averaged part to the shard."""
-        k, req, tested, x, part, y, _send = self._in_flight.popleft()
+        k, req, tested, x, part, y, _send, started = self._in_flight.popleft()
         tested.result()  # (the helper thread completes it: one thread at a time may)
         ops = self.memory.ops
+        self.memory.after(started)
         with self.memory.ordered():
             req.Wait()
             if self.feedback.active:
@@ -163,7 +166,7 @@ class GradientShards:
     def buffer_bytes(self) -> int:
         """Bytes of the send and receive buffers held now."""
         return (sum(t.numel() * 4 for t in self._filling.values())
-                + sum(x.nbytes + part.numel() * 4 for _, _, _, x, part, _, _ in self._in_flight))
+                + sum(x.nbytes + part.numel() * 4 for _, _, _, x, part, _, _, _ in self._in_flight))
 
     def _note_buffers(self, extra: int) -> None:
         self.peak_buffer_bytes = max(self.peak_buffer_bytes, self.buffer_bytes() + extra)

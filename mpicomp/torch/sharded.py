@@ -183,8 +183,8 @@ class ShardedOptimizer:
         self.steps = 0
         #: parameter allgathers in flight, by bucket: (request, its helper's future, and with
         #: gather_deltas the change received, to add to the bucket's parameters, and this
-        #: rank's part of it, the send buffer; else None twice)
-        self._gathers: dict[int, tuple[Any, Any, Any, Any]] = {}
+        #: rank's part of it, the send buffer; else None twice; the stream it started on)
+        self._gathers: dict[int, tuple[Any, Any, Any, Any, Any]] = {}
         self._gather_hooks: list[Any] | None = None  # gather_during_forward's
         self._progress = Progress()
 
@@ -253,8 +253,9 @@ class ShardedOptimizer:
         for k in (list(self._gathers) if buckets is None else buckets):
             started = self._gathers.pop(k, None)
             if started is not None:
-                req, tested, received, _sent = started
+                req, tested, received, _sent, stream = started
                 tested.result()  # (the helper thread completes it: one thread at a time may)
+                self.tensors.after(stream)
                 with self.tensors.ordered():
                     req.Wait()
                 if received is not None:  # the same bits added on every rank
@@ -265,7 +266,7 @@ class ShardedOptimizer:
         with self.tensors.ordered():
             self._gathers[k] = self._gather(k)
 
-    def _gather(self, k: int) -> tuple[Any, Any, Any, Any]:
+    def _gather(self, k: int) -> tuple[Any, Any, Any, Any, Any]:
         """Start bucket ``k``'s parameter allgather: what :attr:`_gathers` keeps of it."""
         b, m = self.buckets[k], self.masters[k]
         whole = self._wire(self.flat[self.layout.whole(b)])
@@ -288,7 +289,7 @@ class ShardedOptimizer:
             with torch.no_grad():
                 self.flat[self.layout.mine(b)].copy_(m)
             req = self.comm.Iallgather(MPI.IN_PLACE, whole, **self.param_settings)
-        return req, self._progress.watch(req), received, mine
+        return req, self._progress.watch(req), received, mine, self.tensors.stream()
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
         """Scale this step's gradient so that its norm over the whole model (every rank's
@@ -336,6 +337,7 @@ class ShardedOptimizer:
         (ranks, buckets) a resume must match. Loaded by :meth:`load_state_dict`, a resumed
         run continues with the same bits as an uninterrupted one."""
         self.finish_param_gather()
+        self.tensors.synchronize()  # (the feedback's residuals are copied by the host)
         return {"optimizer": self.optimizer.state_dict(),
                 "master": self.master_values(),
                 "params": self.flat.detach().clone(),

@@ -83,11 +83,35 @@ class TensorMemory:
         torch = require_torch()
         index = self.device.index if self.device.index is not None else \
             torch.cuda.current_device()
-        with cuda.gpus[index]:  # (the stream belongs to that device's context)
+        with cuda.gpus[index]:
             handle = torch.cuda.current_stream(self.device).cuda_stream
-            stream = cuda.external_stream(handle) if handle else cuda.default_stream()
+            stream = (cuda.external_stream(handle) if handle else
+                      getattr(cuda, "legacy_default_stream", cuda.default_stream)())
             with cuda_runtime.using_stream(stream, index):
                 yield
+
+    def stream(self) -> Any:
+        """PyTorch's current stream of the device (None on the CPU): what a call started
+        now runs on, for :meth:`after`."""
+        if self.device.type != "cuda":
+            return None
+        return require_torch().cuda.current_stream(self.device)
+
+    def after(self, started: Any) -> None:
+        """Make PyTorch's current stream wait for the work queued on ``started`` (a call's
+        :meth:`stream` when it started; nothing when it is the current one or None): a
+        call completed under another stream than it started on (a forward inside
+        ``torch.cuda.stream(s)``, a backward outside) still has its kernels ordered before
+        what follows."""
+        current = self.stream()
+        if started is not None and current is not None and started != current:
+            current.wait_stream(started)
+
+    def synchronize(self) -> None:
+        """Wait for every stream of the device (before host code reads what mpicomp's
+        kernels wrote, as a checkpoint does); nothing on the CPU."""
+        if self.device.type == "cuda":
+            require_torch().cuda.synchronize(self.device)
 
     def wire(self, t: Any) -> Any:
         """What a communicator takes for the contiguous tensor ``t`` (:func:`buffer`;
