@@ -119,3 +119,28 @@ def test_bad_arguments_name_the_constraint(argv, says):
     transformer.add_arguments(parser)
     with pytest.raises(SystemExit, match=says):
         transformer.main(parser.parse_args(argv), argv)
+
+
+@pytest.mark.mpi(min_size=4)
+@pytest.mark.device
+def test_study_on_cuda_matches_the_cpu(comm):
+    """``--device cuda`` (where a GPU is): the data-parallel layouts train on CUDA tensors,
+    plain and compressed, the replicas identical, plain's losses those of the CPU run
+    (float32 on two devices: 1e-3)."""
+    if comm.Get_size() != 4:
+        pytest.skip("the study runs on 4 ranks")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU for PyTorch")
+    world = mpicomp.Comm(comm)
+    train, val, _ = stdlib_text.corpus(1 << 18, 1 << 14)
+    data = {"train": train, "val": val}
+    clock = StepClock()
+    for layout in ("dp4", "dp4-sharded"):
+        cpu = transformer.run(world, layout, "plain", _args(), data, clock)
+        for policy in ("plain", "hybrid"):
+            r = transformer.run(world, layout, policy, _args(device="cuda"), data, clock)
+            assert r["identical"] and r["device"] == "cuda", (layout, policy)
+            assert np.isfinite(r["final_val_loss"])
+            if policy == "plain":
+                np.testing.assert_allclose([v for _, v in r["val_curve"]],
+                                           [v for _, v in cpu["val_curve"]], rtol=1e-3)
