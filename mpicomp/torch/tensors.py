@@ -62,7 +62,10 @@ class TensorMemory:
             return f"tensors on the CPU or a CUDA device, got {device}"
         from ..backend import placement
 
-        where = placement.of(require_torch().empty(1, device=device))
+        try:  # (an error here is this rank's only: said, not raised, so all ranks agree)
+            where = placement.of(require_torch().empty(1, device=device))
+        except Exception as e:  # noqa: BLE001 - a driver or runtime that fails to start
+            return f"tensors on {device}: {type(e).__name__}: {e}"
         if not where.on_device:
             return (f"tensors on {device} are not memory mpicomp's CUDA kernels can use "
                     f"({where.reason or where.place.name})")
