@@ -59,7 +59,7 @@ step allreduce-256 60 .venv/bin/mpiexec -n 4 $PY -m mpicomp.bench allreduce-gpu 
 step device-tests 120 $PY tests/run_tests.py --stages 2 -m "gpu or device" \
     -k "bitplane or zfp or errbound or staging"
 step torch-cuda 60 .venv/bin/mpiexec -n 2 $PY -m pytest --with-mpi -q -p no:cacheprovider \
-    tests/test_torch_cuda.py
+    tests/test_torch_cuda.py tests/test_torch_ddp_hook.py
 step train-soak 90 .venv/bin/mpiexec -n 4 $PY -m mpicomp.bench train --buffer cupy --steps 1000 \
     --cases plain,bitplane:4.25+loco,cast:bfloat16+none --json "$OUT/train-soak.json"
 step transformer-cuda 90 .venv/bin/mpiexec -n 4 $PY -m mpicomp.bench transformer --device cuda \

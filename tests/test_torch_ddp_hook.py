@@ -9,13 +9,13 @@ dist = pytest.importorskip("torch.distributed")
 import mpicomp.torch as mt  # noqa: E402
 
 
-def _grads(comm, hook_state=None, steps=1, bucket_cap_mb=0.05, hook=None):
+def _grads(comm, hook_state=None, steps=1, bucket_cap_mb=0.05, hook=None, device="cpu"):
     """Each parameter's gradient after ``steps`` backward passes of a small MLP under DDP
     (rank-dependent data, the same initial weights), with our hook (or ``hook``) when a
-    state is given."""
+    state is given; the model on ``device``, the gradients returned on the CPU."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(),
-                                torch.nn.Linear(256, 10))
+                                torch.nn.Linear(256, 10)).to(device)
     ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
     if hook_state is not None:
         ddp.register_comm_hook(hook_state, hook or mt.compressed_allreduce_hook)
@@ -23,9 +23,9 @@ def _grads(comm, hook_state=None, steps=1, bucket_cap_mb=0.05, hook=None):
     out = []
     for _ in range(steps):
         ddp.zero_grad()
-        x = torch.randn(32, 64, generator=g)
+        x = torch.randn(32, 64, generator=g).to(device)
         ddp(x).square().mean().backward()
-        out.append([p.grad.detach().clone() for p in model.parameters()])
+        out.append([p.grad.detach().cpu().clone() for p in model.parameters()])
     return out
 
 
@@ -64,6 +64,27 @@ def test_compressed_buckets_average_within_the_codecs_bound(comm, process_group,
     stats = state.comm.stats()
     assert stats["Iallreduce"]["compressed"] >= 2  # (several buckets, each compressed)
     assert (state.feedback.nbytes() > 0) == (feedback != "none")
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.device
+def test_compressed_buckets_on_cuda(comm, process_group):
+    """Where a GPU is: CUDA buckets through mpicomp's device path (LoCo feedback), every
+    gradient within the bound of the CPU test above of DDP's own average, the same bits
+    on every rank."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU for PyTorch")
+    want = _grads(comm, steps=2, device="cuda")
+    state = mt.HookState(comm=comm, codec="bitplane", rate=16.25, threshold=0,
+                         error_feedback="loco")
+    got = _grads(comm, state, steps=2, device="cuda")
+    for step in range(2):
+        for a, b in zip(want[step], got[step], strict=True):
+            bound = 2.0 ** -12 * float(a.abs().max()) * comm.Get_size() + 1e-7
+            assert float((a - b).abs().max()) <= bound, step
+            assert len(set(comm.allgather(b.numpy().tobytes()))) == 1
+    stats = state.comm.stats()["Iallreduce"]
+    assert stats["compressed"] >= 2 and all(m.startswith("device") for m in stats["memory"])
 
 
 def test_bad_settings_raise_when_the_state_is_made():

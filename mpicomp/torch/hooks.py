@@ -20,12 +20,14 @@ helper thread waits for the buckets in the order they started, divides each
 by the number of ranks, as DDP averages, writes the
 bucket and completes the future. ``codec="none"`` is PyTorch's own
 ``default_hooks.allreduce_hook`` (the bucket divided by the world size, then
-``torch.distributed.all_reduce``). CPU tensors are reduced through NumPy views of the bucket, CUDA
-tensors on their device (mpicomp's device path).
+``torch.distributed.all_reduce``). CPU tensors are reduced through NumPy views of
+the bucket, CUDA tensors on their device (mpicomp's device path), on
+PyTorch's current stream of the bucket's GPU, the helper thread's kernels too.
 """
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 from typing import Any
 
 from ..training.feedback import ErrorFeedback
@@ -55,6 +57,7 @@ class HookState:
         self.ddp_own = codec == "none"
         self.feedback = ErrorFeedback(error_feedback, beta, reset_every)
         self._buffers: dict[int, tuple[Any, Any]] = {}
+        self._memory: dict[Any, Any] = {}  #: a TensorMemory per CUDA device of the buckets
         self._finisher: concurrent.futures.ThreadPoolExecutor | None = None
 
     def finish(self, work: Any) -> None:
@@ -88,21 +91,35 @@ def compressed_allreduce_hook(state, bucket):  # noqa: ANN001, ANN201
     if bufs is None or bufs[0].size != g.size:
         bufs = state._buffers[key] = (on.empty(g.size, g.dtype), on.empty(g.size, g.dtype))
     x, y = bufs
-    on.copy(x, g)
-    x = state.feedback.compensate(key, x, on)
-    req = state.comm.Iallreduce(x, y, **state.call)
+    memory, where = None, None
+    if on.on_device:  # the bucket's device, PyTorch's current stream there (see TensorMemory)
+        from .. import cuda_runtime
+        from .tensors import TensorMemory
+
+        memory = state._memory.get(flat.device)
+        if memory is None:
+            memory = state._memory[flat.device] = TensorMemory(flat.device)
+    with contextlib.nullcontext() if memory is None else memory.ordered():
+        on.copy(x, g)
+        x = state.feedback.compensate(key, x, on)
+        req = state.comm.Iallreduce(x, y, **state.call)
+        if memory is not None:  # (the helper thread's kernels on the same stream and GPU)
+            where = cuda_runtime.capture()
     done = torch.futures.Future()
     last = bucket.is_last()
 
     def finish() -> None:
         try:
-            req.Wait()
-            if state.feedback.active:
-                state.feedback.update(key, x, roundtrip(state.comm, state.call, x, req, on), on)
-            on.divide(y, state.comm.Get_size())
-            on.copy(g, y)
-            if on.on_device:  # (DDP reads the bucket once the future is done)
-                on.stream.synchronize()
+            with (contextlib.nullcontext() if where is None
+                  else cuda_runtime.using_stream(*where)):
+                req.Wait()
+                if state.feedback.active:
+                    state.feedback.update(key, x, roundtrip(state.comm, state.call, x, req,
+                                                            on), on)
+                on.divide(y, state.comm.Get_size())
+                on.copy(g, y)
+                if on.on_device:  # (DDP reads the bucket once the future is done)
+                    on.stream.synchronize()
             if last:
                 state.feedback.end_step()
             done.set_result(flat)
