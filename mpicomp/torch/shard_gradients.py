@@ -31,7 +31,7 @@ feedback's arithmetic and the codecs run there, on PyTorch's current stream.
 from __future__ import annotations
 
 import collections
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -45,6 +45,18 @@ __all__ = ["IN_FLIGHT", "GradientShards"]
 
 #: buckets reduce-scattering at once
 IN_FLIGHT = 2
+
+
+class _Started(NamedTuple):
+    """A bucket's reduce-scatter in flight."""
+    bucket: int
+    req: Any
+    tested: Any  #: the helper thread's future of ``req``
+    x: Any  #: the send values as the communicator took them
+    part: torch.Tensor  #: this rank's received part
+    y: Any  #: ``part`` as the communicator took it
+    send: torch.Tensor  #: the send tensor, alive until completed
+    stream: Any  #: the stream it started on (:meth:`.tensors.TensorMemory.stream`)
 
 
 class GradientShards:
@@ -65,11 +77,7 @@ class GradientShards:
                     self._expected[piece.bucket] += piece.count
         self._missing = list(self._expected)
         self._filling: dict[int, torch.Tensor] = {}
-        #: (bucket, request, its helper's future, the send values, the received part as a
-        #: tensor and as the communicator took it, the send tensor: alive until completed,
-        #: the stream it started on)
-        self._in_flight: collections.deque[tuple[int, Any, Any, Any, torch.Tensor, Any,
-                                                 torch.Tensor, Any]] = collections.deque()
+        self._in_flight: collections.deque[_Started] = collections.deque()
         self._next = 0  # the next bucket to start
         self._callback_queued = False
         #: gradients reduced since the last :meth:`take` (else a step reduces ``.grad``)
@@ -115,25 +123,25 @@ class GradientShards:
             x = self.feedback.compensate(k, self.memory.values(send, f"bucket {k}"), ops)
             y = self.memory.values(part, f"bucket {k}'s part")
             req = self.comm.Ireduce_scatter_block(x, y, **self.settings)
-        self._in_flight.append((k, req, self._progress.watch(req), x, part, y, send,
-                                self.memory.stream()))
+        self._in_flight.append(_Started(k, req, self._progress.watch(req), x, part, y, send,
+                                        self.memory.stream()))
         self._missing[k] = self._expected[k]
         self._next += 1
         self._note_buffers(0)
 
     def complete_oldest(self) -> None:
         """Wait for the oldest bucket in flight; add its averaged part to the shard."""
-        k, req, tested, x, part, y, _send, started = self._in_flight.popleft()
-        tested.result()  # (the helper thread completes it: one thread at a time may)
+        s = self._in_flight.popleft()
+        s.tested.result()  # (the helper thread completes it: one thread at a time may)
         ops = self.memory.ops
-        self.memory.after(started)
+        self.memory.after(s.stream)
         with self.memory.ordered():
-            req.Wait()
+            s.req.Wait()
             if self.feedback.active:
-                self.feedback.update(k, x, self._carried(x, req), ops)
-            ops.divide(y, self.layout.size)
-        b = self.layout.buckets[k]
-        self.shard[b.master_at:b.master_at + b.part] += part
+                self.feedback.update(s.bucket, s.x, self._carried(s.x, s.req), ops)
+            ops.divide(s.y, self.layout.size)
+        b = self.layout.buckets[s.bucket]
+        self.shard[b.master_at:b.master_at + b.part] += s.part
 
     def _end_backward(self) -> None:
         self._callback_queued = False
@@ -166,7 +174,7 @@ class GradientShards:
     def buffer_bytes(self) -> int:
         """Bytes of the send and receive buffers held now."""
         return (sum(t.numel() * 4 for t in self._filling.values())
-                + sum(x.nbytes + part.numel() * 4 for _, _, _, x, part, _, _, _ in self._in_flight))
+                + sum(s.x.nbytes + s.part.numel() * 4 for s in self._in_flight))
 
     def _note_buffers(self, extra: int) -> None:
         self.peak_buffer_bytes = max(self.peak_buffer_bytes, self.buffer_bytes() + extra)

@@ -58,7 +58,7 @@ whole buffers (the default plain parameter gathers) through host copies.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -79,6 +79,17 @@ GRADIENT_SETTINGS = ("codec", "rate", "threshold", "algorithm")
 
 #: parameter dtypes a sharded optimizer takes (float32 master values for every one)
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+class _Gather(NamedTuple):
+    """A bucket's parameter allgather in flight."""
+    req: Any
+    tested: Any  #: the helper thread's future of ``req``
+    #: with gather_deltas: the change received, to add to the bucket's parameters, and this
+    #: rank's part of it (the send buffer); else None
+    received: torch.Tensor | None
+    sent: torch.Tensor | None
+    stream: Any  #: the stream it started on (:meth:`.tensors.TensorMemory.stream`)
 
 
 class ShardedOptimizer:
@@ -181,10 +192,8 @@ class ShardedOptimizer:
             **given)
         self._counted = self._norm_ranges()
         self.steps = 0
-        #: parameter allgathers in flight, by bucket: (request, its helper's future, and with
-        #: gather_deltas the change received, to add to the bucket's parameters, and this
-        #: rank's part of it, the send buffer; else None twice; the stream it started on)
-        self._gathers: dict[int, tuple[Any, Any, Any, Any, Any]] = {}
+        #: parameter allgathers in flight, by bucket
+        self._gathers: dict[int, _Gather] = {}
         self._gather_hooks: list[Any] | None = None  # gather_during_forward's
         self._progress = Progress()
 
@@ -253,20 +262,18 @@ class ShardedOptimizer:
         for k in (list(self._gathers) if buckets is None else buckets):
             started = self._gathers.pop(k, None)
             if started is not None:
-                req, tested, received, _sent, stream = started
-                tested.result()  # (the helper thread completes it: one thread at a time may)
-                self.tensors.after(stream)
-                with self.tensors.ordered():
-                    req.Wait()
-                if received is not None:  # the same bits added on every rank
+                started.tested.result()  # (the helper thread completes it: one at a time may)
+                started.req.Wait()
+                self.tensors.after(started.stream)
+                if started.received is not None:  # the same bits added on every rank
                     with torch.no_grad():
-                        self.flat[self.layout.whole(self.buckets[k])].add_(received)
+                        self.flat[self.layout.whole(self.buckets[k])].add_(started.received)
 
     def _start_gather(self, k: int) -> None:
         with self.tensors.ordered():
             self._gathers[k] = self._gather(k)
 
-    def _gather(self, k: int) -> tuple[Any, Any, Any, Any, Any]:
+    def _gather(self, k: int) -> _Gather:
         """Start bucket ``k``'s parameter allgather: what :attr:`_gathers` keeps of it."""
         b, m = self.buckets[k], self.masters[k]
         whole = self._wire(self.flat[self.layout.whole(b)])
@@ -278,8 +285,9 @@ class ShardedOptimizer:
                                    device=self.tensors.device)
             req = self.comm.Iallgather(self._wire(mine), self._wire(received),
                                        **self.param_settings)
-            held = received.numel() * 4 + sum(g[2].numel() * 4 for g in self._gathers.values()
-                                              if g[2] is not None)
+            held = received.numel() * 4 + sum(g.received.numel() * 4
+                                              for g in self._gathers.values()
+                                              if g.received is not None)
             self.peak_delta_bytes = max(self.peak_delta_bytes, held)
         elif self.aliased:
             req = self.comm.Iallgather(MPI.IN_PLACE, whole, **self.param_settings)
@@ -289,7 +297,7 @@ class ShardedOptimizer:
             with torch.no_grad():
                 self.flat[self.layout.mine(b)].copy_(m)
             req = self.comm.Iallgather(MPI.IN_PLACE, whole, **self.param_settings)
-        return req, self._progress.watch(req), received, mine, self.tensors.stream()
+        return _Gather(req, self._progress.watch(req), received, mine, self.tensors.stream())
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
         """Scale this step's gradient so that its norm over the whole model (every rank's
