@@ -52,7 +52,8 @@ from numba.extending import intrinsic
 
 from .vector_ir import I32, I64, call_intrinsic, element_pointer, load, splat, store, vector
 
-__all__ = ["LANES", "codes_from_planes", "decode_block_vec32", "encode_block_vec32"]
+__all__ = ["LANES", "codes_from_planes", "decode_block_vec32", "encode_block_vec32",
+           "residual_block_vec32"]
 
 #: values per block (one plane word is one 32-bit integer)
 LANES = 32
@@ -266,5 +267,65 @@ def decode_block_vec32(typingctx, stream, pos, nplanes, quantum, dst, start):
         out = _scaled(b, code, width, pv, qv)
         store(b, out, element_pointer(context, b, signature.args[4], dstv, startv))
         return context.get_dummy_value()
+
+    return sig, codegen
+
+
+
+@intrinsic
+def residual_block_vec32(typingctx, x, bits, start, nplanes, pow2, prev, has_prev, a, b,
+                         lim, out):
+    """Error feedback's residual of the block ``x[start:start+32]`` (``bits``: its raw
+    bits) under this codec: ``out[i] = clip(a * prev[i] + b * (x[i] - rt[i]), -lim, lim)``
+    with ``rt`` the values ``decode_block_vec32`` gives for the block
+    ``encode_block_vec32`` makes (``pow2``: ``bitplane_cpu.quantum_table``), no stream
+    made; without ``has_prev`` the first term is 0 (``prev`` is not read), with ``b`` 0
+    the second is left out (``x`` and ``rt`` not read), in the arrays' dtype and in that
+    order of operations (``feedback_cpu.residual``'s, value by value). Returns the block
+    exponent; ``out`` is not written for the all-ones one (NaN or Inf: the encoder
+    refuses it)."""
+    _check_array(x, "x", (types.float32, types.float64))
+    _check_array(bits, "bits", (types.uint32, types.uint64))
+    _check_array(pow2, "pow2", (types.float64,))
+    _check_array(prev, "prev", (x.dtype,))
+    _check_array(out, "out", (x.dtype,))
+    _check_ints(start=start, nplanes=nplanes)
+    sig = types.int64(x, bits, start, nplanes, pow2, prev, has_prev, a, b, lim, out)
+    width = bits.dtype.bitwidth
+    ft = _F32 if width == 32 else _F64
+
+    def codegen(context, builder, signature, args):
+        bld = builder
+        (xv, bitsv, startv, pv, pow2v, prevv, hasv, av, bv, limv,
+         outv) = _widened(context, bld, signature, args)
+        vt = vector(ir.IntType(width), LANES)
+        fv = vector(ft, LANES)
+
+        def at(k, arr):
+            return element_pointer(context, bld, signature.args[k], arr, startv)
+
+        emax, code = _quantize(bld, load(bld, at(1, bitsv), vt), width, pv)
+        allones = ir.Constant(I64, _LAYOUT[width][1])
+        with bld.if_then(bld.icmp_signed("<", emax, allones), likely=True):
+            quantum = bld.load(element_pointer(context, bld, signature.args[4], pow2v, emax))
+            p = bld.trunc(pv, ir.IntType(width)) if width < 64 else pv
+            low = bld.lshr(code, splat(bld, bld.sub(ir.Constant(ir.IntType(width), width), p),
+                                       vt))
+            rt = bld.bitcast(_scaled(bld, low, width, pv, quantum), fv)
+
+            a_, b_, lim_ = (context.cast(bld, v, t, x.dtype) for v, t in (
+                (av, signature.args[7]), (bv, signature.args[8]), (limv, signature.args[9])))
+            zero = bld.fsub(a_, a_)
+            kept = bld.fmul(splat(bld, a_, fv), load(bld, at(5, prevv), fv))
+            has = bld.icmp_unsigned("!=", context.cast(bld, hasv, signature.args[6],
+                                                       types.boolean), ir.Constant(_I1, 0))
+            r = bld.select(has, kept, splat(bld, zero, fv))
+            lost = bld.fmul(splat(bld, b_, fv), bld.fsub(load(bld, at(0, xv), fv), rt))
+            r = bld.select(bld.fcmp_unordered("!=", b_, zero), bld.fadd(r, lost), r)
+            top, bottom = splat(bld, lim_, fv), splat(bld, bld.fneg(lim_), fv)
+            r = bld.select(bld.fcmp_ordered(">", r, top), top,
+                           bld.select(bld.fcmp_ordered("<", r, bottom), bottom, r))
+            store(bld, r, at(10, outv))
+        return emax
 
     return sig, codegen

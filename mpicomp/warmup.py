@@ -12,7 +12,7 @@ It calls every CPU kernel with the argument types the communicator passes
 (float32 and float64; read-only inputs; every codec path: bitplane's vector
 and general paths and its guarded encode, zfp in 1, 2 and 3 dimensions and
 its table decoder, both casts, errbound, the scans, the homomorphic allreduce's
-kernels), and prints how long each took: the compile time on a cold cache,
+kernels, error feedback's passes), and prints how long each took: the compile time on a cold cache,
 the load time on a warm one.
 """
 from __future__ import annotations
@@ -72,6 +72,19 @@ def _homomorphic(dtype: np.dtype) -> None:
         run_kernel(fx.swar_add, words.copy(), words, np.uint64(1 << 63), np.uint64((1 << 63) - 1))
 
 
+def _feedback(dtype: np.dtype) -> None:
+    from .codecs import get_codec
+    from .training.feedback import ErrorFeedback
+
+    for spec in ({"id": "bitplane", "rate": 4.25}, {"id": "cast"}):  # (fused; two passes)
+        fb = ErrorFeedback("loco")
+        for _ in range(2):  # (the second with a residual)
+            x = fb.compensate("k", np.linspace(-1.0, 1.0, 1 << 12).astype(dtype))
+            fb.ahead("k", x, get_codec(spec))
+            fb.settle("k")
+            fb.end_step()
+
+
 #: (name, what it runs for one dtype)
 STEPS: list[tuple[str, Callable[[np.dtype], None]]] = [
     ("bitplane (vector path)", _codec_round_trip({"id": "bitplane", "rate": 16.25})),
@@ -87,6 +100,7 @@ STEPS: list[tuple[str, Callable[[np.dtype], None]]] = [
     ("errbound", _codec_round_trip({"id": "errbound", "tolerance": 1e-3})),
     ("scans (max |x|, add)", _scans),
     ("homomorphic kernels", _homomorphic),
+    ("error feedback", _feedback),
 ]
 
 

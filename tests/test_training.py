@@ -271,6 +271,85 @@ def test_plain_bucket_keeps_a_zero_residual_on_every_rank(comm):
     assert all(not np.any(red.feedback._load(k, HOST)) for k in red.feedback._state)
 
 
+def _feedback_steps(fb, codec, xs, made_ahead, pieces=None, plain_at=()):
+    """The residuals ``fb`` keeps over the inputs ``xs`` (one bucket, a step each): made by
+    ``ahead`` and ``settle`` (``made_ahead``; the steps ``plain_at`` settled as a call that
+    went plain), or after the call by ``update`` with the stream's round trip."""
+    kept = []
+    for step, g in enumerate(xs):
+        x = fb.compensate("k", g.copy())
+        if made_ahead:
+            fb.ahead("k", x, codec, HOST, pieces)
+            fb.settle("k", HOST, x if step in plain_at else None)
+        elif step in plain_at:
+            fb.update("k", x, x)
+        elif pieces is None:
+            fb.update("k", x, HOST.roundtrip(codec, x))
+        else:
+            rt = x.copy()
+            for piece in pieces:
+                rt[piece] = HOST.roundtrip(codec, x[piece])
+            fb.update("k", x, rt)
+        fb.end_step()
+        kept.append(fb._load("k", HOST).copy())
+    return kept
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mode", ["classic", "loco"])
+@pytest.mark.parametrize("codec", [{"id": "bitplane", "rate": 4.25},
+                                   {"id": "bitplane", "rate": 8.25, "block_size": 64},
+                                   {"id": "zfp", "rate": 8}, {"id": "cast"}, {"id": "none"}])
+def test_residuals_made_while_the_call_is_in_flight_are_those_made_after_it(dtype, mode, codec):
+    """ErrorFeedback.ahead (bitplane: one fused pass, C(x) never coded; other codecs: the
+    stream's round trip into a buffer of its own) and settle keep bit for bit the residuals
+    of update after the call: with a short last block, a call settled as plain, steps whose
+    input holds NaN or Inf (the codec refuses it: that step keeps only the decayed
+    residual), and pieces coded as streams of their own (the sharded optimizer's direct
+    reduce-scatter)."""
+    codec = get_codec(codec)
+    rng = np.random.default_rng(7)
+    n = 4093  # (not a whole number of blocks)
+    xs = [(rng.standard_normal(n) * 10.0 ** rng.integers(-6, 3, n)).astype(dtype)
+          for _ in range(6)]
+    xs[3][100] = np.nan
+    xs[4][n - 1] = -np.inf
+    plain = (2,)
+    for pieces in (None, [slice(0, 2048)], [slice(0, 1344), slice(2720, n)]):
+        want = _feedback_steps(ErrorFeedback(mode), codec, xs, False, pieces, plain)
+        got = _feedback_steps(ErrorFeedback(mode), codec, xs, True, pieces, plain)
+        for step, (w, g) in enumerate(zip(want, got, strict=True)):
+            assert g.dtype == dtype and np.array_equal(w.view(np.uint8), g.view(np.uint8)), \
+                (pieces, step, np.flatnonzero(w.view(np.uint8) != g.view(np.uint8))[:5])
+        assert np.all(np.isfinite(got[-1]))
+        assert np.any(got[-1]) == (codec.codec_id != "none")  # (codec none loses nothing)
+
+
+def test_fused_bitplane_residual_is_the_streams_round_trip():
+    """The bitplane codec's fused residual (kernels/feedback_cpu.bitplane_residual) against
+    the residual of its decoded stream, float32 and float64, every rate's plane count,
+    subnormals and values near the largest: bit for bit, and NaN/Inf blocks counted."""
+    rng = np.random.default_rng(3)
+    for dtype in (np.float32, np.float64):
+        info = np.finfo(dtype)
+        x = (rng.standard_normal(3000) * 10.0 ** rng.integers(-3, 3, 3000)).astype(dtype)
+        x[:40] = info.tiny * rng.standard_normal(40)  # (subnormals and the smallest normals)
+        x[40:72] = info.max * rng.uniform(-1, 1, 32)
+        prev = rng.standard_normal(x.size).astype(dtype)
+        for rate in (3.25, 4.25, 8.25, 16.25, 24.25 if dtype == np.float32 else 40.25):
+            codec = get_codec("bitplane", rate=rate)
+            out = np.empty_like(x)
+            assert codec.residual_into(x, prev, 0.5, 0.5, float(info.max), out) == 0
+            rt = HOST.roundtrip(codec, x)
+            want = HOST.residual(x, rt, prev, 0.5, 0.5, float(info.max))
+            assert np.array_equal(out.view(np.uint8), want.view(np.uint8)), (dtype, rate)
+        y = x.copy()
+        y[5], y[2999] = np.nan, np.inf
+        assert get_codec("bitplane", rate=8.25).residual_into(y, None, 0.0, 1.0, 1.0,
+                                                              np.empty_like(y)) == 2
+    assert get_codec("zfp", rate=8).residual_into(x, None, 0.0, 1.0, 1.0, out) is None
+
+
 @pytest.mark.parametrize("store", ["float16", "bfloat16"])
 def test_two_byte_residuals_are_clipped_not_infinite(store):
     fb = ErrorFeedback("classic", residual_dtype=store)

@@ -2,9 +2,9 @@
 
 With an empty ``NUMBA_CACHE_DIR`` the warmup compiles every CPU kernel for
 float32 (float64 takes the same paths, at twice the test's time); a 2-rank
-job then runs every codec through every compressed collective, and must add
-no file to the cache (a kernel or argument type the warmup missed would be
-compiled, and cached, there).
+job then runs every codec through every compressed collective and a gradient
+reducer's error feedback, and must add no file to the cache (a kernel or
+argument type the warmup missed would be compiled, and cached, there).
 """
 from __future__ import annotations
 
@@ -48,6 +48,11 @@ for c in cases:
 mc = mpicomp.Comm(MPI.COMM_WORLD, threshold=0, algorithm="homomorphic", rate=16.25)
 mc.Allreduce(x, y)
 assert mc.stats()["Allreduce"]["compressed"] == 1
+from mpicomp.training import GradientReducer
+for c in (dict(codec="bitplane", rate=4.25), dict(codec="cast")):  # (error feedback's passes)
+    red = GradientReducer(MPI.COMM_WORLD, error_feedback="loco", threshold=0, **c)
+    for _ in range(2):
+        red.reduce({"w": x.copy()})
 """
 
 

@@ -110,12 +110,15 @@ class DeviceArrays:
                 codec.decode_on_stream(codec.stream_part(stream, od.size, dt), od, self.stream)
         return out
 
-    def roundtrip(self, codec: Codec, x: Any) -> Any:
-        """C(x), or ``x`` itself when the codec refuses it (then sent plain)."""
+    def roundtrip(self, codec: Codec, x: Any, out: Any = None) -> Any:
+        """C(x) (into the device array ``out`` when given), or ``x`` itself when the codec
+        refuses it (then sent plain)."""
         try:
             stream = codec.encode(x)
         except UncompressibleError:
             return x
+        if out is not None:
+            return codec.decode(stream, out=out)
         return cuda.as_device(codec.decode(stream, count=x.size, dtype=x.dtype), "C(x)",
                               sync=False)
 
@@ -166,15 +169,19 @@ class DeviceArrays:
             self.launch(feedback_cuda.nonfinite_difference, x.size, x, rt, flag)
         return not flag.copy_to_host(stream=stream)[0]
 
-    def residual(self, x: Any, rt: Any, prev: Any, a: float, b: float, lim: float) -> Any:
-        """``clip(a * prev + b * (x - rt), -lim, lim)``, into ``prev`` when given."""
+    def residual(self, x: Any, rt: Any, prev: Any, a: float, b: float, lim: float,
+                 out: Any = None) -> Any:
+        """``clip(a * prev + b * (x - rt), -lim, lim)``, into ``out`` when given (it may be
+        ``rt``), else into ``prev`` when given."""
         from ..kernels import feedback_cuda
 
         t = np.dtype(x.dtype).type
-        out = prev if prev is not None else self.empty(x.size, np.dtype(x.dtype))
+        if out is None:
+            out = prev if prev is not None else self.empty(x.size, np.dtype(x.dtype))
         if prev is None:
             a = 0.0
-        self.launch(feedback_cuda.residual, x.size, x, rt, out, t(a), t(b), t(lim), out)
+        self.launch(feedback_cuda.residual, x.size, x, rt, out if prev is None else prev,
+                    t(a), t(b), t(lim), out)
         return out
 
     def order_keys(self, codes: Any) -> None:

@@ -128,10 +128,12 @@ class HostArrays:
         codec.decode_into(stream, out.reshape(-1))
         return out
 
-    def roundtrip(self, codec: Codec, x: np.ndarray) -> np.ndarray:
-        """C(x), or ``x`` itself when the codec refuses it (then sent plain)."""
+    def roundtrip(self, codec: Codec, x: np.ndarray, out: np.ndarray | None = None
+                  ) -> np.ndarray:
+        """C(x) (into ``out`` when given), or ``x`` itself when the codec refuses it (then
+        sent plain)."""
         try:
-            return codec.decode(codec.encode(x), out=np.empty_like(x))
+            return codec.decode(codec.encode(x), out=np.empty_like(x) if out is None else out)
         except UncompressibleError:
             return x
 
@@ -169,15 +171,17 @@ class HostArrays:
             return bool(np.isfinite(x if rt is None else x - rt).all())
 
     def residual(self, x: np.ndarray, rt: np.ndarray, prev: np.ndarray | None, a: float,
-                 b: float, lim: float) -> np.ndarray:
-        """``clip(a * prev + b * (x - rt), -lim, lim)`` in ``x``'s dtype, into ``prev`` when
-        given (else a new array)."""
+                 b: float, lim: float, out: np.ndarray | None = None) -> np.ndarray:
+        """``clip(a * prev + b * (x - rt), -lim, lim)`` in ``x``'s dtype, into ``out`` when
+        given (it may be ``rt``), else into ``prev`` when given, else a new array."""
         t = x.dtype.type
         if _fused(x, rt) and (prev is None or (prev.dtype == x.dtype and prev.size == x.size
-                                               and prev.flags.c_contiguous)):
+                                               and prev.flags.c_contiguous)) and (
+                out is None or _fused(x, out)):
             from ..kernels import feedback_cpu
 
-            out = np.empty_like(x) if prev is None else prev
+            if out is None:
+                out = np.empty_like(x) if prev is None else prev
             feedback_cpu.residual(x.reshape(-1), rt.reshape(-1),
                                   None if prev is None else prev.reshape(-1), a, b, lim,
                                   out.reshape(-1))
@@ -185,7 +189,11 @@ class HostArrays:
         v = t(a) * prev if (prev is not None and a != 0) else np.zeros_like(x)
         if b != 0:
             v += t(b) * (x - rt)
-        return np.clip(v, -t(lim), t(lim), out=v)
+        v = np.clip(v, -t(lim), t(lim), out=v)
+        if out is None:
+            return v
+        out.reshape(-1)[:] = v.reshape(-1)
+        return out
 
     def order_keys(self, codes: np.ndarray) -> None:
         """Turn int16 codes into keys that order like their values (negative ones flipped)."""

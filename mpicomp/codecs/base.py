@@ -202,6 +202,16 @@ class Codec(abc.ABC):
         can make them from ``x`` (``reconstructs``)."""
         self.decode_into(buf, out)
 
+    def residual_into(self, x: np.ndarray, prev: np.ndarray | None, a: float, b: float,
+                      lim: float, out: np.ndarray) -> int | None:
+        """Error feedback's residual ``clip(a * prev + b * (x - C(x)), -lim, lim)`` into
+        ``out`` in one pass over the 1-D contiguous host ``x`` (``prev`` None: ``a`` is 0;
+        ``prev`` and ``out`` of ``x``'s size and dtype), ``C`` this codec's round trip,
+        with no stream made; returns the blocks of ``x`` the codec refuses (NaN or Inf:
+        their values of ``out`` are not written), or None where the codec has no such
+        kernel (the caller then codes a stream and decodes it)."""
+        return None
+
     # -- CUDA buffers (mpicomp/cuda_runtime.py) --------------------------------
     def _encode_device_buffer(self, x: Any, out: Any, checked: bool = False) -> Any:
         xd = cuda.as_device(x)

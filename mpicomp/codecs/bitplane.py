@@ -144,6 +144,15 @@ class BitplaneCodec(Codec):
 
         bitplane_cpu.decode(buf, self.block_size, self._planes(out.dtype), out)
 
+    def residual_into(self, x: np.ndarray, prev: np.ndarray | None, a: float, b: float,
+                      lim: float, out: np.ndarray) -> int:
+        from ..kernels import bitplane_cpu, feedback_cpu
+
+        p = self._planes(x.dtype)
+        return feedback_cpu.bitplane_residual(x, self.block_size, p,
+                                              bitplane_cpu.quantum_table(x.dtype.itemsize, p),
+                                              prev, a, b, lim, out)
+
     def encode_on_stream(self, x: Any, out: Any, stream: Any, checked: bool) -> None:
         from ..kernels import bitplane_cuda
 

@@ -31,7 +31,7 @@ import contextlib
 from typing import Any
 
 from ..training.feedback import ErrorFeedback
-from ..training.reducer import roundtrip
+from ..training.reducer import carried_otherwise, feedback_codec
 
 __all__ = ["HookState", "compressed_allreduce_hook"]
 
@@ -112,10 +112,12 @@ def compressed_allreduce_hook(state, bucket):  # noqa: ANN001, ANN201
         try:
             with (contextlib.nullcontext() if where is None
                   else cuda_runtime.using_stream(*where)):
+                if state.feedback.active:  # (made while the call is in flight)
+                    state.feedback.ahead(key, x, feedback_codec(state.comm, state.call), on)
                 req.Wait()
                 if state.feedback.active:
-                    state.feedback.update(key, x, roundtrip(state.comm, state.call, x, req,
-                                                            on), on)
+                    state.feedback.settle(key, on, carried_otherwise(state.comm, state.call, x,
+                                                                     req, on))
                 on.divide(y, state.comm.Get_size())
                 on.copy(g, y)
                 if on.on_device:  # (DDP reads the bucket once the future is done)

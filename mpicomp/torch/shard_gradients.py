@@ -33,7 +33,6 @@ from __future__ import annotations
 import collections
 from typing import Any, NamedTuple
 
-import numpy as np
 import torch
 
 from ..training.feedback import ErrorFeedback
@@ -123,6 +122,8 @@ class GradientShards:
             x = self.feedback.compensate(k, self.memory.values(send, f"bucket {k}"), ops)
             y = self.memory.values(part, f"bucket {k}'s part")
             req = self.comm.Ireduce_scatter_block(x, y, **self.settings)
+            if self.feedback.active:  # (its update made while the call is in flight)
+                self._ahead(k, x)
         self._in_flight.append(_Started(k, req, self._progress.watch(req), x, part, y, send,
                                         self.memory.stream()))
         self._missing[k] = self._expected[k]
@@ -137,8 +138,9 @@ class GradientShards:
         self.memory.after(s.stream)
         with self.memory.ordered():
             s.req.Wait()
-            if self.feedback.active:
-                self.feedback.update(s.bucket, s.x, self._carried(s.x, s.req), ops)
+            if self.feedback.active:  # (x itself where the call went plain)
+                self.feedback.settle(s.bucket, ops,
+                                     None if getattr(s.req, "compressed", False) else s.x)
             ops.divide(s.y, self.layout.size)
         b = self.layout.buckets[s.bucket]
         self.shard[b.master_at:b.master_at + b.part] += s.part
@@ -182,22 +184,18 @@ class GradientShards:
     def _zeros(self, n: int) -> torch.Tensor:
         return torch.zeros(n, dtype=torch.float32, device=self.memory.device)
 
-    def _carried(self, x: Any, req: Any) -> Any:
-        """C(x): what this rank's ``x`` carried in the finished ``req``."""
-        if not getattr(req, "compressed", False):
-            return x
-        ops = self.memory.ops
+    def _ahead(self, k: int, x: Any) -> None:
+        """Bucket ``k``'s error feedback, made while its reduce-scatter of ``x`` is in flight,
+        as the call carries ``x`` when it goes compressed: the direct and allgather
+        algorithms send each other rank's block as a stream of its own and this rank's
+        nowhere (it is added exact), the ring codes the whole buffer block by block."""
         pol = self.comm.resolved_policy(**self.settings)
-        if pol.algorithm not in ("allgather", "direct"):
-            return ops.roundtrip(pol.codec, x)
-        part = x.size // self.layout.size
-        out = ops.empty(x.size, np.dtype(x.dtype))
-        ops.copy(out, x)
-        for j in range(self.layout.size):
-            if j != self.layout.rank:
-                block = slice(j * part, (j + 1) * part)
-                ops.copy(out[block], ops.roundtrip(pol.codec, x[block]))
-        return out
+        pieces = None
+        if pol.algorithm in ("allgather", "direct"):
+            part = x.size // self.layout.size
+            pieces = [slice(j * part, (j + 1) * part) for j in range(self.layout.size)
+                      if j != self.layout.rank]
+        self.feedback.ahead(k, x, pol.codec, self.memory.ops, pieces)
 
     def remove_hooks(self) -> None:
         for h in self._handles:

@@ -35,6 +35,15 @@ _LIMIT = {"float16": 65504.0, "bfloat16": float(np.float32(3.3895313892515355e38
 
 
 @dataclasses.dataclass
+class _Ahead:
+    """A bucket's update made while its call was in flight (:meth:`ErrorFeedback.ahead`)."""
+    x: Any  #: the compensated input the call sends
+    v: Any  #: the residual if the codec carried ``x`` as assumed
+    prev: Any  #: the residual the step's input was compensated with (None: none)
+    plain: bool = False  #: whether ``v`` is that of ``x`` carried exact (codec none)
+
+
+@dataclasses.dataclass
 class _Kept:
     """One bucket's residual: raw values, or a cast codec's stream of them."""
     data: Any
@@ -62,6 +71,8 @@ class ErrorFeedback:
         self.residual_dtype = _storage(residual_dtype)
         self._state: dict[Any, _Kept] = {}
         self._loaded: dict[Any, Any] = {}  #: residual values compensate decoded, for update
+        self._ahead: dict[Any, _Ahead] = {}  #: updates made while their calls are in flight
+        self._codecs: dict[Any, Any] = {}  #: this feedback's own instance of each codec
         self.steps = 0
 
     @property
@@ -83,29 +94,118 @@ class ErrorFeedback:
             ops.add_into(g, kept)
         return g
 
-    def update(self, key: Any, x: Any, roundtrip: Any, ops: Any = HOST) -> None:
-        """Keep what compression lost of ``x`` (``roundtrip`` = C(x))."""
+    def ahead(self, key: Any, x: Any, codec: Any, ops: Any = HOST,
+              pieces: Any = None) -> None:
+        """Bucket ``key``'s update made while its call is in flight: the residual of the
+        compensated input ``x`` as if ``codec`` carried it (``pieces``: the slices of ``x``
+        the call codes as streams of their own, the rest exact; None: all of ``x`` as one
+        stream), which :meth:`settle` keeps once the call is done. Nothing the call reads
+        or the kept residual is written: C(x) goes to a buffer of its own, which then holds
+        the residual (so the work overlaps the call instead of following it), and the codec
+        is an instance of this feedback's own (a call's thread may be coding with the
+        call's: zfp's scratch is per thread of a Numba team, not per caller)."""
         if not self.active:
             return
-        a, b = (0.0, 1.0) if self.mode == "classic" else (self.beta, 1.0 - self.beta)
+        own = self._codecs.get(codec)
+        if own is None:
+            own = self._codecs[codec] = type(codec).from_config(codec.get_config())
+        buf = ops.empty(x.size, np.dtype(x.dtype))
+        prev = self._previous(key, ops)
+        if not ops.on_device and own.codec_id != "none" and _alike(x, prev):
+            v = self._fused(own, x, prev, pieces, buf, ops)
+            if v is not None:
+                self._ahead[key] = _Ahead(x, v, prev)
+                return
+        if own.codec_id == "none":  # (sent plain: C(x) is x)
+            carried = x
+        elif pieces is None:
+            carried = ops.roundtrip(own, x, out=buf)
+        else:
+            ops.copy(buf, x)
+            for piece in pieces:  # (a piece the codec refuses stays exact, as sent)
+                ops.roundtrip(own, x[piece], out=buf[piece])
+            carried = buf
+        self._ahead[key] = _Ahead(x, self._residual(x, carried, prev, ops, buf), prev,
+                                  carried is x)
+
+    def _fused(self, codec: Any, x: np.ndarray, prev: np.ndarray | None, pieces: Any,
+               out: np.ndarray, ops: Any) -> np.ndarray | None:
+        """:meth:`ahead`'s residual into ``out`` by ``codec``'s one-pass kernel
+        (``Codec.residual_into``: C(x) and the residual, no stream) over each piece, the
+        residual of ``x`` carried exact elsewhere; None where the codec has no such
+        kernel."""
+        a, b, lim = self._coefficients(x.dtype)
+        coded = [slice(0, x.size)] if pieces is None else list(pieces)
+        bad = 0
+        for piece in coded:
+            got = codec.residual_into(x[piece], None if prev is None else prev[piece], a, b,
+                                      lim, out[piece])
+            if got is None:
+                return None
+            bad += got
+        for piece in _between(coded, x.size):  # (sent exact: C(x) is x there)
+            bad += not ops.finite(x[piece])
+            ops.residual(x[piece], x[piece], None if prev is None else prev[piece], a, b, lim,
+                         out=out[piece])
+        if bad:  # NaN or Inf: the codec refuses x, and the step keeps nothing new
+            return ops.residual(x, x, prev, a, 0.0, lim, out=out)
+        return out
+
+    def settle(self, key: Any, ops: Any = HOST, carried: Any = None) -> None:
+        """Keep bucket ``key``'s residual made by :meth:`ahead`, its call done. ``carried``:
+        C(x) as the call did carry ``x`` where that is not what :meth:`ahead` assumed (``x``
+        itself for a call that went plain); the residual is then made again from it."""
+        if not self.active:
+            return
+        ahead = self._ahead.pop(key)
+        v = ahead.v
+        if carried is not None and not (ahead.plain and carried is ahead.x):
+            v = self._residual(ahead.x, carried, ahead.prev, ops, v)
+        self._keep(key, v)
+
+    def update(self, key: Any, x: Any, roundtrip: Any, ops: Any = HOST) -> None:
+        """Keep what compression lost of ``x`` (``roundtrip`` = C(x)), after the call (the
+        kept residual's values are overwritten: :meth:`ahead` and :meth:`settle` overlap
+        this with the call)."""
+        if not self.active:
+            return
+        self._keep(key, self._residual(x, roundtrip, self._previous(key, ops), ops))
+
+    def _previous(self, key: Any, ops: Any) -> Any:
+        """The residual bucket ``key``'s input was compensated with, as values (None: none,
+        or classic feedback, which does not read it)."""
+        loaded = self._loaded.pop(key, None)  # what compensate added (decoded once a step)
+        if self.mode == "classic":
+            return None
+        return loaded if loaded is not None else self._load(key, ops)
+
+    def _residual(self, x: Any, roundtrip: Any, prev: Any, ops: Any, out: Any = None) -> Any:
+        """The new residual of ``x`` carried as ``roundtrip`` after ``prev``, into ``out``
+        (None: into ``prev``, or a new array)."""
+        a, b, lim = self._coefficients(np.dtype(x.dtype))
         if not ops.finite(x, roundtrip):
             b = 0.0  # a non-finite gradient: keep nothing of this step
-        loaded = self._loaded.pop(key, None)  # what compensate added (decoded once a step)
-        prev = None if a == 0 else (loaded if loaded is not None else self._load(key, ops))
+        return ops.residual(x, roundtrip if b != 0 else x, prev, a, b, lim, out=out)
+
+    def _coefficients(self, wide: np.dtype) -> tuple[float, float, float]:
+        """``(a, b, lim)`` of the residual ``clip(a * prev + b * (x - C(x)), -lim, lim)``
+        of gradients of dtype ``wide``."""
+        a, b = (0.0, 1.0) if self.mode == "classic" else (self.beta, 1.0 - self.beta)
         store = self.residual_dtype
-        wide = np.dtype(x.dtype)
         if store is not None and store not in _LIMIT and np.dtype(store) != wide:
             raise ValueError(f"residual_dtype {store} needs float16, bfloat16 or the "
                              f"gradients' dtype {wide} here")
-        lim = _LIMIT.get(store or "", float(np.finfo(wide).max))
-        v = ops.residual(x, roundtrip if b != 0 else x, prev, a, b, lim)
+        return a, b, _LIMIT.get(store or "", float(np.finfo(wide).max))
+
+    def _keep(self, key: Any, v: Any) -> None:
+        store = self.residual_dtype
         if store in _LIMIT:
             from ..codecs import get_codec
 
             codec = get_codec("cast", dtype=store)
-            self._state[key] = _Kept(codec.encode(v), v.size, wide, codec)
+            self._state[key] = _Kept(codec.encode(v), v.size, np.dtype(v.dtype), codec)
         else:
-            self._state[key] = _Kept(v, v.size, wide)
+            self._state[key] = _Kept(v, v.size, np.dtype(v.dtype))
 
     def end_step(self) -> None:
         self.steps += 1
@@ -138,6 +238,7 @@ class ErrorFeedback:
                                   np.dtype(r["dtype"]), codec)
                        for key, r in state["residuals"].items()}
         self._loaded.clear()
+        self._ahead.clear()
         self.steps = int(state["steps"])
 
     def _load(self, key: Any, ops: Any) -> Any:
@@ -154,6 +255,28 @@ class ErrorFeedback:
         out = ops.empty(kept.count, kept.dtype)
         kept.codec.decode(kept.data, out=out)
         return out
+
+
+def _between(pieces: list[slice], n: int) -> list[slice]:
+    """The slices of ``range(n)`` outside the ascending, disjoint ``pieces``."""
+    out, at = [], 0
+    for piece in pieces:
+        start, stop, _ = piece.indices(n)
+        if start > at:
+            out.append(slice(at, start))
+        at = max(at, stop)
+    if at < n:
+        out.append(slice(at, n))
+    return out
+
+
+def _alike(x: Any, prev: Any) -> bool:
+    """Whether the host arrays ``x`` and ``prev`` (None: none) take a codec's fused residual
+    kernel: float32 or float64, 1-D contiguous, ``prev`` of ``x``'s size and dtype."""
+    return (isinstance(x, np.ndarray) and x.dtype in (np.float32, np.float64)
+            and x.ndim == 1 and x.flags.c_contiguous
+            and (prev is None or (isinstance(prev, np.ndarray) and prev.dtype == x.dtype
+                                  and prev.shape == x.shape and prev.flags.c_contiguous)))
 
 
 def _storage(dtype: Any) -> str | None:

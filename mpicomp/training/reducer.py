@@ -39,7 +39,7 @@ from . import buckets as bucketing
 from .feedback import ErrorFeedback
 from .rules import Rule, check_rules, settings_for
 
-__all__ = ["GradientReducer", "roundtrip"]
+__all__ = ["GradientReducer", "carried_otherwise", "feedback_codec"]
 
 #: a bucket's settings that say where and with what it is packed, not how it is sent
 NOT_CALL_SETTINGS = ("place", "bucket")
@@ -111,6 +111,8 @@ class GradientReducer:
             on.copy(x[off: off + size], arrays[name])
         x = self.feedback.compensate(b.key, x, on)
         req = self.comm.Iallreduce(x, y, **call)
+        if self.feedback.active:  # (its update made while the call is in flight)
+            self.feedback.ahead(b.key, x, feedback_codec(self.comm, call), on)
         return b, on, call, req, x, y  # x: untouched until the next step
 
     def finish(self, pending: Sequence[tuple[Any, ...]], arrays: Mapping[str, Any]) -> None:
@@ -120,7 +122,8 @@ class GradientReducer:
         for b, on, call, req, sent, y in pending:
             req.Wait()
             if self.feedback.active:
-                self.feedback.update(b.key, sent, self._roundtrip(call, sent, req, on), on)
+                self.feedback.settle(b.key, on, carried_otherwise(self.comm, call, sent, req,
+                                                                  on))
             if self.average:
                 on.divide(y, p)
             for name, off, size in zip(b.names, b.offsets, b.sizes, strict=True):
@@ -150,31 +153,36 @@ class GradientReducer:
             bufs = self._flat[b.key] = (on.empty(b.size, b.dtype), on.empty(b.size, b.dtype))
         return bufs
 
-    def _roundtrip(self, call: dict[str, Any], x: Any, req: Any, on: Any) -> Any:
-        return roundtrip(self.comm, call, x, req, on)
-
     def describe(self) -> list[dict[str, Any]]:
         """The current buckets: names, values, settings (after a first :meth:`reduce`)."""
         return [{"names": b.names, "values": b.size, "dtype": b.dtype.name,
                  "settings": json.loads(b.key[0])} for b in (self._plan or [])]
 
 
-def roundtrip(comm: Any, call: dict[str, Any], x: Any, req: Any, on: Any) -> Any:
-    """C(x): what this rank's contribution to the finished ``req`` carried: the codec's round
-    trip of ``x`` when the call was compressed, ``x`` itself when it went to plain MPI (the
-    communicator decides that with every rank: NaN/Inf anywhere, below the threshold, ...).
-    The direct allreduce sends this rank's own chunk nowhere (it is added exact): C(x) is
-    ``x`` there. (The codecs code every block on its own, and chunks start on whole blocks,
-    so the round trip of the whole buffer is that of each chunk sent.)"""
+def feedback_codec(comm: Any, call: dict[str, Any]) -> Any:
+    """The codec a call with settings ``call`` compresses with, which error feedback's round
+    trip takes (:meth:`ErrorFeedback.ahead`); a ValueError where the codec is 'auto'."""
     pol = comm.resolved_policy(**call)
     if pol.auto:
         raise ValueError("error feedback needs a named codec (the codec is 'auto'); pass "
                          "codec= to the reducer or its rules")
+    return pol.codec
+
+
+def carried_otherwise(comm: Any, call: dict[str, Any], x: Any, req: Any, on: Any) -> Any:
+    """None where the finished allreduce ``req`` carried this rank's ``x`` as its codec's
+    round trip of the whole buffer (what :meth:`ErrorFeedback.ahead` assumed); else C(x)
+    as it carried it: ``x`` itself when the call went to plain MPI (the communicator decides
+    that with every rank: NaN/Inf anywhere, below the threshold, ...), and in the direct
+    allreduce, which sends this rank's own chunk nowhere (it is added exact), the round
+    trip with that chunk exact. (The codecs code every block on its own, and chunks start
+    on whole blocks, so the round trip of the whole buffer is that of each chunk sent.)"""
     if not getattr(req, "compressed", False):
         return x
-    carried = on.roundtrip(pol.codec, x)
-    if getattr(req.record, "reason", "") == "direct":
-        counts, displs = split(x.size, comm.Get_size())
-        at, n = displs[comm.Get_rank()], counts[comm.Get_rank()]
-        on.copy(carried[at : at + n], x[at : at + n])
+    if getattr(req.record, "reason", "") != "direct":
+        return None
+    carried = on.roundtrip(feedback_codec(comm, call), x)
+    counts, displs = split(x.size, comm.Get_size())
+    at, n = displs[comm.Get_rank()], counts[comm.Get_rank()]
+    on.copy(carried[at : at + n], x[at : at + n])
     return carried
