@@ -102,6 +102,7 @@ def compressed_allreduce_hook(state, bucket):  # noqa: ANN001, ANN201
     with contextlib.nullcontext() if memory is None else memory.ordered():
         on.copy(x, g)
         x = state.feedback.compensate(key, x, on)
+        codec = feedback_codec(state.comm, state.call) if state.feedback.active else None
         req = state.comm.Iallreduce(x, y, **state.call)
         if memory is not None:  # (the helper thread's kernels on the same stream and GPU)
             where = cuda_runtime.capture()
@@ -112,8 +113,8 @@ def compressed_allreduce_hook(state, bucket):  # noqa: ANN001, ANN201
         try:
             with (contextlib.nullcontext() if where is None
                   else cuda_runtime.using_stream(*where)):
-                if state.feedback.active:  # (made while the call is in flight)
-                    state.feedback.ahead(key, x, feedback_codec(state.comm, state.call), on)
+                if codec is not None:  # (made while the call is in flight)
+                    state.feedback.ahead(key, x, codec, on)
                 req.Wait()
                 if state.feedback.active:
                     state.feedback.settle(key, on, carried_otherwise(state.comm, state.call, x,

@@ -110,9 +110,10 @@ class GradientReducer:
         for name, off, size in zip(b.names, b.offsets, b.sizes, strict=True):
             on.copy(x[off: off + size], arrays[name])
         x = self.feedback.compensate(b.key, x, on)
+        codec = feedback_codec(self.comm, call) if self.feedback.active else None
         req = self.comm.Iallreduce(x, y, **call)
-        if self.feedback.active:  # (its update made while the call is in flight)
-            self.feedback.ahead(b.key, x, feedback_codec(self.comm, call), on)
+        if codec is not None:  # (its update made while the call is in flight)
+            self.feedback.ahead(b.key, x, codec, on)
         return b, on, call, req, x, y  # x: untouched until the next step
 
     def finish(self, pending: Sequence[tuple[Any, ...]], arrays: Mapping[str, Any]) -> None:
