@@ -12,15 +12,21 @@ layouts (``parallel_groups``: tensor-parallel ranks are neighbours)
     (Megatron-LM tensor parallelism, ``PipelineStage`` with 1F1B over
     ``--micro-batches``);
 policies
-    ``plain`` (codec none everywhere) and ``bf16`` (the cast codec, bfloat16,
-    on every group): the practitioner's baselines; ``naive`` (one aggressive
+    ``plain`` (codec none everywhere), ``bf16`` (the cast codec, bfloat16,
+    on every group) and ``bf16-net`` (bfloat16 on every group but a
+    tensor-parallel pair that shares a host, whose traffic goes in the model's
+    float32 through shared memory, as Megatron sends activations in the
+    model's dtype; run only in layouts with tensor parallelism, elsewhere it
+    is ``bf16``): the practitioner's baselines; ``naive`` (one aggressive
     setting, bitplane 4.25, on every group, without error feedback);
     ``hybrid`` (data-parallel gradients bitplane 4.25 with LoCo error
-    feedback, norms and tensors under 4096 values plain; a sharded
-    optimizer's parameters bitplane 8.25; tensor- and pipeline-parallel
-    activations and gradients bitplane 16.25, tensor-parallel traffic cast to
-    bfloat16 where the pair shares a host: shared memory is no slow link, a
-    cast is the cheapest halving).
+    feedback, 6.25 where the data-parallel group has fewer than 4 ranks, whose
+    average halves less of the codec's noise; norms and tensors under 4096
+    values plain; a sharded optimizer's parameters each step's change at
+    bitplane 3.25; tensor- and pipeline-parallel activations and gradients
+    bitplane 16.25, tensor-parallel traffic plain where the pair shares a
+    host: shared memory is no slow link, and any codec, a cast included,
+    costs more core time there than it saves).
 
 Data-parallel gradients are reduced during backward (``DistributedOptimizer(
 overlap=True)``, the sharded optimizer's hooks) under every policy, but in
@@ -71,12 +77,17 @@ LAYOUTS = {
     "dp2xpp2": (2, 1, 2, False),
     "tp2xpp2": (1, 2, 2, False),
 }
-POLICIES = ("plain", "bf16", "naive", "hybrid")
-#: the practitioner's baselines: each policy is compared to the faster of them per layout
-BASELINES = ("plain", "bf16")
+POLICIES = ("plain", "bf16", "bf16-net", "naive", "hybrid")
+#: the practitioner's baselines: each policy is compared to the fastest of them per layout
+BASELINES = ("plain", "bf16", "bf16-net")
+#: policies that differ from another only where tensor parallelism is: not run elsewhere
+TP_ONLY = ("bf16-net",)
 PLAIN = {"codec": "none"}
 BF16 = {"codec": {"id": "cast", "dtype": "bfloat16"}, "threshold": 0}
 AGGRESSIVE = {"codec": "bitplane", "rate": 4.25, "threshold": 0}
+#: hybrid's data-parallel gradients where fewer than :data:`AVERAGED` ranks average them
+MODERATE = {"codec": "bitplane", "rate": 6.25, "threshold": 0}
+AVERAGED = 4
 MILD = {"codec": "bitplane", "rate": 16.25, "threshold": 0}
 #: a sharded optimizer's parameter allgather under the hybrid policy: each step's change
 #: of the parameters (``gather_deltas``: the master values less the replicas', so what a
@@ -97,21 +108,24 @@ def _small(name: str, array: Any) -> bool:
     return array.size < SMALL_TENSOR
 
 
-def policy_settings(policy: str, local_tp: bool = False) -> dict[str, Any]:
+def policy_settings(policy: str, local_tp: bool = False, dp: int = 4) -> dict[str, Any]:
     """The settings of each kind of traffic under ``policy`` (``local_tp``: the
-    tensor-parallel ranks share a host, their traffic shared memory)."""
+    tensor-parallel ranks share a host, their traffic shared memory; ``dp``: the ranks of
+    the data-parallel group)."""
     if policy == "plain":
         return {"tp": PLAIN, "pp": PLAIN, "grad": PLAIN, "feedback": "none", "rules": [],
                 "params": PLAIN, "param_deltas": False, "bucket_mib": SMALL_BUCKETS}
-    if policy == "bf16":
-        return {"tp": BF16, "pp": BF16, "grad": BF16, "feedback": "none", "rules": [],
+    if policy in ("bf16", "bf16-net"):
+        tp = PLAIN if policy == "bf16-net" and local_tp else BF16
+        return {"tp": tp, "pp": BF16, "grad": BF16, "feedback": "none", "rules": [],
                 "params": BF16, "param_deltas": False, "bucket_mib": BIG_BUCKETS}
     if policy == "naive":
         return {"tp": AGGRESSIVE, "pp": AGGRESSIVE, "grad": AGGRESSIVE, "feedback": "none",
                 "rules": [], "params": AGGRESSIVE, "param_deltas": False,
                 "bucket_mib": BIG_BUCKETS}
     if policy == "hybrid":
-        return {"tp": BF16 if local_tp else MILD, "pp": MILD, "grad": AGGRESSIVE,
+        return {"tp": PLAIN if local_tp else MILD, "pp": MILD,
+                "grad": AGGRESSIVE if dp >= AVERAGED else MODERATE,
                 "feedback": "loco", "rules": [("*norm*", PLAIN), (_small, PLAIN)],
                 "params": PARAMS, "param_deltas": True, "bucket_mib": BIG_BUCKETS}
     raise ValueError(f"policy must be one of {list(POLICIES)}, got {policy!r}")
@@ -271,7 +285,7 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
     dp, tp, pp, sharded = LAYOUTS[layout]
     host = world.Split_type(MPI.COMM_TYPE_SHARED)  # (tensor-parallel ranks are neighbours)
     local_tp = tp > 1 and host.Get_size() % tp == 0
-    s = policy_settings(policy, local_tp)
+    s = policy_settings(policy, local_tp, dp)
     if args.tp_rate is not None and policy not in BASELINES:  # (exploring)
         s = {**s, "tp": {"codec": "bitplane", "rate": args.tp_rate, "threshold": 0}}
     g = parallel_groups(world, dp=dp, tp=tp, pp=pp,
@@ -538,7 +552,8 @@ def plot(records: list[dict[str, Any]], prefix: str) -> list[str]:
     plt = _pyplot()
     layouts = [k for k in LAYOUTS if any(r["layout"] == k for r in records)]
     labels = list(dict.fromkeys(r["label"] for r in records))
-    colors = {"plain": "black", "bf16": "tab:green", "naive": "tab:red", "hybrid": "tab:blue"}
+    colors = {"plain": "black", "bf16": "tab:green", "bf16-net": "tab:olive", "naive": "tab:red",
+              "hybrid": "tab:blue"}
     first = min(r.get("seed", 0) for r in records)
     fig, axes = plt.subplots(2, len(layouts), figsize=(4 * len(layouts), 6), sharey="row",
                              sharex=True, squeeze=False)
@@ -645,6 +660,8 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     for layout in layouts:
         for seed in range(args.seed, args.seed + args.seeds):
             for policy in policies:
+                if policy in TP_ONLY and LAYOUTS[layout][1] == 1:
+                    continue
                 if world.Get_rank() == 0:
                     progress(f"transformer: {layout} {policy} seed {seed} ...")
                 records.append(run(world, layout, policy, argparse.Namespace(

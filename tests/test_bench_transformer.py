@@ -38,11 +38,13 @@ def test_every_layout_trains_the_same_model_and_compression_sends_less(comm, tmp
     train, val, _ = stdlib_text.corpus(1 << 18, 1 << 14)
     data = {"train": train, "val": val}
     clock = StepClock()
+    runs = [(layout, policy) for layout, (_, tp, _, _) in transformer.LAYOUTS.items()
+            for policy in transformer.POLICIES if tp > 1 or policy not in transformer.TP_ONLY]
     records = [transformer.run(world, layout, policy, args, data, clock)
-               for layout in transformer.LAYOUTS for policy in transformer.POLICIES]
+               for layout, policy in runs]
     # a second seed of dp4's baselines: the table's means and spreads
     records += [transformer.run(world, "dp4", policy, _args(seed=1), data, clock)
-                for policy in transformer.BASELINES]
+                for policy in transformer.BASELINES if policy not in transformer.TP_ONLY]
     assert {r["val_bytes"] for r in records} == {4096 // 17 // 16 * 16 * 17}
     assert all(r["identical"] for r in records)
     plain = [r for r in records if r["policy"] == "plain" and r["seed"] == 0]
@@ -54,16 +56,20 @@ def test_every_layout_trains_the_same_model_and_compression_sends_less(comm, tmp
         np.testing.assert_allclose([v for _, v in got], [v for _, v in want], rtol=2e-4)
     by = {(r["layout"], r["policy"]): r for r in records if r["seed"] == 0}
     for layout, (dp, tp, pp, _) in transformer.LAYOUTS.items():
-        for policy in ("bf16", "naive", "hybrid"):
+        for policy in ("bf16", "bf16-net", "naive", "hybrid"):
+            if (layout, policy) not in by:
+                continue
             w = by[layout, policy]["wire_mib_per_step"]
             w0 = by[layout, "plain"]["wire_mib_per_step"]
             for group, size in (("dp", dp), ("tp", tp), ("pp", pp)):
-                if size > 1:  # (bf16's recursive doubling hands MPI half the bytes twice)
-                    less = w[group] <= w0[group] if policy == "bf16" else w[group] < w0[group]
+                if size > 1 and group == "tp" and policy in ("bf16-net", "hybrid"):
+                    # (one host here: the pair's traffic plain, through shared memory)
+                    assert by[layout, policy]["local_tp"] and w[group] == w0[group]
+                elif size > 1:  # (bf16's recursive doubling hands MPI half the bytes twice)
+                    cast = policy.startswith("bf16")
+                    less = w[group] <= w0[group] if cast else w[group] < w0[group]
                     assert 0 < w[group] and less, (layout, policy, group, w, w0)
-            if tp > 1:  # (one host here: the pair's traffic cast, not compressed)
-                assert by[layout, policy]["local_tp"]
-        for r in (by[layout, p] for p in transformer.POLICIES):
+        for r in (by[run] for run in runs if run[0] == layout):
             assert r["step_s"] > 0 and r["compute_s"] > 0 and r["comm_s"] >= 0
             assert np.isfinite(r["final_val_loss"]) and np.isfinite(r["final_train_loss"])
     if comm.Get_rank() == 0:
@@ -71,14 +77,14 @@ def test_every_layout_trains_the_same_model_and_compression_sends_less(comm, tmp
         (out / "r.json").write_text(json.dumps(records))
         text = transformer.table(records, ["test"])
         rows = transformer.summary(records)
-        assert len(rows) == len(transformer.LAYOUTS) * len(transformer.POLICIES)
+        assert len(rows) == len(runs)
         assert text.count("| yes |") == len(rows)
         for row in rows:  # each against the faster baseline of its layout
             assert row["best"] in transformer.BASELINES
             if row["policy"] == row["best"]:
                 assert row["vs_best"] == pytest.approx(1.0)
             assert row["seeds"] == (2 if row["layout"] == "dp4" and row["policy"] in
-                                    transformer.BASELINES else 1)
+                                    transformer.BASELINES else 1), row
         dp4 = next(r for r in rows if r["layout"] == "dp4" and r["policy"] == "plain")
         assert dp4["val_gap"] == 0.0 and dp4["gap_spread"] == 0.0
         for png in transformer.plot(records, str(out / "study")):
@@ -100,7 +106,14 @@ def test_policies_name_their_settings():
     assert transformer.policy_settings("plain")["bucket_mib"] == transformer.SMALL_BUCKETS
     assert all(transformer.policy_settings(p)["bucket_mib"] == transformer.BIG_BUCKETS
                for p in ("bf16", "naive", "hybrid"))
-    assert transformer.policy_settings("hybrid", local_tp=True)["tp"] == transformer.BF16
+    # shared memory: the tensor-parallel pair's traffic plain where it shares a host
+    assert transformer.policy_settings("hybrid", local_tp=True)["tp"] == transformer.PLAIN
+    assert transformer.policy_settings("bf16-net", local_tp=True)["tp"] == transformer.PLAIN
+    assert transformer.policy_settings("bf16-net") == bf16
+    assert transformer.policy_settings("bf16", local_tp=True) == bf16
+    # a data-parallel average over fewer ranks: more bits for the gradients
+    assert transformer.policy_settings("hybrid", dp=2)["grad"]["rate"] == 6.25
+    assert set(transformer.TP_ONLY) <= set(transformer.BASELINES)
     with pytest.raises(ValueError, match="policy must be one of"):
         transformer.policy_settings("gentle")
 

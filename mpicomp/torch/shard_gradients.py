@@ -76,6 +76,9 @@ class GradientShards:
                     self._expected[piece.bucket] += piece.count
         self._missing = list(self._expected)
         self._filling: dict[int, torch.Tensor] = {}
+        #: send buffers of completed buckets, for the next ones of their size (host memory:
+        #: a fresh one costs its page faults every step, several times its copy)
+        self._spares: list[torch.Tensor] = []
         self._in_flight: collections.deque[_Started] = collections.deque()
         self._next = 0  # the next bucket to start
         self._callback_queued = False
@@ -104,7 +107,7 @@ class GradientShards:
             b = self.layout.buckets[piece.bucket]
             send = self._filling.get(piece.bucket)
             if send is None:
-                send = self._filling[piece.bucket] = self._zeros(self.layout.size * b.part)
+                send = self._filling[piece.bucket] = self._send_buffer(self.layout.size * b.part)
             at = piece.at - b.start
             send[at:at + piece.count].copy_(g[piece.offset:piece.offset + piece.count])
             self._missing[piece.bucket] -= piece.count
@@ -115,7 +118,7 @@ class GradientShards:
         b = self.layout.buckets[k]
         send = self._filling.pop(k, None)
         if send is None:  # no gradient reached it: this rank sends zeros
-            send = self._zeros(self.layout.size * b.part)
+            send = self._send_buffer(self.layout.size * b.part)
         ops = self.memory.ops
         part = torch.empty(b.part, dtype=torch.float32, device=self.memory.device)
         with self.memory.ordered():
@@ -144,6 +147,8 @@ class GradientShards:
             ops.divide(s.y, self.layout.size)
         b = self.layout.buckets[s.bucket]
         self.shard[b.master_at:b.master_at + b.part] += s.part
+        if s.send.device.type == "cpu" and len(self._spares) < IN_FLIGHT:
+            self._spares.append(s.send)
 
     def _end_backward(self) -> None:
         self._callback_queued = False
@@ -174,8 +179,8 @@ class GradientShards:
         self.shard.zero_()
 
     def buffer_bytes(self) -> int:
-        """Bytes of the send and receive buffers held now."""
-        return (sum(t.numel() * 4 for t in self._filling.values())
+        """Bytes of the send and receive buffers held now (spare send buffers included)."""
+        return (sum(t.numel() * 4 for t in (*self._filling.values(), *self._spares))
                 + sum(s.x.nbytes + s.part.numel() * 4 for s in self._in_flight))
 
     def _note_buffers(self, extra: int) -> None:
@@ -183,6 +188,13 @@ class GradientShards:
 
     def _zeros(self, n: int) -> torch.Tensor:
         return torch.zeros(n, dtype=torch.float32, device=self.memory.device)
+
+    def _send_buffer(self, n: int) -> torch.Tensor:
+        """``n`` zeros to send: a completed bucket's buffer of that size where one is spare."""
+        for i, t in enumerate(self._spares):
+            if t.numel() == n:
+                return self._spares.pop(i).zero_()
+        return self._zeros(n)
 
     def _ahead(self, k: int, x: Any) -> None:
         """Bucket ``k``'s error feedback, made while its reduce-scatter of ``x`` is in flight,
