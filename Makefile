@@ -28,7 +28,7 @@
 #                  STUDY_RATE (the tensor-parallel pair in a host), STUDY_STEPS (300) Adam
 #                  steps, 3 seeds; then the table (transformer.md) and
 #                  docs/transformer-{loss,throughput}.png; more options in STUDY_ARGS
-#                  (STUDY_STEPS=40 STUDY_ARGS="--seeds 1": minutes instead of about an hour)
+#                  (STUDY_STEPS=40 STUDY_ARGS="--seeds 1": minutes instead of about 40)
 #   make test-gpu  where a GPU is: the tests marked gpu (serial) and device (under mpiexec -n 2
 #                  and 4), then the GPU benchmarks (bench-gpu); they skip without a CUDA device
 #   make bench-gpu codecs --buffer cupy, allreduce-gpu (256 MiB CuPy buffers, 4 ranks) and

@@ -558,8 +558,11 @@ def plot(records: list[dict[str, Any]], prefix: str) -> list[str]:
     fig, axes = plt.subplots(2, len(layouts), figsize=(4 * len(layouts), 6), sharey="row",
                              sharex=True, squeeze=False)
     for col, layout in enumerate(layouts):
-        runs = {r["policy"]: r for r in records  # (the first seed's curves)
-                if r["layout"] == layout and r["label"] == labels[0]
+        # (the first seed's curves, of the first network that ran the layout)
+        label = next(v for v in labels if any(r["layout"] == layout and r["label"] == v
+                                              for r in records))
+        runs = {r["policy"]: r for r in records
+                if r["layout"] == layout and r["label"] == label
                 and r.get("seed", 0) == first}
         base = dict(runs["plain"]["val_curve"]) if "plain" in runs else None
         for policy, r in runs.items():
@@ -574,30 +577,45 @@ def plot(records: list[dict[str, Any]], prefix: str) -> list[str]:
             axes[row][col].grid(alpha=0.3)
     axes[0][0].set_ylabel("validation loss (nats/byte)")
     axes[1][0].set_ylabel("validation loss vs plain (%)")
-    axes[0][0].legend()
+    _legend(axes[0][0], axes[0])
     fig.tight_layout()
     loss_png = f"{prefix}-loss.png"
     fig.savefig(loss_png, dpi=120)
     plt.close(fig)
-    fig, axes = plt.subplots(1, len(labels), figsize=(6 * len(labels), 3.6), squeeze=False)
+    ran = {label: [k for k in layouts if any(r["layout"] == k and r["label"] == label
+                                             for r in records)] for label in labels}
+    fig, axes = plt.subplots(1, len(labels), squeeze=False,
+                             figsize=(2 + 3 * sum(map(len, ran.values())), 3.6),
+                             gridspec_kw={"width_ratios": [len(ran[v]) for v in labels]})
     for ax, label in zip(axes[0], labels, strict=True):
-        width = 0.8 / len(POLICIES)
-        for i, policy in enumerate(POLICIES):  # (means over the seeds)
+        drawn = [v for v in POLICIES if any(r["policy"] == v and r["label"] == label
+                                            for r in records)]
+        width = 0.8 / len(drawn)
+        for i, policy in enumerate(drawn):  # (means over the seeds)
             ys = [float(np.mean([r["tokens_per_s"] for r in records if r["layout"] == k
                                  and r["policy"] == policy and r["label"] == label] or [0.0]))
-                  for k in layouts]
-            ax.bar(np.arange(len(layouts)) + (i - (len(POLICIES) - 1) / 2) * width, ys, width,
-                   label=policy, color=colors.get(policy))
-        ax.set_xticks(np.arange(len(layouts)), layouts)
+                  for k in ran[label]]
+            ax.bar(np.arange(len(ran[label])) + (i - (len(drawn) - 1) / 2) * width, ys,
+                   width, label=policy, color=colors.get(policy))
+        ax.set_xticks(np.arange(len(ran[label])), ran[label])
         ax.set_ylabel("tokens/s")
         ax.set_title(f"4 ranks, {label}" if label else "4 ranks")
         ax.grid(axis="y", alpha=0.3)
-    axes[0][0].legend()
+    _legend(axes[0][0], axes[0])
     fig.tight_layout()
     bars_png = f"{prefix}-throughput.png"
     fig.savefig(bars_png, dpi=120)
     plt.close(fig)
     return [loss_png, bars_png]
+
+
+def _legend(ax: Any, axes: Any) -> None:
+    """``ax``'s legend of every policy drawn on any of ``axes`` (once each)."""
+    handles: dict[str, Any] = {}
+    for a in axes:
+        for handle, name in zip(*a.get_legend_handles_labels(), strict=True):
+            handles.setdefault(name, handle)
+    ax.legend(list(handles.values()), list(handles), fontsize="small", framealpha=0.9)
 
 
 def _finish(records: list[dict[str, Any]], args: argparse.Namespace, argv: list[str],

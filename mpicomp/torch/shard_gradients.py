@@ -9,7 +9,9 @@ the kept residual of error feedback is added; buckets start in their
 layout's order on every rank (a bucket ready early waits for the ones
 before it), at most :data:`IN_FLIGHT` at a time (the oldest is completed
 first), so that the rank's gradient memory is its shard plus a few
-buckets. At the end of backward (an autograd callback) the buckets no
+buckets (on the host a completed bucket's send buffer is kept for the next
+bucket of its size, at most :data:`IN_FLIGHT` of them: a new one cost its
+page faults every step). At the end of backward (an autograd callback) the buckets no
 gradient reached start with zeros, every one is completed and its part,
 divided by the ranks, is added to the shard: several backward passes
 before a step accumulate, as ``.grad`` does. A step with no backward
