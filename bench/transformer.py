@@ -67,7 +67,7 @@ import numpy as np
 
 from .report import command_line, machine_lines, progress
 
-__all__ = ["LAYOUTS", "POLICIES", "add_arguments", "main", "policy_settings"]
+__all__ = ["LAYOUTS", "POLICIES", "add_arguments", "main", "policy_settings", "runs_in"]
 
 #: layout: (data-, tensor-, pipeline-parallel ranks, sharded optimizer)
 LAYOUTS = {
@@ -106,6 +106,12 @@ SMALL_TENSOR = 4096
 
 def _small(name: str, array: Any) -> bool:
     return array.size < SMALL_TENSOR
+
+
+def runs_in(layout: str, policy: str) -> bool:
+    """Whether the study runs ``policy`` in ``layout`` (:data:`TP_ONLY` policies only where
+    there is tensor parallelism: elsewhere they are another policy)."""
+    return policy not in TP_ONLY or LAYOUTS[layout][1] > 1
 
 
 def policy_settings(policy: str, local_tp: bool = False, dp: int = 4) -> dict[str, Any]:
@@ -678,7 +684,7 @@ def main(args: argparse.Namespace, argv: list[str]) -> int:
     for layout in layouts:
         for seed in range(args.seed, args.seed + args.seeds):
             for policy in policies:
-                if policy in TP_ONLY and LAYOUTS[layout][1] == 1:
+                if not runs_in(layout, policy):
                     continue
                 if world.Get_rank() == 0:
                     progress(f"transformer: {layout} {policy} seed {seed} ...")

@@ -38,13 +38,13 @@ def test_every_layout_trains_the_same_model_and_compression_sends_less(comm, tmp
     train, val, _ = stdlib_text.corpus(1 << 18, 1 << 14)
     data = {"train": train, "val": val}
     clock = StepClock()
-    runs = [(layout, policy) for layout, (_, tp, _, _) in transformer.LAYOUTS.items()
-            for policy in transformer.POLICIES if tp > 1 or policy not in transformer.TP_ONLY]
+    runs = [(layout, policy) for layout in transformer.LAYOUTS
+            for policy in transformer.POLICIES if transformer.runs_in(layout, policy)]
     records = [transformer.run(world, layout, policy, args, data, clock)
                for layout, policy in runs]
     # a second seed of dp4's baselines: the table's means and spreads
     records += [transformer.run(world, "dp4", policy, _args(seed=1), data, clock)
-                for policy in transformer.BASELINES if policy not in transformer.TP_ONLY]
+                for policy in transformer.BASELINES if transformer.runs_in("dp4", policy)]
     assert {r["val_bytes"] for r in records} == {4096 // 17 // 16 * 16 * 17}
     assert all(r["identical"] for r in records)
     plain = [r for r in records if r["policy"] == "plain" and r["seed"] == 0]
@@ -114,6 +114,8 @@ def test_policies_name_their_settings():
     # a data-parallel average over fewer ranks: more bits for the gradients
     assert transformer.policy_settings("hybrid", dp=2)["grad"]["rate"] == 6.25
     assert set(transformer.TP_ONLY) <= set(transformer.BASELINES)
+    assert transformer.runs_in("dp2xtp2", "bf16-net") and not transformer.runs_in("dp4",
+                                                                                  "bf16-net")
     with pytest.raises(ValueError, match="policy must be one of"):
         transformer.policy_settings("gentle")
 
