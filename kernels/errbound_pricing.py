@@ -35,6 +35,7 @@ FALLBACK = 1
 _LANES = BLOCK
 _W32 = vector(I32, _LANES)
 _F64 = vector(ir.DoubleType(), _LANES)
+_F32 = vector(ir.FloatType(), _LANES)
 #: the largest magnitude of the 32-bit path (as a bound on the zigzag codes' OR)
 _GUARD = 1 << 28
 #: ``floor(x * inv_step + 1/2)``'s largest magnitude (31 bits)
@@ -85,6 +86,74 @@ def _residuals(b, h, v):
     return d1, d2, d3
 
 
+def _quantize_double(b, xs, invv, stepv, boundv, single):
+    """``(the integers as <32 x i32>, the lanes that fail their check as an i32 mask)`` of
+    the values ``xs`` (float32 where ``single``) in float64, as the format has it:
+    ``floor(x * inv_step + 1/2)`` where its magnitude is at most ``2**31 - 1`` (0
+    elsewhere, NaN included), checked on the decoder's ``q * step`` (rounded to float32
+    for float32 values) against ``bound``."""
+    xd = b.fpext(xs, _F64) if single else xs
+    s = b.fadd(b.fmul(xd, splat(b, invv, _F64)), ir.Constant(_F64, [0.5] * _LANES))
+    fabs = f"llvm.fabs.v{_LANES}f64"
+    inside = b.fcmp_ordered("<=", call_intrinsic(b, fabs, _F64, s),
+                            ir.Constant(_F64, [_Q_MAX] * _LANES))
+    t = call_intrinsic(b, f"llvm.floor.v{_LANES}f64", _F64,
+                       b.select(inside, s, ir.Constant(_F64, [0.0] * _LANES)))
+    rec = b.fmul(t, splat(b, stepv, _F64))
+    if single:
+        rec = b.fpext(b.fptrunc(rec, _F32), _F64)
+    err = call_intrinsic(b, fabs, _F64, b.fsub(xd, rec))
+    fails = b.fcmp_unordered(">", err, splat(b, boundv, _F64))
+    return b.fptosi(t, _W32), b.bitcast(fails, I32)
+
+
+def _quantize_single(b, xs, invv, stepv, boundv):
+    """:func:`_quantize_double` of float32 values, in float32 where that gives the same
+    integers and no check can fail, else in float64 (the whole block).
+
+    With ``s = fl(fl(x * fl(inv_step)) + 1/2)`` in float32 and ``d = s - floor(s)``, every
+    lane with ``|s| <= 2**22`` and ``m <= d <= 1 - m``, ``m = (|s| + 1) 2**-21``, has
+    ``floor(s)`` equal to the float64 integer and passes its check, when ``2**-100 <=
+    step <= 2**100`` and ``bound >= step / 2`` (the codec's ``bound``; proof: ``s``
+    differs from ``x * inv_step + 1/2``, exact, by at most ``(|s| + 1) 2**-22`` and ``d``
+    by ``2**-24`` more, so that exact value lies at least ``3 (|s| + 1) 2**-24`` inside
+    ``(floor(s), floor(s) + 1)``: float64's rounding, two orders of magnitude finer,
+    cannot move it across, and ``|x - q step|`` is then at least ``3 (|s| + 1) 2**-24
+    step`` below ``step / 2``, more than the decoder's rounding of ``q * step`` to
+    float32 can add, at most ``|q| 2**-24 step`` and ``2**-150``). A block with any other
+    lane (a value near a rounding boundary, about one block in a few hundred on
+    gradients; NaN, Inf, a magnitude past ``2**22``) takes float64 whole: the same
+    integers and checks as :func:`_quantize_double` either way."""
+    f32 = ir.FloatType()
+    inv32 = b.fptrunc(invv, f32)
+    s = b.fadd(b.fmul(xs, splat(b, inv32, _F32)), ir.Constant(_F32, [0.5] * _LANES))
+    t = call_intrinsic(b, f"llvm.floor.v{_LANES}f32", _F32, s)
+    d = b.fsub(s, t)
+    size = call_intrinsic(b, f"llvm.fabs.v{_LANES}f32", _F32, s)
+    m = b.fmul(b.fadd(size, ir.Constant(_F32, [1.0] * _LANES)),
+               ir.Constant(_F32, [2.0 ** -21] * _LANES))
+    lanes_ok = b.and_(b.and_(b.fcmp_ordered(">=", d, m),
+                             b.fcmp_ordered("<=", d, b.fsub(ir.Constant(_F32, [1.0] * _LANES),
+                                                            m))),
+                      b.fcmp_ordered("<=", size, ir.Constant(_F32, [2.0 ** 22] * _LANES)))
+    f64 = ir.DoubleType()
+    scale_ok = b.and_(b.and_(b.fcmp_ordered(">=", stepv, ir.Constant(f64, 2.0 ** -100)),
+                             b.fcmp_ordered("<=", stepv, ir.Constant(f64, 2.0 ** 100))),
+                      b.fcmp_ordered(">=", boundv, b.fmul(stepv, ir.Constant(f64, 0.5))))
+    every = b.icmp_unsigned("==", b.bitcast(lanes_ok, I32), ir.Constant(I32, 0xFFFFFFFF))
+    vp = cgutils.alloca_once(b, _W32)
+    fp = cgutils.alloca_once(b, I32)
+    with b.if_else(b.and_(every, scale_ok), likely=True) as (fast, slow):
+        with fast:
+            b.store(b.fptosi(t, _W32), vp)
+            b.store(ir.Constant(I32, 0), fp)
+        with slow:
+            v, failed = _quantize_double(b, xs, invv, stepv, boundv, True)
+            b.store(v, vp)
+            b.store(failed, fp)
+    return b.load(vp), b.load(fp)
+
+
 @intrinsic
 def price_block_vec32(typingctx, x, start, inv_step, step, bound, q):
     """``(status, w, wz, nonzero, w1, w2, w3, mask)`` of the full block ``x[start:start +
@@ -111,26 +180,17 @@ def price_block_vec32(typingctx, x, start, inv_step, step, bound, q):
         elem = ir.FloatType() if single else f64
         xs = load(b, element_pointer(context, b, signature.args[0], xv, startv),
                   vector(elem, _LANES))
-        xd = b.fpext(xs, _F64) if single else xs
-        s = b.fadd(b.fmul(xd, splat(b, invv, _F64)), ir.Constant(_F64, [0.5] * _LANES))
-        fabs = f"llvm.fabs.v{_LANES}f64"
-        inside = b.fcmp_ordered("<=", call_intrinsic(b, fabs, _F64, s),
-                                ir.Constant(_F64, [_Q_MAX] * _LANES))
-        t = call_intrinsic(b, f"llvm.floor.v{_LANES}f64", _F64,
-                           b.select(inside, s, ir.Constant(_F64, [0.0] * _LANES)))
-        rec = b.fmul(t, splat(b, stepv, _F64))
-        if single:
-            rec = b.fpext(b.fptrunc(rec, vector(ir.FloatType(), _LANES)), _F64)
-        err = call_intrinsic(b, fabs, _F64, b.fsub(xd, rec))
-        fails = b.fcmp_unordered(">", err, splat(b, boundv, _F64))
-        v = b.fptosi(t, _W32)
+        if single:  # (float32: single precision where it gives the same integers, below)
+            v, failed = _quantize_single(b, xs, invv, stepv, boundv)
+        else:
+            v, failed = _quantize_double(b, xs, invv, stepv, boundv, False)
         store(b, b.sext(v, vector(I64, _LANES)),
               element_pointer(context, b, signature.args[5], qv, ir.Constant(I64, HISTORY)))
         h = _history_vector(b, context, signature.args[5], qv)
         z = _zigzag(b, v)
         z_or = _or_lanes(b, z)
         widest = b.or_(z_or, _or_lanes(b, _zigzag(b, h)))
-        ok = b.and_(b.icmp_unsigned("==", b.bitcast(fails, I32), ir.Constant(I32, 0)),
+        ok = b.and_(b.icmp_unsigned("==", failed, ir.Constant(I32, 0)),
                     b.icmp_unsigned("<", widest, ir.Constant(I32, _GUARD)))
         zero = ir.Constant(I64, 0)
         out = cgutils.alloca_once(b, context.get_value_type(result))

@@ -546,6 +546,59 @@ def test_the_one_pass_encode_writes_the_two_pass_bytes(dtype):
                 assert RAW in code and any(DELTA <= v <= DELTA3 + WIDEST for v in code)
 
 
+def _two_pass_stream(c, x):
+    """The stream of ``x`` by the codes pass (the scalar pricing) and the packing."""
+    from mpicomp.codecs.errbound import _offsets, _sections
+    from mpicomp.kernels import errbound_cpu
+
+    bound = c.bound(x)
+    step = 2.0 * bound
+    inv_step = 1.0 / step if step > 0 else 0.0
+    two = np.zeros(c.encoded_nbytes(x.size, x.dtype), np.uint8)
+    code, sizes = _sections(two, x.size)
+    assert errbound_cpu.codes(x, inv_step, step, bound, x.dtype == np.float32, code,
+                              sizes) == 0
+    offsets = _offsets(sizes, x.size)
+    two[:8] = np.frombuffer(np.float64(step).tobytes(), np.uint8)
+    errbound_cpu.pack(x, x.view(np.uint8), inv_step, code, offsets, two, x.itemsize)
+    return two[:offsets[-1]], code
+
+
+def test_float32_values_at_rounding_boundaries_code_as_in_float64():
+    """float32 blocks are quantized in single precision unless a lane lies near a rounding
+    boundary (``errbound_pricing._quantize_single``): values at and around the midpoints
+    ``(k + 1/2) step`` (to a few units of float32's last place, where single and double
+    precision round apart), values whose decoded float32 misses the bound by its last
+    place (magnitudes near ``2**23`` bounds), integers near the single-precision path's
+    limit ``2**22``, and steps at and past its scale limits (``2**-100``, ``2**100``)
+    give the scalar float64 pricing's bytes, one such lane in a block of ordinary values
+    or every lane."""
+    rng = np.random.default_rng(14)
+    n = 8 * 8 * BLOCK
+    checked = 0
+    for step in (0.02, 2.0**-100, 2.0**-101, 2.0**100 * 1.5, 3.0):
+        k = rng.integers(-2**21, 2**21, n).astype(np.float64)
+        k[: n // 2] = rng.integers(-300, 300, n // 2)
+        ulps = rng.integers(-4, 5, n).astype(np.float64)
+        mid = ((k + 0.5) * step).astype(np.float32)
+        near = np.nextafter(mid, np.float32(np.inf) * np.sign(ulps).astype(np.float32))
+        near = np.where(ulps == 0, mid, near)
+        ordinary = (rng.standard_normal(n) * 100 * step).astype(np.float32)
+        one_lane = ordinary.copy()
+        one_lane[::BLOCK] = near[::BLOCK]  # (a single boundary lane a block)
+        edge = (rng.choice([2.0**22 - 1, 2.0**22, 2.0**22 + 1, 2.0**23, 2.0**24], n)
+                + rng.random(n)) * step * np.where(rng.random(n) < 0.5, -1, 1)
+        for x in (mid, near, one_lane, ordinary, edge.astype(np.float32)):
+            x = np.asarray(x, np.float32)
+            if not np.isfinite(x).all():
+                continue
+            c = get_codec("errbound", tolerance=step / 2)
+            two, code = _two_pass_stream(c, x)
+            np.testing.assert_array_equal(c.encode(x), two)
+            checked += 1
+    assert checked >= 20
+
+
 def test_a_variable_codecs_chunk_is_cut_for_a_fraction_of_its_upper_bound():
     """The collectives in pieces cut an errbound chunk as if its stream were VARIABLE_RATIO
     times smaller than its upper bound (the raw bytes), not for the upper bound (8x the
