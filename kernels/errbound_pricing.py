@@ -28,7 +28,8 @@ from .errbound_block import HISTORY
 from .errbound_layout import BLOCK
 from .vector_ir import I32, I64, call_intrinsic, element_pointer, load, splat, store, vector
 
-__all__ = ["FALLBACK", "price_block_vec32", "residual_codes"]
+__all__ = ["CODES32", "FALLBACK", "VALUES32", "packed_codes", "packed_values",
+           "price_block_vec32", "residual_codes"]
 
 #: ``price_block_vec32``'s status for a block the scalar code prices
 FALLBACK = 1
@@ -38,6 +39,10 @@ _F64 = vector(ir.DoubleType(), _LANES)
 _F32 = vector(ir.FloatType(), _LANES)
 #: the largest magnitude of the 32-bit path (as a bound on the zigzag codes' OR)
 _GUARD = 1 << 28
+#: the int64 slots of ``q`` where :func:`price_block_vec32` packs a full block's values
+#: and its mask codes as int32 lanes (its code slots: 16 int64 slots each)
+VALUES32 = HISTORY + BLOCK
+CODES32 = HISTORY + BLOCK + BLOCK // 2
 #: ``floor(x * inv_step + 1/2)``'s largest magnitude (31 bits)
 _Q_MAX = 2147483647.0
 
@@ -157,9 +162,11 @@ def _quantize_single(b, xs, invv, stepv, boundv):
 @intrinsic
 def price_block_vec32(typingctx, x, start, inv_step, step, bound, q):
     """``(status, w, wz, nonzero, w1, w2, w3, mask)`` of the full block ``x[start:start +
-    32]`` whose history ``q[0:3]`` holds: its integers into ``q``'s value slots (int64),
-    each non-zero's zigzag code minus one (0 for a zero: a mask block's codes) into its
-    code slots, then status 0, ``errbound_block.choose_code_of_widths``' arguments (the
+    32]`` whose history ``q[0:3]`` holds: its integers packed as int32 lanes at slot
+    :data:`VALUES32` of ``q`` (and its last three in their int64 value slots: the next
+    block's history), each non-zero's zigzag code minus one (0 for a zero: a mask block's
+    codes) packed at :data:`CODES32` (a load of 128 bytes where int64 slots took 256 and
+    a conversion each way), then status 0, ``errbound_block.choose_code_of_widths``' arguments (the
     bit lengths of the largest zigzag code of the values, of the non-zeros' codes minus
     one, the count of non-zeros, the bit lengths of the largest residual codes of orders
     1-3) and the mask of the non-zeros (bit ``i``: value ``i``). Status
@@ -184,8 +191,11 @@ def price_block_vec32(typingctx, x, start, inv_step, step, bound, q):
             v, failed = _quantize_single(b, xs, invv, stepv, boundv)
         else:
             v, failed = _quantize_double(b, xs, invv, stepv, boundv, False)
-        store(b, b.sext(v, vector(I64, _LANES)),
-              element_pointer(context, b, signature.args[5], qv, ir.Constant(I64, HISTORY)))
+        store(b, v, _packed(context, b, signature.args[5], qv, VALUES32))
+        for lane in range(_LANES - HISTORY, _LANES):  # (the next block's history, int64)
+            b.store(b.sext(b.extract_element(v, ir.Constant(I32, lane)), I64),
+                    element_pointer(context, b, signature.args[5], qv,
+                                    ir.Constant(I64, HISTORY + lane)))
         h = _history_vector(b, context, signature.args[5], qv)
         z = _zigzag(b, v)
         z_or = _or_lanes(b, z)
@@ -202,9 +212,8 @@ def price_block_vec32(typingctx, x, start, inv_step, step, bound, q):
             widths = [_bit_length(b, z_or), _bit_length(b, _or_lanes(b, less)),
                       b.zext(count, I64)]
             widths += [_bit_length(b, _or_lanes(b, _zigzag(b, d))) for d in _residuals(b, h, v)]
-            store(b, b.zext(less, vector(I64, _LANES)),  # (a mask block's codes)
-                  element_pointer(context, b, signature.args[5], qv,
-                                  ir.Constant(I64, HISTORY + BLOCK)))
+            store(b, less, _packed(context, b, signature.args[5], qv, CODES32))  # (a mask
+            # block's codes)
             mask = b.zext(b.bitcast(nonzero, I32), I64)
             b.store(context.make_tuple(b, result, [zero] + widths + [mask]), out)
         return b.load(out)
@@ -212,13 +221,33 @@ def price_block_vec32(typingctx, x, start, inv_step, step, bound, q):
     return sig, codegen
 
 
-def residual_codes(context, b, qtype, qv, orderv):
+def _packed(context, b, qtype, qv, slot):
+    """A pointer to the 32 int32 lanes packed from int64 slot ``slot`` of ``q``."""
+    return b.bitcast(element_pointer(context, b, qtype, qv, ir.Constant(I64, slot)),
+                     _W32.as_pointer())
+
+
+def packed_values(context, b, qtype, qv):
+    """The values :func:`price_block_vec32` packed into ``q`` (``<32 x i32>``)."""
+    return load(b, _packed(context, b, qtype, qv, VALUES32), _W32)
+
+
+def packed_codes(context, b, qtype, qv):
+    """The mask block's codes :func:`price_block_vec32` packed into ``q``."""
+    return load(b, _packed(context, b, qtype, qv, CODES32), _W32)
+
+
+def residual_codes(context, b, qtype, qv, orderv, packed=False):
     """IR of the zigzag codes (``<32 x i32>``) of the residuals of ``orderv`` (an i64: 0,
     the values themselves, or 1-3) of a full block whose history and value slots ``q``
-    holds, each modulo ``2**32``: exact for any order whose codes fit 32 bits (the
-    planes of a width or delta code, ``errbound_vector.put_residual_planes_vec32``)."""
-    v = b.trunc(load(b, element_pointer(context, b, qtype, qv, ir.Constant(I64, HISTORY)),
-                     vector(I64, _LANES)), _W32)
+    holds (``packed``: its values packed by :func:`price_block_vec32`), each modulo
+    ``2**32``: exact for any order whose codes fit 32 bits (the planes of a width or delta
+    code, ``errbound_vector.put_residual_planes_vec32``)."""
+    if packed:
+        v = packed_values(context, b, qtype, qv)
+    else:
+        v = b.trunc(load(b, element_pointer(context, b, qtype, qv, ir.Constant(I64, HISTORY)),
+                         vector(I64, _LANES)), _W32)
     h = _history_vector(b, context, qtype, qv)
     d = v
     for k, dk in zip((1, 2, 3), _residuals(b, h, v), strict=True):

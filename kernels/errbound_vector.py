@@ -72,7 +72,7 @@ from .errbound_block import (
     raw_values,
     zeros_block,
 )
-from .errbound_pricing import price_block_vec32, residual_codes
+from .errbound_pricing import packed_codes, price_block_vec32, residual_codes
 from .jit import NUMBA_INLINE, njit
 from .vector_ir import I8, I32, I64, call_intrinsic, element_pointer, load, splat, store, vector
 
@@ -147,6 +147,35 @@ def put_planes_vec32(typingctx, q, width, out, pos, stop):
                                                 ir.Constant(I64, _CODES)), vector(I64, _LANES)),
                         _WORDS32)
         _emit_planes(context, b, codes, wv, signature.args[2], outv, posv, stopv)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def put_packed_planes_vec32(typingctx, q, width, out, pos, stop):
+    """:func:`put_planes_vec32` of the mask codes ``price_block_vec32`` packed into ``q``."""
+    sig = types.void(q, width, out, pos, stop)
+
+    def codegen(context, b, signature, args):
+        qv, wv, outv, posv, stopv = args
+        codes = packed_codes(context, b, signature.args[0], qv)
+        _emit_planes(context, b, codes, wv, signature.args[2], outv, posv, stopv)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def put_packed_residual_planes_vec32(typingctx, q, order, width, out, pos, stop):
+    """:func:`put_residual_planes_vec32` of the values ``price_block_vec32`` packed into
+    ``q``."""
+    sig = types.void(q, order, width, out, pos, stop)
+
+    def codegen(context, b, signature, args):
+        qv, orderv, wv, outv, posv, stopv = args
+        codes = residual_codes(context, b, signature.args[0], qv, orderv, packed=True)
+        _emit_planes(context, b, codes, wv, signature.args[3], outv, posv, stopv)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -402,20 +431,24 @@ def _mask_codes(q, n):
 def _put_mask_block(q, n, w, out, p, stop, words):
     """A mask block of ``n`` quantized values (in their slots) at ``out[p:stop]``
     (:func:`_put_mask_planes`); returns the position after the block."""
-    return _put_mask_planes(q, np.uint64(_mask_codes(q, n)), w, out, p, stop, words)
+    return _put_mask_planes(q, np.uint64(_mask_codes(q, n)), w, out, p, stop, words, False)
 
 
 @njit(inline="always")
-def _put_mask_planes(q, m, w, out, p, stop, words):
-    """A mask block whose code slots hold each non-zero's code minus one (0 at a zero's),
-    ``m`` its mask, at ``out[p:stop]``: the mask, then each plane's bits of the non-zeros
-    (:func:`extract` of a whole plane word made in ``words``), one plane after the other;
-    returns the position after the block. (Inlined by LLVM, not Numba: Numba's inlining
+def _put_mask_planes(q, m, w, out, p, stop, words, packed):
+    """A mask block whose code slots hold each non-zero's code minus one (0 at a zero's;
+    ``packed``: as int32 lanes, by ``price_block_vec32``), ``m`` its mask, at
+    ``out[p:stop]``: the mask, then each plane's bits of the non-zeros (:func:`extract` of
+    a whole plane word made in ``words``), one plane after the other; returns the position
+    after the block. (Inlined by LLVM, not Numba: Numba's inlining
     kept reference counting of the arrays in the encode's loop, three atomic calls a
     mask block.)"""
     count = popcount64(np.int64(m))
     _store4(out, p, m)
-    put_planes_vec32(q, w, words, np.int64(0), np.int64(words.size))
+    if packed:  # (a full block priced on 32-bit lanes: its codes packed)
+        put_packed_planes_vec32(q, w, words, np.int64(0), np.int64(words.size))
+    else:
+        put_planes_vec32(q, w, words, np.int64(0), np.int64(words.size))
     at = p + np.int64(4)
     acc = np.uint64(0)
     fill = np.int64(0)
@@ -522,10 +555,10 @@ def code_group_vec32(x, xb, group, inv_step, step, bound, single, codes, out, po
                     p = raw_bytes(xb, start, end, itemsize, out, p)
                 elif is_mask(code):  # (its codes in their slots)
                     p = _put_mask_planes(q, np.uint64(m), plane_width(code), out, p, stop,
-                                         words)
+                                         words, True)
                 elif code != np.int64(0):
-                    put_residual_planes_vec32(q, _delta_order(code), plane_width(code), out,
-                                              p, stop)
+                    put_packed_residual_planes_vec32(q, _delta_order(code), plane_width(code),
+                                                     out, p, stop)
                     p += np.int64(4) * plane_width(code)
                 continue
         # a short block, one that fails a check, or one of wide values: the scalar pricing
