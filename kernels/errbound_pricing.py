@@ -8,7 +8,9 @@ integers on 32-bit lanes, each value's check, and the bit lengths the
 choice needs (the values' zigzag codes, the non-zeros' codes minus one,
 the residuals of orders 1-3), each a bitwise OR over the lanes, whose bit
 length is the largest code's. :func:`residual_codes` makes the zigzag codes
-of the chosen order for the planes the same way.
+of the chosen order for the planes the same way. A float32 block is quantized
+in single precision where that is provably float64's result (:func:`_quantize_single`),
+else in float64 as the format has it.
 
 Integers on 32 bits give the int64 results exactly where nothing overflows:
 every integer and the history's below ``2**27`` in magnitude (a residual of
@@ -122,8 +124,8 @@ def _quantize_single(b, xs, invv, stepv, boundv):
     step <= 2**100`` and ``bound >= step / 2`` (the codec's ``bound``; proof: ``s``
     differs from ``x * inv_step + 1/2``, exact, by at most ``(|s| + 1) 2**-22`` and ``d``
     by ``2**-24`` more, so that exact value lies at least ``3 (|s| + 1) 2**-24`` inside
-    ``(floor(s), floor(s) + 1)``: float64's rounding, two orders of magnitude finer,
-    cannot move it across, and ``|x - q step|`` is then at least ``3 (|s| + 1) 2**-24
+    ``(floor(s), floor(s) + 1)``: float64's rounding, 29 bits finer, cannot move it
+    across, and ``|x - q step|`` is then at least ``3 (|s| + 1) 2**-24
     step`` below ``step / 2``, more than the decoder's rounding of ``q * step`` to
     float32 can add, at most ``|q| 2**-24 step`` and ``2**-150``). A block with any other
     lane (a value near a rounding boundary, about one block in a few hundred on

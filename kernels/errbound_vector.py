@@ -1,7 +1,8 @@
 """The ``errbound`` planes with 32-lane vector operations (CPU only): the bytes of
 ``errbound_block``'s scalar planes.
 
-A block's codes (its 32 int64 code slots) become ``w`` plane words with one
+A block's codes (its 32 int64 code slots, or the int32 lanes that
+``errbound_pricing`` packed for a full block) become ``w`` plane words with one
 vector shift and one mask move per plane (:func:`put_planes_vec32`: the codes
 shifted left by ``32 - w`` and cut into byte vectors; plane ``j`` is the top
 bits of one of them shifted left by ``j % 8``, a ``<32 x i1>`` vector read as

@@ -496,6 +496,24 @@ def test_codes_no_encoder_writes_decode_as_the_scalar_code_does(dtype):
     assert not got[: BLOCK - 2].any()
 
 
+def _two_pass_stream(c, x):
+    """The stream of ``x`` by the codes pass (the scalar pricing) and the packing."""
+    from mpicomp.codecs.errbound import _offsets, _sections
+    from mpicomp.kernels import errbound_cpu
+
+    bound = c.bound(x)
+    step = 2.0 * bound
+    inv_step = 1.0 / step if step > 0 else 0.0
+    two = np.zeros(c.encoded_nbytes(x.size, x.dtype), np.uint8)
+    code, sizes = _sections(two, x.size)
+    assert errbound_cpu.codes(x, inv_step, step, bound, x.dtype == np.float32, code,
+                              sizes) == 0
+    offsets = _offsets(sizes, x.size)
+    two[:8] = np.frombuffer(np.float64(step).tobytes(), np.uint8)
+    errbound_cpu.pack(x, x.view(np.uint8), inv_step, code, offsets, two, x.itemsize)
+    return two[:offsets[-1]], code
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f64"])
 def test_the_one_pass_encode_writes_the_two_pass_bytes(dtype):
     """The codec's one-pass encode (groups written from their raw bytes' place, then moved
@@ -503,9 +521,6 @@ def test_the_one_pass_encode_writes_the_two_pass_bytes(dtype):
     kernels' steps), over several parallel iterations' runs of groups: compressible runs
     that move far, raw runs that move a few bytes or not at all; the one pass prices full
     blocks on 32-bit lanes (``errbound_pricing``), the codes pass with the scalar code."""
-    from mpicomp.codecs.errbound import _offsets, _sections
-    from mpicomp.kernels import errbound_cpu
-
     rng = np.random.default_rng(13)
     run = 16 * 8 * BLOCK  # (values of one parallel iteration's run of groups)
     n = 5 * run + 77
@@ -530,38 +545,10 @@ def test_the_one_pass_encode_writes_the_two_pass_bytes(dtype):
         x = np.asarray(x, dtype)
         for tol in (1e-2, 1e-6):
             c = get_codec("errbound", tolerance=tol, relative=relative)
-            s = c.encode(x)
-            bound = c.bound(x)
-            step = 2.0 * bound
-            inv_step = 1.0 / step if step > 0 else 0.0
-            two = np.zeros(c.encoded_nbytes(x.size, x.dtype), np.uint8)
-            code, sizes = _sections(two, x.size)
-            assert errbound_cpu.codes(x, inv_step, step, bound, x.dtype == np.float32, code,
-                                      sizes) == 0
-            offsets = _offsets(sizes, x.size)
-            two[:8] = np.frombuffer(np.float64(step).tobytes(), np.uint8)
-            errbound_cpu.pack(x, x.view(np.uint8), inv_step, code, offsets, two, x.itemsize)
-            np.testing.assert_array_equal(s, two[:offsets[-1]])
+            two, code = _two_pass_stream(c, x)
+            np.testing.assert_array_equal(c.encode(x), two)
             if after_raw:  # (the case it is there for: delta blocks after raw ones)
                 assert RAW in code and any(DELTA <= v <= DELTA3 + WIDEST for v in code)
-
-
-def _two_pass_stream(c, x):
-    """The stream of ``x`` by the codes pass (the scalar pricing) and the packing."""
-    from mpicomp.codecs.errbound import _offsets, _sections
-    from mpicomp.kernels import errbound_cpu
-
-    bound = c.bound(x)
-    step = 2.0 * bound
-    inv_step = 1.0 / step if step > 0 else 0.0
-    two = np.zeros(c.encoded_nbytes(x.size, x.dtype), np.uint8)
-    code, sizes = _sections(two, x.size)
-    assert errbound_cpu.codes(x, inv_step, step, bound, x.dtype == np.float32, code,
-                              sizes) == 0
-    offsets = _offsets(sizes, x.size)
-    two[:8] = np.frombuffer(np.float64(step).tobytes(), np.uint8)
-    errbound_cpu.pack(x, x.view(np.uint8), inv_step, code, offsets, two, x.itemsize)
-    return two[:offsets[-1]], code
 
 
 def test_float32_values_at_rounding_boundaries_code_as_in_float64():
@@ -579,10 +566,9 @@ def test_float32_values_at_rounding_boundaries_code_as_in_float64():
     for step in (0.02, 2.0**-100, 2.0**-101, 2.0**100 * 1.5, 3.0):
         k = rng.integers(-2**21, 2**21, n).astype(np.float64)
         k[: n // 2] = rng.integers(-300, 300, n // 2)
-        ulps = rng.integers(-4, 5, n).astype(np.float64)
         mid = ((k + 0.5) * step).astype(np.float32)
-        near = np.nextafter(mid, np.float32(np.inf) * np.sign(ulps).astype(np.float32))
-        near = np.where(ulps == 0, mid, near)
+        ulps = rng.integers(-4, 5, n).astype(np.int32)  # (the bits' neighbours: ulps apart)
+        near = (mid.view(np.int32) + ulps).view(np.float32)
         ordinary = (rng.standard_normal(n) * 100 * step).astype(np.float32)
         one_lane = ordinary.copy()
         one_lane[::BLOCK] = near[::BLOCK]  # (a single boundary lane a block)
