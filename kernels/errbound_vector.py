@@ -281,14 +281,43 @@ def values_from_planes_vec32(typingctx, words, pos, width, m, plus, order, q, ou
             b.store(b.sext(b.extract_element(v, ir.Constant(I32, lane)), I64),
                     element_pointer(context, b, signature.args[6], qv,
                                     ir.Constant(I64, HISTORY + lane)))
-        f64 = ir.DoubleType()
-        x = b.fmul(b.sitofp(v, vector(f64, _LANES)), splat(b, stepv, vector(f64, _LANES)))
+        at = element_pointer(context, b, signature.args[7], outv, startv)
         if signature.args[7].dtype == types.float32:
-            x = b.fptrunc(x, vector(ir.FloatType(), _LANES))
-        store(b, x, element_pointer(context, b, signature.args[7], outv, startv))
+            _store_single(b, v, stepv, at)
+        else:
+            f64 = ir.DoubleType()
+            store(b, b.fmul(b.sitofp(v, vector(f64, _LANES)),
+                            splat(b, stepv, vector(f64, _LANES))), at)
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+def _store_single(b, v, stepv, at):
+    """IR storing the float32 values of the integers ``v`` (``<32 x i32>``) times the
+    float64 ``step`` at ``at``: ``v * step`` in float64 rounded to float32, as the format
+    has it, computed in float32 where that is the same.
+
+    Where ``step`` is a float32 value (the codec's steps are: ``errbound.single_step``) and
+    every ``|v| <= 2**24``, each ``v`` and the step are float32 values and their exact
+    product has at most 48 significant bits, so float64's product is exact and its rounding
+    to float32 is the correctly rounded product, which float32's multiply gives (overflow
+    to infinity and subnormal results alike): one float32 multiply a lane where float64
+    took a widening, a multiply and a narrowing of twice the vectors. Any other block
+    (a step of another encoder's, an integer past 24 bits) takes float64."""
+    f32, f64 = ir.FloatType(), ir.DoubleType()
+    single = b.fptrunc(stepv, f32)
+    exact = b.fcmp_ordered("==", b.fpext(single, f64), stepv)
+    small = b.icmp_unsigned("<=", b.add(v, splat(b, 1 << 24, _WORDS32)),
+                            splat(b, 1 << 25, _WORDS32))  # (|v| <= 2**24, as unsigned)
+    every = b.icmp_unsigned("==", b.bitcast(small, I32), ir.Constant(I32, 0xFFFFFFFF))
+    with b.if_else(b.and_(exact, every), likely=True) as (fast, wide):
+        with fast:
+            store(b, b.fmul(b.sitofp(v, vector(f32, _LANES)), splat(b, single,
+                                                                   vector(f32, _LANES))), at)
+        with wide:
+            x = b.fmul(b.sitofp(v, vector(f64, _LANES)), splat(b, stepv, vector(f64, _LANES)))
+            store(b, b.fptrunc(x, vector(f32, _LANES)), at)
 
 
 @intrinsic

@@ -498,11 +498,11 @@ def test_codes_no_encoder_writes_decode_as_the_scalar_code_does(dtype):
 
 def _two_pass_stream(c, x):
     """The stream of ``x`` by the codes pass (the scalar pricing) and the packing."""
-    from mpicomp.codecs.errbound import _offsets, _sections
+    from mpicomp.codecs.errbound import _offsets, _sections, single_step
     from mpicomp.kernels import errbound_cpu
 
     bound = c.bound(x)
-    step = 2.0 * bound
+    step = single_step(2.0 * bound)
     inv_step = 1.0 / step if step > 0 else 0.0
     two = np.zeros(c.encoded_nbytes(x.size, x.dtype), np.uint8)
     code, sizes = _sections(two, x.size)
@@ -583,6 +583,95 @@ def test_float32_values_at_rounding_boundaries_code_as_in_float64():
             np.testing.assert_array_equal(c.encode(x), two)
             checked += 1
     assert checked >= 20
+
+
+def test_the_step_is_a_float32_value_within_twice_the_bound():
+    """The codec's step is ``2 * bound`` rounded down to a float32 value (every value stays
+    within its bound), ``2 * bound`` itself where that lies outside float32's normal
+    range."""
+    from mpicomp.codecs.errbound import single_step
+
+    rng = np.random.default_rng(15)
+    for step in [*rng.uniform(1e-8, 1e3, 200), 0.5, 3.0, 2.0**-125, 2.0**127]:
+        got = single_step(float(step))
+        assert float(np.float32(got)) == got and got <= step
+        assert got > step * (1 - 2.0**-23)
+    tiny = 2.0**-127  # (below float32's normal range)
+    huge = 2.0**129
+    assert single_step(tiny) == tiny and single_step(huge) == huge and single_step(0.0) == 0.0
+    x = rng.standard_normal(1000).astype(np.float32)
+    c = get_codec("errbound", tolerance=0.1 / 2, relative=False)
+    s = c.encode(x)
+    below = float(np.nextafter(np.float32(0.1), np.float32(0)))  # (float32(0.1) > 0.1)
+    assert np.frombuffer(s[:8].tobytes(), np.float64)[0] == below
+    assert np.abs(c.decode(s, out=np.empty_like(x)) - x).max() <= 0.05
+
+
+def _width_planes(codes: np.ndarray, w: int) -> np.ndarray:
+    """The ``w`` plane words of 32 codes (docs/format.md: plane ``j``'s bit ``i`` is bit
+    ``w - 1 - j`` of code ``i``)."""
+    words = [sum(((int(z) >> (w - 1 - j)) & 1) << i for i, z in enumerate(codes))
+             for j in range(w)]
+    return np.array(words, "<u4").view(np.uint8)
+
+
+def test_float32_values_made_in_single_precision_are_the_float64_products():
+    """The CPU decoder makes a full float32 block's values as float32 products where the
+    step is a float32 value and every integer fits 24 bits
+    (``errbound_vector._store_single``), else as the format's float64 products rounded to
+    float32: the scalar decoder's bits either way, for integers at and around ``2**24``,
+    steps that are float32 values or not, and products that overflow float32 or fall
+    into its subnormals; width, zero mask and delta blocks."""
+    from mpicomp.kernels.errbound_layout import MASK
+
+    _, unpack = _scalar_drivers()
+    rng = np.random.default_rng(16)
+    lanes = np.arange(BLOCK)
+
+    def zig(v):
+        v = np.asarray(v, np.int64)
+        return np.where(v >= 0, 2 * v, -2 * v - 1)
+
+    edges = np.array([2**24 - 1, 2**24, 2**24 + 1, 2**24 + 2, 2**25, 2**30, 2**31 - 1])
+    blocks = []  # (code byte, payload): width 32 blocks of integers around 2**24, then
+    for k in range(6):  # a mask block and a delta block of small ones
+        v = rng.integers(-2**24, 2**24 + 1, BLOCK)
+        if k:  # (block 0 all within 24 bits; the others each with one lane past or at it)
+            v[rng.integers(BLOCK)] = rng.choice(edges) * rng.choice([-1, 1])
+        blocks.append((32, _width_planes(zig(v), 32)))
+    present = rng.random(BLOCK) < 0.5
+    m = int(np.sum(present.astype(np.int64) << lanes))
+    codes = zig(rng.integers(-2**20, 2**20, int(present.sum()))) - 1
+    w = 21
+    bits = 0
+    for j in range(w):  # (each plane's bits of the non-zeros, one after the other)
+        plane = sum(((int(z) >> (w - 1 - j)) & 1) << t for t, z in enumerate(codes))
+        bits |= plane << (j * len(codes))
+    size = -(-len(codes) * w // 8)
+    blocks.append((MASK + w, np.concatenate([np.array([m], "<u4").view(np.uint8),
+                                             np.frombuffer(bits.to_bytes(size, "little"),
+                                                           np.uint8)])))
+    blocks.append((DELTA + 12, _width_planes(zig(rng.integers(-2**11, 2**11, BLOCK)), 12)))
+    payload = np.concatenate([p for _, p in blocks])
+    n = BLOCK * len(blocks)
+    c = get_codec("errbound", tolerance=0.25)
+    steps = [0.5, float(np.float32(0.1)), 0.1, 2.0**100, float(np.float32(3e38)), 2.0**-140,
+             3 * 2.0**-149, 2.0**-160]
+    decoded = []
+    for step in steps:
+        stream = np.concatenate([np.frombuffer(np.float64(step).tobytes(), np.uint8),
+                                 np.array([b for b, _ in blocks], np.uint8),
+                                 np.frombuffer(np.uint16(payload.size).tobytes(), np.uint8),
+                                 payload])
+        got = c.decode(stream, out=np.empty(n, np.float32))
+        step_, code, offsets = c.read_layout(stream, n, np.dtype(np.float32))
+        want = np.empty(n, np.float32)
+        assert unpack(stream, code, offsets, step_, 1.0 / step_, want) == 0
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+        decoded.append(want)
+    assert np.isinf(decoded[3]).any() and np.isinf(decoded[4]).any()  # (past float32's range)
+    for tiny in decoded[5:]:  # (float32's subnormals)
+        assert ((tiny != 0) & (np.abs(tiny) < np.finfo(np.float32).tiny)).any()
 
 
 def test_a_variable_codecs_chunk_is_cut_for_a_fraction_of_its_upper_bound():

@@ -1,11 +1,11 @@
 """The ``errbound`` codec: every value within a stated error bound, in as few bits as the
 data need.
 
-Each value is quantized to a multiple of ``step = 2 * bound`` (so no decoded
-value is off by more than ``bound``); each block of 32 values is then coded
-the cheapest way, in bit planes of whole bytes (read and written with vector
-operations): the bit width of its largest zigzag-coded multiple, a zero mask
-and the non-zeros (sparse data such as ReLU networks' gradients), or its
+Each value is quantized to a multiple of ``step``, ``2 * bound`` rounded down to a
+float32 value (so no decoded value is off by more than ``bound``); each block of 32
+values is then coded the cheapest way, in bit planes of whole bytes (read and written
+with vector operations): the bit width of its largest zigzag-coded multiple, a zero
+mask and the non-zeros (sparse data such as ReLU networks' gradients), or its
 residuals after a predictor of order 1 to 3 (random walks, smooth data); a
 block of zeros costs its code byte only, a block the bound cannot reach
 through the dtype's rounding is stored raw. The bound is absolute
@@ -150,7 +150,7 @@ class ErrboundCodec(Codec):
     def _step(self, bound: float) -> tuple[float, float]:
         if not math.isfinite(bound):
             raise self._uncompressible("nonfinite", "the buffer holds NaN or Inf")
-        step = 2.0 * bound
+        step = single_step(2.0 * bound)
         return step, _inverse(step)
 
     # -- host kernels -----------------------------------------------------------------
@@ -373,6 +373,22 @@ def _check_shape(shape: Any) -> Any:
         raise ValueError(f"codec 'errbound': shape must be None, 'auto' or positive whole "
                          f"numbers (a field's dimensions), got {shape!r}")
     return tuple(int(d) for d in dims)
+
+
+def single_step(step: float) -> float:
+    """``step`` rounded down to the nearest float32 value where that is a normal float32
+    (at most ``step``: every value stays within its bound, which the encoder checks), else
+    ``step`` itself. A float32 step lets the CPU decoder make a float32 block's values as
+    float32 products, which are the float64 products rounded to float32 where the integers
+    fit 24 bits (``kernels/errbound_vector.values_from_planes_vec32``); the step changes by
+    less than one part in ``2**23``, the bytes of a stream by about nothing."""
+    limits = np.finfo(np.float32)
+    if not float(limits.tiny) <= step <= float(limits.max):
+        return step
+    single = np.float32(step)
+    if float(single) > step:
+        single = np.nextafter(single, np.float32(0))
+    return float(single)
 
 
 def _inverse(step: float) -> float:
