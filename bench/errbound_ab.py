@@ -189,10 +189,10 @@ def _round(passes: Any, x: np.ndarray, bound: float, out: np.ndarray) -> tuple[f
                                                                                np.ndarray]:
     """One encode and decode of ``x``: (encode s, decode s, the stream's bytes then the
     decoded values' bytes)."""
-    from mpicomp.codecs.errbound import _sections, single_step
+    from mpicomp.codecs.errbound import _sections, step_of
 
     encode, unpack_pass = passes
-    step = single_step(2.0 * bound)  # (the codec's step: this tree's rule, for both sides)
+    step = step_of(bound)  # (the codec's step: this tree's rule, for both sides)
     inv_step = 1.0 / step
     out[:] = 0
     code, sizes = _sections(out, x.size)

@@ -298,7 +298,7 @@ def _store_single(b, v, stepv, at):
     float64 ``step`` at ``at``: ``v * step`` in float64 rounded to float32, as the format
     has it, computed in float32 where that is the same.
 
-    Where ``step`` is a float32 value (the codec's steps are: ``errbound.single_step``) and
+    Where ``step`` is a float32 value (the codec's steps are: ``errbound.step_of``) and
     every ``|v| <= 2**24``, each ``v`` and the step are float32 values and their exact
     product has at most 48 significant bits, so float64's product is exact and its rounding
     to float32 is the correctly rounded product, which float32's multiply gives (overflow

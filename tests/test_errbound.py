@@ -498,11 +498,11 @@ def test_codes_no_encoder_writes_decode_as_the_scalar_code_does(dtype):
 
 def _two_pass_stream(c, x):
     """The stream of ``x`` by the codes pass (the scalar pricing) and the packing."""
-    from mpicomp.codecs.errbound import _offsets, _sections, single_step
+    from mpicomp.codecs.errbound import _offsets, _sections, step_of
     from mpicomp.kernels import errbound_cpu
 
     bound = c.bound(x)
-    step = single_step(2.0 * bound)
+    step = step_of(bound)
     inv_step = 1.0 / step if step > 0 else 0.0
     two = np.zeros(c.encoded_nbytes(x.size, x.dtype), np.uint8)
     code, sizes = _sections(two, x.size)
@@ -589,16 +589,16 @@ def test_the_step_is_a_float32_value_within_twice_the_bound():
     """The codec's step is ``2 * bound`` rounded down to a float32 value (every value stays
     within its bound), ``2 * bound`` itself where that lies outside float32's normal
     range."""
-    from mpicomp.codecs.errbound import single_step
+    from mpicomp.codecs.errbound import step_of
 
     rng = np.random.default_rng(15)
-    for step in [*rng.uniform(1e-8, 1e3, 200), 0.5, 3.0, 2.0**-125, 2.0**127]:
-        got = single_step(float(step))
-        assert float(np.float32(got)) == got and got <= step
-        assert got > step * (1 - 2.0**-23)
-    tiny = 2.0**-127  # (below float32's normal range)
-    huge = 2.0**129
-    assert single_step(tiny) == tiny and single_step(huge) == huge and single_step(0.0) == 0.0
+    for bound in [*rng.uniform(1e-8, 1e3, 200), 0.25, 1.5, 2.0**-126, 2.0**126]:
+        got = step_of(float(bound))
+        assert float(np.float32(got)) == got and got <= 2 * bound
+        assert got > 2 * bound * (1 - 2.0**-23)
+    tiny = 2.0**-128  # (twice it below float32's normal range)
+    huge = 2.0**128
+    assert step_of(tiny) == 2 * tiny and step_of(huge) == 2 * huge and step_of(0.0) == 0.0
     x = rng.standard_normal(1000).astype(np.float32)
     c = get_codec("errbound", tolerance=0.1 / 2, relative=False)
     s = c.encode(x)

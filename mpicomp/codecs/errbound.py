@@ -150,7 +150,7 @@ class ErrboundCodec(Codec):
     def _step(self, bound: float) -> tuple[float, float]:
         if not math.isfinite(bound):
             raise self._uncompressible("nonfinite", "the buffer holds NaN or Inf")
-        step = single_step(2.0 * bound)
+        step = step_of(bound)
         return step, _inverse(step)
 
     # -- host kernels -----------------------------------------------------------------
@@ -375,13 +375,15 @@ def _check_shape(shape: Any) -> Any:
     return tuple(int(d) for d in dims)
 
 
-def single_step(step: float) -> float:
-    """``step`` rounded down to the nearest float32 value where that is a normal float32
-    (at most ``step``: every value stays within its bound, which the encoder checks), else
-    ``step`` itself. A float32 step lets the CPU decoder make a float32 block's values as
-    float32 products, which are the float64 products rounded to float32 where the integers
-    fit 24 bits (``kernels/errbound_vector.values_from_planes_vec32``); the step changes by
-    less than one part in ``2**23``, the bytes of a stream by about nothing."""
+def step_of(bound: float) -> float:
+    """The quantization step of an error bound: ``2 * bound`` rounded down to the nearest
+    float32 value where that is a normal float32 (at most ``2 * bound``: every value stays
+    within its bound, which the encoder checks), else ``2 * bound`` itself. A float32 step
+    lets the CPU decoder make a float32 block's values as float32 products, which are the
+    float64 products rounded to float32 where the integers fit 24 bits
+    (``kernels/errbound_vector._store_single``); the step changes by less than one part in
+    ``2**23``, the bytes of a stream by about nothing."""
+    step = 2.0 * bound
     limits = np.finfo(np.float32)
     if not float(limits.tiny) <= step <= float(limits.max):
         return step
