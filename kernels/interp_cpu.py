@@ -43,7 +43,10 @@ each level come from a pyramid split once, finest first, into each row's
 even and odd points (:func:`split_rows`). The encoder never builds the
 finest grid; the decoder builds it in the output's dtype. An escape's
 value is written in place after its pass (a pass's targets do not read
-each other).
+each other). The pyramid and the grids live in scratch kept per thread
+(:mod:`scratch`): the grids alternate between the two halves of one
+array, each pass writing its finer grid into the half that does not hold
+its coarser one.
 """
 from __future__ import annotations
 
@@ -53,6 +56,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..threads import start_numba_workers
+from .scratch import kept
 
 start_numba_workers()  # before any kernel here runs: idle OpenMP workers sleep
 
@@ -467,14 +471,34 @@ def pyramid(x, xs, geometry, lo, hi):
                        xs[o:end])
 
 
+@njit(inline="always")
+def _side(grids, side, size):
+    """The first ``size`` values of side ``side`` (0 or 1: the first or second half) of
+    ``grids``."""
+    at = side * (grids.size // 2)
+    return grids[at:at + size]
+
+
+@njit(inline="always")
+def _other(grids, side, size):
+    """The first ``size`` values of the side of ``grids`` that does not hold the current
+    grid (side ``side``), and that side."""
+    return _side(grids, 1 - side, size), 1 - side
+
+
 @njit(cache=True, nogil=True)
-def encode_range(xs, geometry, n0, n1, n2, steps, bound, single, planes, grid, at, top, bottom):
+def encode_range(xs, geometry, n0, n1, n2, steps, bound, single, planes, grids, side, size, at,
+                 top, bottom):
     """Levels ``top`` down to ``bottom`` (``h = 2 ** level``) of the codes into ``planes``
-    from ``at``, the coarser grid ``grid`` (float64, compact); returns ``(nonfinite,
-    escapes, at, finer grid)`` (the finest level's grid: not built)."""
+    from ``at``, the coarser grid the first ``size`` values of side ``side`` of ``grids``
+    (float64, compact; ``grids``: two halves of the points each, a pass's finer grid
+    written into the side that does not hold its coarser one); returns ``(nonfinite,
+    escapes, at, side, size)``, the last two the finer grid's (the finest level's: not
+    built, size 0)."""
     n = n0 * n1 * n2
     bad = 0
     kept = 0
+    grid = _side(grids, side, size)
     for lv in range(top, bottom - 1, -1):
         h = 1 << lv
         step = steps[lv]
@@ -483,7 +507,7 @@ def encode_range(xs, geometry, n0, n1, n2, steps, bound, single, planes, grid, a
         for ax in range(2):
             na, p, t, nb, xsa, xsj, xsb = _outer_axis(ax, q0, q1, p0, p1, p2, t0, t1)
             if t:
-                finer = np.empty(na * (p + t) * nb * p2)
+                finer, side = _other(grids, side, na * (p + t) * nb * p2)
                 copy_parents(grid, finer, na, p, t, nb, p2)
                 b, e = outer_encode(grid, even, xsa, xsj, xsb, finer, planes, at, n, na, p, t,
                                     nb, p2, step, bound, single)
@@ -494,14 +518,14 @@ def encode_range(xs, geometry, n0, n1, n2, steps, bound, single, planes, grid, a
         if t2:
             odd = xs[geometry[lv, 5]:geometry[lv, 5] + q0 * q1 * t2]
             store = h > 1
-            finer = np.empty(q0 * q1 * q2 if store else 0)
+            finer, side = _other(grids, side, q0 * q1 * q2 if store else 0)
             b, e = inner_encode(grid, odd, finer, store, planes, at, n, q0 * q1, p2, t2, step,
                                 bound, single)
             bad += b
             kept += e
             at += q0 * q1 * t2
             grid = finer
-    return bad, kept, at, grid
+    return bad, kept, at, side, grid.size
 
 
 @njit(cache=True, nogil=True)
@@ -528,15 +552,18 @@ def _patches_of(patch_pass, k, done):
 
 
 @njit(cache=True, nogil=True)
-def decode_range(planes, n0, n1, n2, steps, patch_pass, patch_place, patch_value, out, grid,
-                 at, k, done, top, bottom):
+def decode_range(planes, n0, n1, n2, steps, patch_pass, patch_place, patch_value, out, grids,
+                 side, size, at, k, done, top, bottom):
     """Levels ``top`` down to ``bottom`` of the reconstructions from the codes in
-    ``planes`` from ``at``, the coarser grid ``grid``; the escapes' values
-    (``patch_value``) written into their pass's finer grid at ``patch_place`` after the
-    pass numbered ``patch_pass`` (ascending), from the ``k``-th, ``done`` passes done.
-    The finest level's grid is ``out``. Returns ``(damaged, at, k, done, finer grid)``."""
+    ``planes`` from ``at``, the coarser grid the first ``size`` values of side ``side`` of
+    ``grids`` (:func:`encode_range`); the escapes' values (``patch_value``) written into
+    their pass's finer grid at ``patch_place`` after the pass numbered ``patch_pass``
+    (ascending), from the ``k``-th, ``done`` passes done. The finest level's grid is
+    ``out``. Returns ``(damaged, at, k, done, side, size)``, the last two the finer grid's
+    (size 0 once it is ``out``)."""
     n = n0 * n1 * n2
     bad = 0
+    grid = _side(grids, side, size)
     for lv in range(top, bottom - 1, -1):
         h = 1 << lv
         step = steps[lv]
@@ -544,7 +571,7 @@ def decode_range(planes, n0, n1, n2, steps, patch_pass, patch_place, patch_value
         for ax in range(2):
             na, p, t, nb, _, _, _ = _outer_axis(ax, q0, q1, p0, p1, p2, t0, t1)
             if t:
-                finer = np.empty(na * (p + t) * nb * p2)
+                finer, side = _other(grids, side, na * (p + t) * nb * p2)
                 copy_parents(grid, finer, na, p, t, nb, p2)
                 bad += outer_decode(grid, finer, planes, at, n, na, p, t, nb, p2, step)
                 at += na * t * nb * p2
@@ -557,15 +584,15 @@ def decode_range(planes, n0, n1, n2, steps, patch_pass, patch_place, patch_value
             if h == 1:  # the finest grid: the output
                 bad += inner_decode(grid, out, planes, at, n, q0 * q1, p2, t2, step)
                 _apply(out, patch_place, patch_value, lo, k)
-                grid = np.empty(0)
+                grid = _side(grids, side, 0)
             else:
-                finer = np.empty(q0 * q1 * q2)
+                finer, side = _other(grids, side, q0 * q1 * q2)
                 bad += inner_decode(grid, finer, planes, at, n, q0 * q1, p2, t2, step)
                 grid = finer
                 _apply(grid, patch_place, patch_value, lo, k)
             at += q0 * q1 * t2
             done += 1
-    return bad, at, k, done, grid
+    return bad, at, k, done, side, grid.size
 
 
 @njit(cache=True, nogil=True)
@@ -626,22 +653,31 @@ def encode(x: np.ndarray, dims: tuple[int, int, int], step: float, bound: float,
     x = readonly(x)  # (one compiled signature whether the caller's buffer is writable or not)
     levels, parallel = _levels(dims)
     geometry, used = _geometry(dims, levels)
-    xs = np.empty(max(used, 1), x.dtype)
+    xs = kept("interp_cpu.pyramid", max(used, 1), x.dtype)
     if parallel:
         run_kernel(pyramid, x, xs, geometry, 0, parallel)
     if levels > parallel:
         run_kernel(pyramid, x, xs, geometry, parallel, levels, serial=True)
     single = x.dtype == np.float32
     steps = level_steps(step, levels)
-    r, bad, kept = run_kernel(origin_encode, x, planes, steps[levels], bound, single)
-    grid, at = np.full(1, r), 1
+    r, bad, escapes = run_kernel(origin_encode, x, planes, steps[levels], bound, single)
+    grids = _grids(x.size)
+    grids[0] = r
+    side, size, at = 0, 1, 1
     for top, bottom, serial in ((levels - 1, parallel, True), (parallel - 1, 0, False)):
         if top >= bottom:
-            b, k, at, grid = run_kernel(encode_range, xs, geometry, *dims, steps, bound, single,
-                                        planes, grid, at, top, bottom, serial=serial)
+            b, e, at, side, size = run_kernel(encode_range, xs, geometry, *dims, steps, bound,
+                                              single, planes, grids, side, size, at, top,
+                                              bottom, serial=serial)
             bad += b
-            kept += k
-    return bad, kept
+            escapes += e
+    return bad, escapes
+
+
+def _grids(n: int) -> np.ndarray:
+    """Two sides of ``n`` float64 values each, which the levels' grids alternate in (this
+    thread's, kept: :mod:`scratch`)."""
+    return kept("interp_cpu.grids", 2 * max(n, 1), np.float64)
 
 
 def decode(planes: np.ndarray, dims: tuple[int, int, int], step: float, where: np.ndarray,
@@ -659,18 +695,19 @@ def decode(planes: np.ndarray, dims: tuple[int, int, int], step: float, where: n
     values = np.ascontiguousarray(values[order], dtype=out.dtype)
     steps = level_steps(step, levels)
     r, bad = run_kernel(origin_decode, planes, n, steps[levels])
-    grid = np.full(1, r)
+    grids = _grids(n)
     k = int(np.searchsorted(pass_of, 1))
-    grid[:k] = values[:k]  # (the origin's escape)
-    at, done = 1, 1
+    grids[0] = values[0] if k else r  # (the origin's escape)
+    side, size, at, done = 0, 1, 1, 1
     for top, bottom, serial in ((levels - 1, parallel, True), (parallel - 1, 0, False)):
         if top >= bottom:
-            b, at, k, done, grid = run_kernel(decode_range, planes, *dims, steps, pass_of, place,
-                                              values, out, grid, at, k, done, top, bottom,
-                                              serial=serial)
+            b, at, k, done, side, size = run_kernel(decode_range, planes, *dims, steps, pass_of,
+                                                    place, values, out, grids, side, size, at,
+                                                    k, done, top, bottom, serial=serial)
             bad += b
-    if grid.size:  # (no pass along axis 2 at the finest level: the grid is not out yet)
-        out[...] = grid  # (rounded to the dtype once, as the encoder checked)
+    if size:  # (no pass along axis 2 at the finest level: the grid is not out yet)
+        half = grids.size // 2  # (rounded to the dtype once, as the encoder checked:)
+        out[...] = grids[side * half:side * half + size]
     return int(bad)
 
 

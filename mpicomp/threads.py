@@ -31,6 +31,14 @@ workers sleep: ``OMP_WAIT_POLICY=PASSIVE`` is in the environment only while
 that runtime reads it, and removed again, so nothing the program or other
 libraries (PyTorch's OpenMP) read later is changed. A user's own
 ``OMP_WAIT_POLICY`` is left as it is; ``MPICOMP_OMP_PASSIVE=0`` opts out.
+A worker that sleeps at once costs its wake at every parallel region, and a
+codec call runs several; so where a rank's threads have cores of their own
+(:func:`owns_its_cores`) GNU OpenMP's ``GOMP_SPINCOUNT`` is set beside the
+policy, the same way, to a short spin (:data:`SPIN_COUNT`): on 2 threads
+a 4 MiB bitplane 8.25 encode ran at 1.9x the speed, a 512 x 512 field's
+shaped errbound encode at 1.3x to 1.4x (docs/decisions.md, *OpenMP
+workers: a short spin where a rank owns its cores*). A user's own
+``GOMP_SPINCOUNT`` is left as it is.
 Importing ``mpicomp`` does not load Numba at all.
 """
 from __future__ import annotations
@@ -41,7 +49,8 @@ import os
 import sys
 from collections.abc import Iterator, Mapping
 
-__all__ = ["ENV", "budget", "describe", "local_ranks", "start_numba_workers", "usable_cores"]
+__all__ = ["ENV", "budget", "describe", "local_ranks", "owns_its_cores", "start_numba_workers",
+           "usable_cores"]
 
 #: the environment variable that overrides the budget
 ENV = "MPICOMP_THREADS"
@@ -107,8 +116,31 @@ def describe() -> str:
 
 #: set to 0 to leave OpenMP's wait policy to the environment
 PASSIVE_ENV = "MPICOMP_OMP_PASSIVE"
+#: GNU OpenMP's spins before an idle worker (or a thread at a region's end) sleeps, set
+#: where a rank's threads have cores of their own (:func:`owns_its_cores`): about 0.1 to
+#: 0.3 ms here, so the regions of one codec call, and calls a few tens of microseconds
+#: apart, find their workers awake (a sleeping one took 50 to 80 us to wake on the
+#: 2-core VM, per region); with more threads than cores each spin takes a core from
+#: another rank, so there none is set (docs/decisions.md, *OpenMP workers: a short spin
+#: where a rank owns its cores*)
+SPIN_COUNT = 10000
+#: what a process started by an MPI launcher has in its environment (the launcher
+#: variables of :data:`LOCAL_SIZE_VARS` aside): without any, a process is a singleton
+LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID",
+                 "MV2_COMM_WORLD_RANK", "ALPS_APP_PE", "PALS_RANKID")
 
 _started = False
+
+
+def owns_its_cores(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this rank's codec threads have cores no other rank of its job is given:
+    the launcher said how many ranks share the node (or nothing says an MPI launcher
+    started the process: a singleton), and that many budgets fit the usable cores."""
+    env = os.environ if environ is None else environ
+    ranks, source = local_ranks(env)
+    if source not in LOCAL_SIZE_VARS and any(v in env for v in LAUNCHER_VARS):
+        return False  # (a launcher that does not say how many ranks share the node)
+    return compute_budget(usable_cores(), ranks, _from_env(env)) * ranks <= usable_cores()
 
 
 def start_numba_workers() -> None:
@@ -132,11 +164,15 @@ def start_numba_workers() -> None:
         if opt_out or "OMP_WAIT_POLICY" in env:
             numba.get_num_threads()
             return
-        env["OMP_WAIT_POLICY"] = "PASSIVE"
+        policy = {"OMP_WAIT_POLICY": "PASSIVE"}
+        if "GOMP_SPINCOUNT" not in env and owns_its_cores(env):
+            policy["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
+        env.update(policy)
         try:
             numba.get_num_threads()  # loads the threading layer; its OpenMP reads the policy
         finally:
-            del env["OMP_WAIT_POLICY"]
+            for key in policy:
+                del env[key]
 
 
 @contextlib.contextmanager

@@ -296,6 +296,53 @@ def test_hostile_shaped_streams_fail_cleanly():
         pass
 
 
+
+def test_each_thread_keeps_its_own_scratch_and_large_requests_are_not_kept():
+    """``kernels/scratch.kept``: the same memory for a name on one thread, another on
+    another thread, a new array past ``KEEP_BYTES`` or for another dtype."""
+    import threading
+
+    from mpicomp.kernels import scratch
+
+    a = scratch.kept("test.a", 1000, np.float64)
+    b = scratch.kept("test.a", 500, np.float64)
+    assert a.size == 1000 and b.size == 500 and np.shares_memory(a, b)
+    assert not np.shares_memory(a, scratch.kept("test.b", 1000, np.float64))
+    c = scratch.kept("test.a", 1000, np.float32)
+    assert c.dtype == np.float32 and c.size == 1000
+    other = []
+    t = threading.Thread(target=lambda: other.append(scratch.kept("test.a", 1000, np.float32)))
+    t.start()
+    t.join()
+    assert not np.shares_memory(c, other[0])
+    big = scratch.KEEP_BYTES // 8 + 1
+    assert not np.shares_memory(scratch.kept("test.big", big, np.float64),
+                                scratch.kept("test.big", big, np.float64))
+
+
+def test_threads_coding_fields_at_once_each_get_their_own_streams():
+    """Threads encoding and decoding different fields at the same time (a communicator's
+    worker thread beside the program's) each get the stream and values they would alone:
+    the scratch kept per thread is not shared."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    fields = [field(128 * 96, np.float32, seed).reshape(128, 96) for seed in range(4)]
+    fields += [_smooth3d(24, 20, 18, np.float64)]
+    codecs = [get_codec("errbound", tolerance=1e-4, shape=x.shape) for x in fields]
+    alone = [c.encode(x).copy() for c, x in zip(codecs, fields, strict=True)]
+
+    def both(k):
+        for _ in range(20):
+            stream = codecs[k].encode(fields[k]).copy()
+            out = codecs[k].decode(stream, np.empty_like(fields[k]))
+            if not (np.array_equal(stream, alone[k])
+                    and np.abs(out - fields[k]).max() <= 1e-4):
+                return False
+        return True
+
+    with ThreadPoolExecutor(len(fields)) as pool:
+        assert all(pool.map(both, range(len(fields))))
+
 @pytest.mark.mpi(min_size=2)
 def test_a_field_through_the_communicator_keeps_the_bound(comm):
     """Bcast and Allgather of a field (1000 x 1000: rows that no power of two divides) with

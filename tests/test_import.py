@@ -22,10 +22,14 @@ print(json.dumps({**after_import, "changed_after_codec": changed,
 """
 
 
-def _run(extra_env: dict[str, str]) -> tuple[dict, str]:
-    env = {k: v for k, v in os.environ.items()
+def _run(extra_env: dict[str, str], clean: bool = True) -> tuple[dict, str]:
+    """The child's report and stderr; ``clean=False``: ``extra_env`` is its whole
+    environment, less the OpenMP and thread settings ``clean`` drops too."""
+    base = os.environ if clean else extra_env
+    env = {k: v for k, v in base.items()
            if k not in ("OMP_WAIT_POLICY", "NUMBA_NUM_THREADS", "MPICOMP_OMP_PASSIVE")}
-    env.update(extra_env)
+    if clean:
+        env.update(extra_env)
     proc = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -47,6 +51,51 @@ def test_a_users_wait_policy_is_kept():
     if got["layer"] == "omp":
         assert "OMP_WAIT_POLICY = 'ACTIVE'" in stderr, stderr[-2000:]
 
+
+
+def _child_env_without_a_launcher(**extra: str) -> dict[str, str]:
+    from mpicomp import threads
+
+    drop = set(threads.LAUNCHER_VARS) | set(threads.LOCAL_SIZE_VARS) | {
+        "GOMP_SPINCOUNT", threads.ENV}
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update(OMP_DISPLAY_ENV="VERBOSE", **extra)
+    return env
+
+
+def test_a_rank_that_owns_its_cores_gets_a_short_spin_and_an_oversubscribed_one_none():
+    from mpicomp import threads
+
+    cores = threads.usable_cores()
+    # a singleton (no launcher), and a rank alone on its node by the launcher's word
+    for extra in ({}, {"MPI_LOCALNRANKS": "1"}):
+        got, stderr = _run(_child_env_without_a_launcher(**extra), clean=False)
+        assert got["changed_after_codec"] == [], got
+        if got["layer"] == "omp":
+            assert f"GOMP_SPINCOUNT = '{threads.SPIN_COUNT}'" in stderr, (extra, stderr[-2000:])
+    # more codec threads than cores, and a launcher that does not say how many ranks
+    # share the node: the workers sleep at once
+    for extra in ({"MPI_LOCALNRANKS": "1", threads.ENV: str(cores + 1)}, {"PMI_RANK": "0"}):
+        got, stderr = _run(_child_env_without_a_launcher(**extra), clean=False)
+        assert got["changed_after_codec"] == [], got
+        if got["layer"] == "omp":
+            assert "OMP_WAIT_POLICY = 'PASSIVE'" in stderr, stderr[-2000:]
+            assert f"GOMP_SPINCOUNT = '{threads.SPIN_COUNT}'" not in stderr, (extra,
+                                                                              stderr[-2000:])
+
+
+def test_owns_its_cores_counts_every_rank_of_the_node():
+    from mpicomp import threads
+
+    cores = threads.usable_cores()
+    assert threads.owns_its_cores({}) is True
+    assert threads.owns_its_cores({"MPI_LOCALNRANKS": str(cores)}) is True
+    assert threads.owns_its_cores({"MPI_LOCALNRANKS": str(cores + 1)}) is False
+    assert threads.owns_its_cores({"MPI_LOCALNRANKS": "1", "MPICOMP_THREADS": str(cores + 1)}
+                                  ) is False
+    assert threads.owns_its_cores({"SLURM_PROCID": "3"}) is False
+    assert threads.owns_its_cores({"SLURM_PROCID": "3", "OMPI_COMM_WORLD_LOCAL_SIZE": "1"}
+                                  ) is True
 
 TORCH_CHILD = r"""
 import json

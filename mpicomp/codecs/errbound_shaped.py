@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import math
 import struct
-import threading
 
 import numpy as np
 
@@ -47,23 +46,6 @@ _U32 = struct.Struct("<I")
 #: zstd's level: the fastest of the standard levels (1) codes the planes of smooth fields
 #: within a few percent of level 3 (docs/decisions.md)
 ZSTD_LEVEL = 1
-
-
-#: code planes kept per thread for buffers of up to this many values (larger ones allocate
-#: their own)
-KEEP_VALUES = 1 << 20
-_kept = threading.local()
-
-
-def _planes(n: int) -> np.ndarray:
-    """``2 n`` bytes for the code planes: this thread's kept array when ``n`` is at most
-    :data:`KEEP_VALUES`, else a new one."""
-    if n > KEEP_VALUES:
-        return np.empty(2 * n, np.uint8)
-    kept = getattr(_kept, "planes", None)
-    if kept is None or kept.size < 2 * n:
-        kept = _kept.planes = np.empty(2 * max(n, 1 << 12), np.uint8)
-    return kept[:2 * n]
 
 
 def dims_of(shape: tuple[int, ...] | None, count: int) -> tuple[int, int, int] | None:
@@ -103,8 +85,9 @@ def encode_into(x: np.ndarray, dims: tuple[int, int, int], bound: float, out: np
     import zstandard
 
     from ..kernels import interp_cpu
+    from ..kernels.scratch import kept
 
-    planes = _planes(x.size)
+    planes = kept("errbound_shaped.planes", 2 * x.size, np.uint8)
     bad, kept = interp_cpu.encode(x, dims, 2.0 * bound, bound, planes)
     if bad:
         raise ValueError(f"nonfinite: {bad} value(s) NaN or Inf")
