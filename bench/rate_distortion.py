@@ -38,7 +38,7 @@ from .metrics import error_stats
 from .report import Column, command_line, format_table, machine_lines, progress
 
 __all__ = ["CURVE_RATES", "CURVE_TOLERANCES", "RATES", "ZFP_CURVE_RATES", "add_arguments",
-           "curves", "main", "matching", "plot_curves", "round_trip", "run"]
+           "curves", "main", "matching", "plot_curves", "round_trip", "run", "speeds"]
 
 #: bitplane's rates (blocks of 32: P + 8/32 bits per value for float32)
 RATES = (4.25, 8.25, 16.25)
@@ -75,7 +75,8 @@ def matching(make: Any, x: np.ndarray, psnr: float) -> tuple[float, float, float
     return best
 
 
-def _speeds(codec: Any, x: np.ndarray, repeat: int) -> tuple[float, float]:
+def speeds(codec: Any, x: np.ndarray, repeat: int) -> tuple[float, float]:
+    """``codec``'s encode and decode of ``x``: input GB/s, best of ``repeat`` each."""
     if hasattr(codec, "encoded_nbytes"):  # ours: into a stream buffer allocated once, as
         room = np.zeros(codec.encoded_nbytes(x.size, x.dtype), np.uint8)  # bench codecs
 
@@ -122,15 +123,15 @@ def _row(kind: str, x: np.ndarray, rate: float, repeat: int, with_sz3: bool) -> 
     psnr, bits_bp = round_trip(bp, x)
     tol, psnr_eb, bits_eb = matching(_errbound, x, psnr)
     zfp_psnr, _ = round_trip(get_codec("zfp", rate=math.floor(rate * 4) / 4, dims=1), x)
-    enc_bp, dec_bp = _speeds(bp, x, repeat)
-    enc_eb, dec_eb = _speeds(_errbound(tol), x, repeat)
+    enc_bp, dec_bp = speeds(bp, x, repeat)
+    enc_eb, dec_eb = speeds(_errbound(tol), x, repeat)
     row = {"data": kind, "rate": rate, "psnr": psnr, "bits_bitplane": bits_bp,
            "bits_errbound": bits_eb, "ratio": bits_eb / bits_bp, "tolerance": tol,
            "psnr_errbound": psnr_eb, "psnr_zfp": zfp_psnr, "enc_bitplane": enc_bp,
            "dec_bitplane": dec_bp, "enc_errbound": enc_eb, "dec_errbound": dec_eb}
     if with_sz3:
         tol_sz, psnr_sz, bits_sz = matching(sz3.SZ3, x, psnr)
-        enc_sz, dec_sz = _speeds(sz3.SZ3(tol_sz), x, repeat)
+        enc_sz, dec_sz = speeds(sz3.SZ3(tol_sz), x, repeat)
         row.update({"bits_sz3": bits_sz, "psnr_sz3": psnr_sz, "tolerance_sz3": tol_sz,
                     "ratio_sz3": bits_eb / bits_sz, "enc_sz3": enc_sz, "dec_sz3": dec_sz,
                     "enc_x_sz3": enc_eb / enc_sz, "dec_x_sz3": dec_eb / dec_sz})
