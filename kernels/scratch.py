@@ -3,10 +3,10 @@
 A codec call that needs working memory of about its buffer's size (the
 shaped errbound's code planes, its pyramid and its level grids) would
 otherwise take fresh memory from the allocator on every call, and writing
-fresh memory costs more than the work on it: a 512 x 512 field's
-interpolation encode took about 2x longer with its pyramid and grids
-allocated per call than with them kept (docs/decisions.md, *errbound on
-fields: scratch kept per thread*). :func:`kept` hands each thread its own
+fresh memory costs more than its page faults show: a 512 x 512 field's
+shaped encode took up to 1.8x longer with its pyramid, grids and planes
+allocated per call (docs/decisions.md, *errbound on fields: scratch per
+call*). :func:`kept` hands each thread its own
 arrays, one per name, grown as needed and kept while they are at most
 :data:`KEEP_BYTES`; larger requests get a new array each call (their work
 outweighs the allocation), which is not kept.

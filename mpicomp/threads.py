@@ -36,8 +36,8 @@ codec call runs several; so where a rank's threads have cores of their own
 (:func:`owns_its_cores`) GNU OpenMP's ``GOMP_SPINCOUNT`` is set beside the
 policy, the same way, to a short spin (:data:`SPIN_COUNT`): on 2 threads
 a 4 MiB bitplane 8.25 encode ran at 1.9x the speed, a 512 x 512 field's
-shaped errbound encode at 1.3x to 1.4x (docs/decisions.md, *OpenMP
-workers: a short spin where a rank owns its cores*). A user's own
+shaped errbound encode at 1.1x to 1.4x and its decode at 1.3x to 1.6x
+(docs/decisions.md, *OpenMP workers that sleep at once*). A user's own
 ``GOMP_SPINCOUNT`` is left as it is.
 Importing ``mpicomp`` does not load Numba at all.
 """
@@ -121,8 +121,8 @@ PASSIVE_ENV = "MPICOMP_OMP_PASSIVE"
 #: 0.3 ms here, so the regions of one codec call, and calls a few tens of microseconds
 #: apart, find their workers awake (a sleeping one took 50 to 80 us to wake on the
 #: 2-core VM, per region); with more threads than cores each spin takes a core from
-#: another rank, so there none is set (docs/decisions.md, *OpenMP workers: a short spin
-#: where a rank owns its cores*)
+#: another rank, so there none is set (docs/decisions.md, *OpenMP workers that sleep at
+#: once*)
 SPIN_COUNT = 10000
 #: what a process started by an MPI launcher has in its environment (the launcher
 #: variables of :data:`LOCAL_SIZE_VARS` aside): without any, a process is a singleton
