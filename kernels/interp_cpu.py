@@ -340,16 +340,17 @@ def _outer_places(row, p, t, nb, length, xsa, xsj, xsb, at):
     return src, dst, xs, np.uint64(at + row * length), _kind(j, p)
 
 
-@njit(cache=True, nogil=True)
-def copy_parents(par, out, na, p, t, nb, length):
-    """``out`` (``na x (p + t) x nb`` rows of ``length``) gets ``par``'s rows (``na x p x
-    nb``) at its even places along the middle axis."""
-    q = p + t
-    for row in range(na * p * nb):
-        a = row // (p * nb)
-        rest = row - a * p * nb
-        _copy_row(par, np.uint64(row * length), out,
-                  np.uint64(((a * q + rest // nb * 2) * nb + rest % nb) * length), length)
+@njit(inline="always")
+def _parent_row(row, p, t, nb, length):
+    """Parent row ``row`` (``na x p x nb`` rows in C order): ``(its place, its place in the
+    finer grid (its even place along the middle axis), its target row (in C order over
+    ``na x t x nb``) or -1 where it has none)``."""
+    a = row // (p * nb)
+    rest = row - a * p * nb
+    j = rest // nb
+    b = rest - j * nb
+    even = np.uint64(((a * (p + t) + 2 * j) * nb + b) * length)
+    return np.uint64(row * length), even, (a * t + j) * nb + b if j < t else -1
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -358,16 +359,21 @@ def outer_encode(par, x, xsa, xsj, xsb, out, planes, at, n, na, p, t, nb, length
     """A pass along an outer axis encoded: ``par`` holds the coarser grid as ``na x p x nb``
     rows of ``length`` (``p`` along the pass's axis), the targets are ``na x t x nb``
     rows, target ``(a, j, b, i)`` of ``x`` at ``a * xsa + (2j + 1) * xsj + b * xsb + i``;
-    their reconstructions go to ``out``'s odd places along the axis (``na x (p + t) x nb``
-    rows; the even ones: :func:`copy_parents`), their codes to ``planes`` from ``at`` in
-    C order. Returns ``(nonfinite, escapes)``."""
+    ``out`` (``na x (p + t) x nb`` rows) gets the parents at its even places along the
+    axis and the targets' reconstructions at its odd ones, each parallel iteration a parent
+    row and the target row after it; the codes go to ``planes`` from ``at`` in C order.
+    Returns ``(nonfinite, escapes)``."""
     gap = np.uint64(nb * length)
     nn = np.uint64(n)
     inv_step = 1.0 / step
     bad = 0
     kept = 0
-    for row in prange(na * t * nb):
-        src, dst, xs, k0, kind = _outer_places(row, p, t, nb, length, xsa, xsj, xsb, at)
+    for row in prange(na * p * nb):
+        here, even, target = _parent_row(row, p, t, nb, length)
+        _copy_row(par, here, out, even, length)
+        if target < 0:
+            continue
+        src, dst, xs, k0, kind = _outer_places(target, p, t, nb, length, xsa, xsj, xsb, at)
         if kind == 2:
             b, e = _outer_encode_loop(par, src, gap, 2, x, xs, out, dst, planes, k0, nn, length,
                                       step, inv_step, bound, single)
@@ -381,12 +387,17 @@ def outer_encode(par, x, xsa, xsj, xsb, out, planes, at, n, na, p, t, nb, length
 
 @njit(parallel=True, cache=True, nogil=True)
 def outer_decode(par, out, planes, at, n, na, p, t, nb, length, step):
-    """:func:`outer_encode`'s reconstructions from the codes; returns the damaged codes."""
+    """:func:`outer_encode`'s finer grid from the codes (the parents copied, the targets
+    reconstructed); returns the damaged codes."""
     gap = np.uint64(nb * length)
     nn = np.uint64(n)
     bad = 0
-    for row in prange(na * t * nb):
-        src, dst, _, k0, kind = _outer_places(row, p, t, nb, length, 0, 0, 0, at)
+    for row in prange(na * p * nb):
+        here, even, target = _parent_row(row, p, t, nb, length)
+        _copy_row(par, here, out, even, length)
+        if target < 0:
+            continue
+        src, dst, _, k0, kind = _outer_places(target, p, t, nb, length, 0, 0, 0, at)
         if kind == 2:
             bad += _outer_decode_loop(par, src, gap, 2, out, dst, planes, k0, nn, length, step)
         else:
@@ -508,7 +519,6 @@ def encode_range(xs, geometry, n0, n1, n2, steps, bound, single, planes, grids, 
             na, p, t, nb, xsa, xsj, xsb = _outer_axis(ax, q0, q1, p0, p1, p2, t0, t1)
             if t:
                 finer, side = _other(grids, side, na * (p + t) * nb * p2)
-                copy_parents(grid, finer, na, p, t, nb, p2)
                 b, e = outer_encode(grid, even, xsa, xsj, xsb, finer, planes, at, n, na, p, t,
                                     nb, p2, step, bound, single)
                 bad += b
@@ -572,7 +582,6 @@ def decode_range(planes, n0, n1, n2, steps, patch_pass, patch_place, patch_value
             na, p, t, nb, _, _, _ = _outer_axis(ax, q0, q1, p0, p1, p2, t0, t1)
             if t:
                 finer, side = _other(grids, side, na * (p + t) * nb * p2)
-                copy_parents(grid, finer, na, p, t, nb, p2)
                 bad += outer_decode(grid, finer, planes, at, n, na, p, t, nb, p2, step)
                 at += na * t * nb * p2
                 grid = finer
