@@ -56,7 +56,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..threads import start_numba_workers
-from .scratch import kept
+from . import scratch
 
 start_numba_workers()  # before any kernel here runs: idle OpenMP workers sleep
 
@@ -643,7 +643,9 @@ def level_steps(step: float, levels: int) -> np.ndarray:
 def _steps(step: float, levels: int) -> np.ndarray:
     """:func:`level_steps`, once per step and level count (shared by the calls: read
     only)."""
-    return level_steps(step, levels)
+    steps = level_steps(step, levels)
+    steps.flags.writeable = False
+    return steps
 
 
 @functools.lru_cache(maxsize=64)
@@ -661,6 +663,7 @@ def _geometry(dims: tuple[int, int, int], levels: int) -> tuple[np.ndarray, int]
         geometry[lv] = (r0, r1, length, s, used, used + c0 * c1 * _ceil(length, 2), used + size)
         used += size
         r0, r1, length, s = c0, c1, _ceil(length, 2), 2
+    geometry.flags.writeable = False
     return geometry, used
 
 
@@ -674,7 +677,7 @@ def encode(x: np.ndarray, dims: tuple[int, int, int], step: float, bound: float,
     x = readonly(x)  # (one compiled signature whether the caller's buffer is writable or not)
     levels, parallel = _levels(dims)
     geometry, used = _geometry(dims, levels)
-    xs = kept("interp_cpu.pyramid", max(used, 1), x.dtype)
+    xs = scratch.kept("interp_cpu.pyramid", max(used, 1), x.dtype)
     if parallel:
         run_kernel(pyramid, x, xs, geometry, 0, parallel)
     if levels > parallel:
@@ -698,7 +701,7 @@ def encode(x: np.ndarray, dims: tuple[int, int, int], step: float, bound: float,
 def _grids(n: int) -> np.ndarray:
     """Two sides of ``n`` float64 values each, which the levels' grids alternate in (this
     thread's, kept: :mod:`scratch`)."""
-    return kept("interp_cpu.grids", 2 * max(n, 1), np.float64)
+    return scratch.kept("interp_cpu.grids", 2 * max(n, 1), np.float64)
 
 
 def decode(planes: np.ndarray, dims: tuple[int, int, int], step: float, where: np.ndarray,
