@@ -389,7 +389,7 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
     train_sample = np.random.default_rng([args.seed, 1]).integers(
         0, text.size - args.context - 1, args.eval_seqs)
     groups = {"dp": g.dp, "tp": g.tp, "pp": g.pp}
-    timed = {"wall": 0.0, "compute": 0.0, "comm": 0.0, "codec": 0.0}
+    timed = {"wall": 0.0, "compute": 0.0, "comm": 0.0, "codec": 0.0, "cpu": 0.0}
     wire0: dict[str, int] = {}
     link = 0  # bytes this host's link sent in the timed steps (the simulated cluster)
     curve, val_curve = [], []
@@ -402,7 +402,7 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
         tx = link_tx_bytes()
         # one step, from its batch to its loss on every rank: transfers overlapped with the
         # next step (a sharded optimizer's parameter gathers) stay inside the timed steps
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         for group in opt.param_groups:
             group["lr"] = _lr(step, args)
         starts = np.random.default_rng([args.seed, 0, step]).integers(
@@ -418,6 +418,7 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
         if device.type == "cuda":  # (the step's queued GPU work is the step's)
             torch.cuda.synchronize(device)
         wall = time.perf_counter() - t
+        cpu = time.process_time() - cpu  # (every thread of this rank)
         regions = clock.take()
         if tx is not None and step >= args.skip:
             link += link_tx_bytes() - tx
@@ -429,6 +430,7 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
             timed["codec"] += codec
             timed["comm"] += comm
             timed["compute"] += wall - codec - comm
+            timed["cpu"] += cpu
         if evaluating:
             val_curve.append((step + 1, evaluate(eval_starts, val_text)))
             if world.Get_rank() == 0:
@@ -466,7 +468,7 @@ def run(world: Any, layout: str, policy: str, args: argparse.Namespace, data: di
         "steps": args.steps, "timed_steps": n_timed,
         "tokens_per_step": args.global_batch * args.context,
         "step_s": mean["wall"], "compute_s": mean["compute"], "comm_s": mean["comm"],
-        "codec_s": mean["codec"],
+        "codec_s": mean["codec"], "cpu_s": mean["cpu"],
         "tokens_per_s": args.global_batch * args.context / mean["wall"],
         "wire_mib_per_step": {k: float(np.mean([w[k] for w in wires])) / (1 << 20)
                               for k in groups},
@@ -518,6 +520,7 @@ def summary(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "step_s": mean(rs, "step_s"),
             "ms": "/".join(f"{mean(rs, k) * 1e3:.0f}" for k in ("compute_s", "comm_s",
                                                                  "codec_s")),
+            "cpu": (mean(rs, "cpu_s") if all("cpu_s" in r for r in rs) else None),
             "wire": "/".join(f"{wire[k]:.2f}" if wire[k] else "-" for k in ("dp", "tp", "pp")),
             "link": (float(np.mean([r["link_mib_per_step"] for r in rs]))
                      if all(r.get("link_mib_per_step") is not None for r in rs) else None),
@@ -542,6 +545,7 @@ def table(records: list[dict[str, Any]], header: list[str]) -> str:
         Column("best", "(baseline)"),
         Column("step_s", "step ms", lambda v: f"{v * 1e3:.0f}"),
         Column("ms", "compute/comm/codec ms"),
+        Column("cpu", "CPU ms", lambda v: "-" if v is None else f"{v * 1e3:.0f}"),
         Column("wire", "MiB/step dp/tp/pp"),
         Column("link", "link MiB/step", lambda v: "-" if v is None else f"{v:.2f}"),
         Column("final_val_loss", "val loss", "{:.4f}"),

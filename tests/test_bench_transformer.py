@@ -71,6 +71,10 @@ def test_every_layout_trains_the_same_model_and_compression_sends_less(comm, tmp
                     assert 0 < w[group] and less, (layout, policy, group, w, w0)
         for r in (by[run] for run in runs if run[0] == layout):
             assert r["step_s"] > 0 and r["compute_s"] > 0 and r["comm_s"] >= 0
+            # a rank's CPU time a step, all its threads: work was done, and no more of it
+            # than its threads could do in the step's wall time (main, worker, progress,
+            # Numba's and PyTorch's threads at most)
+            assert 0 < r["cpu_s"] < 8 * r["step_s"], r
             assert np.isfinite(r["final_val_loss"]) and np.isfinite(r["final_train_loss"])
     if comm.Get_rank() == 0:
         out = tmp_path_factory.mktemp("study")
@@ -79,6 +83,10 @@ def test_every_layout_trains_the_same_model_and_compression_sends_less(comm, tmp
         rows = transformer.summary(records)
         assert len(rows) == len(runs)
         assert text.count("| yes |") == len(rows)
+        assert "CPU ms" in text and all(row["cpu"] > 0 for row in rows)
+        # records from before the column: the row says "-", not a number
+        old = [{k: v for k, v in r.items() if k != "cpu_s"} for r in records]
+        assert all(row["cpu"] is None for row in transformer.summary(old))
         for row in rows:  # each against the faster baseline of its layout
             assert row["best"] in transformer.BASELINES
             if row["policy"] == row["best"]:
