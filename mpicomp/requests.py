@@ -87,6 +87,13 @@ class Request(MPI.Grequest):
             executor.submit(run)
         return req
 
+    def wait_background(self, timeout: float | None = None) -> bool:
+        """Block until the background work has finished (True), or ``timeout`` seconds
+        pass (False), without an MPI call and without a core spent: a helper thread's
+        wait, after which the request's own ``Wait`` returns at once (it completes the
+        request and re-raises what the work raised)."""
+        return self._state.done.wait(timeout)
+
     def _raise(self) -> None:
         state = getattr(self, "_state", None)
         if state is not None and state.error is not None:

@@ -173,3 +173,34 @@ def test_overlap_reduces_during_backward_with_the_same_result(comm):
     with pytest.raises(RuntimeError, match="one backward per step"):
         model(x).sum().backward()
     opt.step()  # (the first backward's buckets finish)
+
+
+def test_progress_waits_for_mpicomp_requests_without_testing_them(monkeypatch):
+    """The overlap helper drives plain MPI requests by testing them, but an mpicomp
+    request completes by its own work: the helper waits for that, never calls its
+    ``Test`` (a core's worth of naps and GIL hand-offs per step otherwise), and the
+    caller's ``Wait`` then completes it, re-raising what the work raised."""
+    import threading
+
+    from mpicomp.requests import Request
+    from mpicomp.torch.progress import Progress
+
+    tests = []
+    monkeypatch.setattr(Request, "Test", lambda self, status=None: tests.append(1) or True)
+    go = threading.Event()
+    req = Request.start(go.wait)
+    progress = Progress()
+    watched = progress.watch(req)
+    assert not watched.done() and not go.is_set()
+    go.set()
+    assert watched.result(timeout=30) is True
+    req.Wait()
+    assert tests == []
+
+    def fails() -> None:
+        raise RuntimeError("the work failed")
+
+    bad = Request.start(fails)
+    assert progress.watch(bad).result(timeout=30) is True
+    with pytest.raises(RuntimeError, match="the work failed"):
+        bad.Wait()
