@@ -78,8 +78,10 @@ class Request(MPI.Grequest):
                 state.error = exc
                 failfast.unobserved(id(state), exc)
             finally:
-                state.done.set()
-                greq.Complete()
+                try:
+                    greq.Complete()
+                finally:  # (after Complete: a waiter on the event finds the request done)
+                    state.done.set()
 
         if executor is None:
             threading.Thread(target=run, name="mpicomp-request", daemon=True).start()
@@ -88,10 +90,11 @@ class Request(MPI.Grequest):
         return req
 
     def wait_background(self, timeout: float | None = None) -> bool:
-        """Block until the background work has finished (True), or ``timeout`` seconds
-        pass (False), without an MPI call and without a core spent: a helper thread's
-        wait, after which the request's own ``Wait`` returns at once (it completes the
-        request and re-raises what the work raised)."""
+        """Block until the background work has finished and MPI holds the request
+        complete (True), or ``timeout`` seconds pass (False), without an MPI call and
+        without a core spent: a helper thread's wait, after which the request's own
+        ``Wait`` returns at once (it frees the request and re-raises what the work
+        raised)."""
         return self._state.done.wait(timeout)
 
     def _raise(self) -> None:

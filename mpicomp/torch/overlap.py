@@ -10,8 +10,9 @@ before. At the end of backward a parameter that got no gradient gets zeros
 (as DDP fills an unused parameter's slot) and the remaining buckets start;
 ``synchronize()`` (``step()``) waits for them, averages and writes the
 results back into ``.grad`` (:meth:`~mpicomp.training.GradientReducer.finish`).
-A helper thread tests the started requests meanwhile (:mod:`.progress`), so
-plain and cast buckets travel during backward too.
+A helper thread drives the started plain requests meanwhile and waits for
+mpicomp's own (:mod:`.progress`), so plain buckets travel during backward
+too.
 
 The first step has no plan yet: it reduces at ``synchronize()``, which
 makes the plan every rank agrees on. One backward per step: a second one

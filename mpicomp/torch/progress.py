@@ -1,4 +1,4 @@
-"""Nonblocking transfers that move while backward computes: one helper thread tests them.
+"""Nonblocking transfers that move while backward computes: one helper thread sees them done.
 
 MPI progresses a plain nonblocking collective only inside MPI calls (MPICH
 has no progress thread by default), so an ``Iallreduce`` started during
@@ -11,7 +11,9 @@ core that ranks share). An mpicomp request (compressed or cast, completed
 by mpicomp's own worker thread) it waits for without MPI calls
 (:meth:`mpicomp.requests.Request.wait_background`): polling one cost about
 0.9 ms of a core per rank and step in the transformer study at 1 Gbit/s,
-for nothing.
+for nothing. While it waits, a plain request started after it moves
+through the MPI calls of mpicomp's worker thread, which polls its own
+transfers (MPICH's progress is the whole process's).
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ class Progress:
     def __init__(self) -> None:
         self._thread: concurrent.futures.ThreadPoolExecutor | None = None
 
-    def watch(self, req: Any) -> concurrent.futures.Future[None]:
+    def watch(self, req: Any) -> concurrent.futures.Future[Any]:
         """Test ``req`` on the helper thread until it completes (an mpicomp request: wait
         for its work); the future of that (it raises what a test raised; an mpicomp
         request's own ``Wait`` raises what its work raised). MPI forbids two threads
