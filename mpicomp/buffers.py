@@ -27,6 +27,7 @@ sends the whole call plain on every rank.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import Any
 
 import numpy as np
@@ -36,7 +37,8 @@ from . import cuda_runtime as cuda
 from . import datatypes
 from .backend import placement
 
-__all__ = ["COMPRESSIBLE_DTYPES", "Buf", "is_in_place", "parse", "parse_v", "same_count"]
+__all__ = ["COMPRESSIBLE_DTYPES", "Buf", "gather", "is_in_place", "parse", "parse_v",
+           "same_count"]
 
 #: dtypes the compressed paths handle
 COMPRESSIBLE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
@@ -95,6 +97,35 @@ class Buf:
         assert self.array is not None
         n = self.count if count is None else count
         return self.array[offset : offset + n]
+
+
+def gather(b: Buf) -> np.ndarray | None:
+    """The values of a vetoed host buffer (a datatype with gaps, or not the array's dtype),
+    read through its spec by MPI itself into a new contiguous array of the signature's
+    element type, in signature order: what a sender of one message may compress (no other
+    rank has to agree). None for a buffer mpicomp may not read on the host (device or
+    foreign memory) or one that is not vetoed."""
+    if not b.veto or b.place is not placement.Place.HOST or b.array is None:
+        return None
+    out = np.empty(b.count, b.array.dtype)
+    # a message to itself on a private communicator: MPI lays the spec's values out by its
+    # datatype exactly as a plain send of the spec would send them
+    # (one at a time: two threads' messages would match each other's receives)
+    with _SELF_LOCK:
+        MPI.Intracomm.Sendrecv(_self_comm(), b.spec, 0, 0,
+                               [out, MPI._typedict[out.dtype.char]], 0, 0)
+    return out
+
+
+_SELF: list[MPI.Intracomm] = []
+_SELF_LOCK = threading.Lock()
+
+
+def _self_comm() -> MPI.Intracomm:
+    """A duplicate of ``MPI.COMM_SELF`` for :func:`gather`'s messages (made once)."""
+    if not _SELF:
+        _SELF.append(MPI.COMM_SELF.Dup())
+    return _SELF[0]
 
 
 def is_in_place(spec: Any) -> bool:

@@ -359,6 +359,106 @@ def test_compressed_message_into_a_strided_receive(comm, mc):
     comm.Barrier()
 
 
+@pytest.mark.parametrize("codec", [CODEC, {"id": "zfp", "rate": 24},
+                                   {"id": "cast", "dtype": "bfloat16"}],
+                         ids=["bitplane", "zfp", "cast"])
+@pytest.mark.parametrize("method", ["Send", "Isend", "Sendrecv", "Isendrecv"])
+def test_a_strided_send_of_a_transpose_is_gathered_and_compressed(comm, codec, method):
+    """Issue 80's case (heat's non-contiguous tensors): rank 0 sends the transpose of a
+    row-major 64 x 64 float32 matrix through a resized vector datatype over raw memory;
+    rank 1 receives 4,096 contiguous floats. The sender's values are gathered, then
+    compressed (not a hang, not zeros): the receiver gets the transpose within one
+    encode's bound."""
+    r = comm.Get_rank()
+    mc = mpicomp.Comm(comm, codec=codec, threshold=0)
+    a = np.random.default_rng(80).standard_normal((64, 64)).astype(np.float32)
+    c, k = bounds.codec_constants(get_codec(codec), np.float32) or (2.0**-12, 0.0)
+    if r == 0:
+        col = MPI.FLOAT.Create_vector(64, 1, 64).Create_resized(0, 4).Commit()
+        spec = [MPI.memory.fromaddress(a.ctypes.data, a.nbytes), 64, col]
+        if method == "Send":
+            mc.Send(spec, 1, tag=80)
+        elif method == "Isend":
+            mc.Isend(spec, 1, tag=80).Wait()
+        elif method == "Sendrecv":
+            mc.Sendrecv(spec, 1, 80, np.empty(1, np.float32), 1, 81)
+        else:
+            mc.Isendrecv(spec, 1, 80, np.empty(1, np.float32), 1, 81).Wait()
+        col.Free()
+        st = mc.stats()["Isend" if method == "Isendrecv" else method]  # (its send's record)
+        assert st["compressed"] == 1, st
+        assert st["wire_bytes"] < a.nbytes
+    elif r == 1:
+        got = np.zeros(64 * 64, np.float32)
+        mc.Recv([got, 64 * 64, MPI.FLOAT], 0, 80)
+        if method in ("Sendrecv", "Isendrecv"):
+            mc.Send(np.zeros(1, np.float32), 0, tag=81)
+        expected = a.T.reshape(-1)
+        err = np.abs(got.astype(np.float64) - expected).max()
+        assert err <= c * np.abs(expected).max() + k, err
+        assert np.any(got != 0)
+    comm.Barrier()
+
+
+def test_gather_reads_a_vetoed_host_buffer_in_signature_order():
+    """A vetoed buffer's values, gathered by MPI in signature order; none for others."""
+    from mpicomp import buffers
+
+    t = MPI.DOUBLE.Create_vector(4, 1, 2).Commit()
+    b = buffers.parse([np.arange(8.0), 1, t], "buf")
+    assert b.veto
+    np.testing.assert_array_equal(buffers.gather(b), np.arange(0.0, 8.0, 2.0))
+    assert buffers.gather(buffers.parse(np.arange(8.0), "buf")) is None
+    t.Free()
+
+
+def test_reduce_scatter_block_send_spec_count_is_one_blocks(comm, mc):
+    """mpi4py reads an explicit count in Reduce_scatter_block's send spec as one block's
+    (MPI's recvcount): one rank passing ``[x, n, MPI.DOUBLE]`` for its p blocks, the
+    others a bare array, compress alike on every rank (they disagreed and hung)."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    x = values(60 + r, N * p)
+    out = np.zeros(N)
+    spec = [x, N, MPI.DOUBLE] if r == 0 else x
+    mc.Reduce_scatter_block(spec, out)
+    exact = np.zeros(N)
+    comm.Reduce_scatter_block(x, exact)
+    c, a = bounds.codec_constants(get_codec(CODEC), x.dtype)
+    g = sum(comm.allgather(float(np.abs(x).max())))
+    assert np.abs(out - exact).max() <= bounds.allreduce_bound("ring", p, c, a, g, x.dtype)
+    assert all_same(comm, path(mc, "Reduce_scatter_block")) and path(mc,
+                                                                      "Reduce_scatter_block")[1]
+
+
+@pytest.mark.parametrize("codec", ["none", "default"])
+def test_a_permuted_datatype_without_gaps_is_not_taken_as_bytes(comm, codec):
+    """An indexed datatype whose blocks come in reverse order has a dense datatype's size,
+    extent and lower bound: the compiled plain path (from the second call on) took it as
+    the array's bytes in order, receiving and sending the values permuted."""
+    p, r = comm.Get_size(), comm.Get_rank()
+    mc = mpicomp.Comm(comm.Dup(), **({"codec": "none"} if codec == "none" else {}))
+    t = MPI.DOUBLE.Create_indexed([N // 2, N // 2], [N // 2, 0]).Commit()
+    right, left = (r + 1) % p, (r - 1) % p
+    for it in range(3):
+        x = values(70 + 10 * it + r)
+        got = np.zeros(N)
+        mc.Sendrecv([x, 1, t], right, 7, [got, 1, t], left, 7)
+        want = np.zeros(N)
+        comm.Sendrecv([x, 1, t], right, 8, [want, 1, t], left, 8)
+        np.testing.assert_array_equal(got, want, err_msg=f"call {it}")
+        got = np.zeros(N)
+        if r == 0:
+            mc.Send(x, right, 9)
+        if r == 1:
+            mc.Recv([got, 1, t], left, 9)
+            expected = values(70 + 10 * it)
+            np.testing.assert_array_equal(got[N // 2:], expected[:N // 2])
+            np.testing.assert_array_equal(got[:N // 2], expected[N // 2:])
+        comm.Barrier()
+    t.Free()
+    mc.Free()
+
+
 # -- 3. inherited methods with compressing peers --------------------------------------
 def test_sendrecv_replace_and_isendrecv_decode_compressed_messages(comm, mc):
     p, r = comm.Get_size(), comm.Get_rank()

@@ -99,13 +99,13 @@ class HostArrays:
         """Encode ``x`` into the head of ``out``; returns that head (the stream; a variable
         codec's: the bytes it used)."""
         stream = _head(out, codec.stream_nbytes(x.size, x.dtype))
-        used = codec.encode_into(x.reshape(-1), stream)
+        used = codec.encode_into(_flat(x), stream)
         return stream if used is None else stream[:used]
 
     def encode_guarded(self, codec: Codec, x: np.ndarray, out: np.ndarray) -> int:
         """Encode; the number of unsafe blocks (:meth:`Codec.encode_guarded`)."""
         stream = _head(out, codec.stream_nbytes(x.size, x.dtype))
-        return codec.encode_into_guarded(x.reshape(-1), stream)
+        return codec.encode_into_guarded(_flat(x), stream)
 
     def reconstruct(self, codec: Codec, x: np.ndarray, stream: np.ndarray,
                     out: np.ndarray) -> np.ndarray:
@@ -113,7 +113,7 @@ class HostArrays:
         where the codec can (``Codec.reconstructs``); returns ``out``."""
         if not codec.reconstructs:
             return self.decode(codec, stream, out)
-        codec.reconstruct_into(x.reshape(-1), stream, out.reshape(-1))
+        codec.reconstruct_into(_flat(x), stream, out.reshape(-1))
         return out
 
     def decode(self, codec: Codec, stream: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -235,6 +235,11 @@ def _fused(x: np.ndarray, rt: np.ndarray) -> bool:
     (``kernels/feedback_cpu.py``): float32/float64, contiguous, alike."""
     return (x.dtype in (np.float32, np.float64) and rt.dtype == x.dtype
             and rt.size == x.size and x.flags.c_contiguous and rt.flags.c_contiguous)
+
+
+def _flat(x: np.ndarray) -> np.ndarray:
+    """``x`` flat and C-contiguous, as the kernels take it (a copy where it is not)."""
+    return np.ascontiguousarray(x).reshape(-1)
 
 
 def _head(stream: np.ndarray, n: int) -> np.ndarray:

@@ -24,7 +24,7 @@ from ..backend import placement
 from ..backend import plain as plain_mpi
 from ..backend.device import DeviceMemory, DevicePools
 from ..backend.host import HostMemory, Scratch
-from ..buffers import Buf, parse
+from ..buffers import Buf, gather, parse
 from ..decision.agreement import local_agreement
 from ..fastpath.methods import RECEIVED_PLAIN
 from ..mailbox import Held, copy_into_spec, take_message
@@ -284,7 +284,7 @@ def _copy_array(obj: Any) -> Any:
     """A copy of a buffer: NumPy, a device buffer (a Numba device array, made on the current
     stream and waited for), or any host buffer mpi4py takes (a NumPy array of its format)."""
     if isinstance(obj, np.ndarray):
-        return obj.copy()
+        return obj.copy(order="K")  # (memory order kept: MPI sends the memory as it lies)
     if cuda.is_device_array(obj) or cuda.cuda_interface(obj):
         src = cuda.as_device(obj, "buf")
         out = cuda.empty(src.size, src.dtype)
@@ -335,21 +335,27 @@ def _frame_for(pipeline: Pipeline, name: str, buf: Any,
     reason = pipeline.screen.screen(pol, [b], b.nbytes, collective=False)
     memory = _memory(pipeline, b.on_device)
     max_abs = 0.0
+    values = None
     if reason is None:
-        reason, max_abs = local_agreement(pol, b.data(), memory)
+        # a datatype with gaps (or not the array's dtype): no peer has to agree, so the
+        # values are gathered into a contiguous copy (host memory) or the message goes plain
+        values = gather(b) if b.veto else b.data()
+        reason = b.veto if values is None else None
+    if reason is None:
+        reason, max_abs = local_agreement(pol, values, memory)
     codec = pol.codec
     if reason is None and pol.tolerance is not None:  # one encode: the bound is the tolerance
         codec, rec.error_bound, bound = tolerance.codec_for(pol, max_abs, 1)
     if reason is None and codec.takes_field:  # (the array's own field; the frame names it)
         codec = codec.for_field(codec.field_of(b.shape, b.count))
     if (reason is None and not codec.variable
-            and frame_format.frame_nbytes(codec, b.data()) >= b.nbytes):
+            and frame_format.frame_nbytes(codec, values) >= b.nbytes):
         # never longer than the plain message: receivers size their landing buffers by it
         reason = NO_GAIN
     frame = None
     if reason is None:
         with rec.codec():
-            frame = frame_format.build(codec, b.data(), memory)
+            frame = frame_format.build(codec, values, memory)
         if frame.nbytes >= b.nbytes:  # a variable codec's stream, known once encoded
             reason = NO_GAIN
     if reason is not None:

@@ -32,7 +32,10 @@ def describe_block(pipeline: Pipeline, sendbuf: Any, recvbuf: Any, op: MPI.Op,
         sbuf = parse(recvbuf, "recvbuf")
         rcount = sbuf.count // p if sbuf.compressible else 0
     else:
-        sbuf = parse(sendbuf, "sendbuf")
+        # (mpi4py reads an explicit count in the send spec as one block's, as MPI's
+        # recvcount: the buffer holds p of them)
+        sbuf = parse(sendbuf, "sendbuf", blocks=p)
+        sbuf = dataclasses.replace(sbuf, count=sbuf.count * p)
         rcount = rbuf.count
     described = _described(pipeline, "Reduce_scatter_block", [rcount] * p, op, sbuf, rbuf, pol,
                            MPI.Intracomm.Reduce_scatter_block, (sendbuf, recvbuf, op))

@@ -77,7 +77,8 @@ class Codec(abc.ABC):
 
     def encode(self, x: np.ndarray, out: np.ndarray | None = None, *,
                checked: bool = False) -> np.ndarray:
-        """Encode a contiguous array; return a 1-D uint8 array of ``encoded_nbytes`` bytes.
+        """Encode an array (any layout: values in C order); return a 1-D uint8 array of
+        ``encoded_nbytes`` bytes.
 
         ``out``, when given, is a 1-D contiguous uint8 array of at least that
         many bytes; the stream is written to its head and that head returned.
@@ -138,6 +139,8 @@ class Codec(abc.ABC):
         flat = self._check_input(out, name="out", writable=True)
         stream = _as_stream(buf, self.min_stream_nbytes(flat.size, flat.dtype))
         self.decode_into(self.stream_part(stream, flat.size, flat.dtype), flat)
+        if not out.flags.c_contiguous:  # (decoded into a C-ordered copy)
+            out[...] = flat.reshape(out.shape)
         return out
 
     def get_config(self) -> dict[str, Any]:
@@ -280,16 +283,18 @@ class Codec(abc.ABC):
         return dt
 
     def _check_input(self, x: Any, name: str = "x", writable: bool = False) -> np.ndarray:
+        """``x`` as the flat C-contiguous array the kernels take: a view where it is one,
+        else (an input of any other layout: strided, Fortran-ordered, broadcast) a copy in
+        C order; an output (``writable``) must be writable, and :meth:`decode` copies back
+        into one that is not C-contiguous."""
         if not isinstance(x, np.ndarray):
             raise TypeError(
                 f"codec {self.codec_id!r}: {name} must be a numpy.ndarray, got {type(x).__name__}"
             )
         self._check_dtype(x.dtype)
-        if not x.flags.c_contiguous:
-            raise ValueError(f"codec {self.codec_id!r}: {name} must be C-contiguous")
         if writable and not x.flags.writeable:
             raise ValueError(f"codec {self.codec_id!r}: {name} must be writable")
-        return x.reshape(-1)
+        return np.ascontiguousarray(x).reshape(-1)
 
 
 def _check_count(count: Any) -> int:

@@ -115,6 +115,7 @@ PyInit__shortcut(void)
     size_name = PyUnicode_InternFromString("size");
     extent_name = PyUnicode_InternFromString("extent");
     lb_name = PyUnicode_InternFromString("lb");
+    is_predefined_name = PyUnicode_InternFromString("is_predefined");
     PyObject *mpi_module = PyImport_ImportModule("mpi4py.MPI");
     if (mpi_module == NULL)
         return NULL;
@@ -129,7 +130,7 @@ PyInit__shortcut(void)
         return NULL;
     if (nbytes_name == NULL || status_name == NULL || get_count_name == NULL
             || itemsize_name == NULL || size_name == NULL || extent_name == NULL
-            || lb_name == NULL
+            || lb_name == NULL || is_predefined_name == NULL
             || PyType_Ready(&StateType) < 0 || PyType_Ready(&MethodType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);

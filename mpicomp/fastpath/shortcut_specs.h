@@ -102,8 +102,9 @@ read_spec(PyObject *spec, PyTypeObject *array, Spec *out)
 }
 
 /* the bytes of one unit of a spec: its datatype's size (or the array's itemsize); with
- * `bytes` set, 0 unless the datatype is plain bytes (its extent its size, its lower bound
- * 0). -2 on an error (set). */
+ * `bytes` set, 0 unless the datatype is plain bytes (predefined, its extent its size, its
+ * lower bound 0: a derived datatype of that size, extent and lower bound may still put
+ * its elements in another order, an indexed one without gaps). -2 on an error (set). */
 static long long
 spec_unit(const Spec *s, int bytes)
 {
@@ -112,6 +113,11 @@ spec_unit(const Spec *s, int bytes)
     long long size = int_attr(s->datatype, size_name);
     if (size <= 0 || !bytes)
         return size;
+    PyObject *predefined = PyObject_GetAttr(s->datatype, is_predefined_name);
+    int yes = predefined == NULL ? -1 : PyObject_IsTrue(predefined);
+    Py_XDECREF(predefined);
+    if (yes <= 0)
+        return yes < 0 ? -2 : 0;
     long long extent = int_attr(s->datatype, extent_name);
     long long lb = extent < 0 ? -2 : int_attr(s->datatype, lb_name);
     return lb < 0 ? -2 : extent == size && lb == 0 ? size : 0;
