@@ -6,10 +6,11 @@ per rank, the *form* of each buffer: a NumPy array (C, Fortran, read-only,
 with a slack tail), a ``[buf, count, datatype]`` spec, a type character,
 ``MPI.memory`` over raw memory, a byte view described by a float datatype,
 a PyTorch tensor, or a derived datatype of every MPI constructor (contiguous,
-vector, hvector, indexed, indexed_block, hindexed, hindexed_block, subarray,
-darray, struct, resized, nested, dup) over that one element type. Each rank's values
-are laid out through its form by MPI itself (a message to itself), so the
-forms cover what MPI means by them, not what this file thinks they mean.
+vector, hvector, indexed (also permuted without gaps), indexed_block, hindexed,
+hindexed_block, subarray, darray, struct, resized, nested, dup) over that one
+element type. Each rank's values are laid out through its form by MPI itself
+(a message to itself), so the forms cover what MPI means by them, not what
+this file thinks they mean.
 
 :func:`run_case` makes the call once through plain mpi4py and once through
 ``mpicomp.Comm`` on buffers built alike, and returns this rank's complaints:
@@ -36,8 +37,8 @@ from mpicomp.codecs import get_codec
 PLAIN_FORMS = ("array", "array2d", "fortran", "slack", "count", "displ", "typechar",
                "memory", "bytes", "torch", "torch_spec")
 DERIVED_FORMS = ("contiguous", "contiguous_items", "vector", "vector_items", "hvector",
-                 "indexed", "indexed_permuted", "indexed_block", "hindexed", "hindexed_block", "subarray",
-                 "subarray_f", "darray", "struct", "resized_transpose", "nested", "dup")
+                 "indexed", "indexed_permuted", "indexed_block", "hindexed", "hindexed_block",
+                 "subarray", "subarray_f", "darray", "struct", "resized_transpose", "nested", "dup")
 SEND_FORMS = PLAIN_FORMS + ("readonly",) + DERIVED_FORMS
 RECV_FORMS = PLAIN_FORMS + DERIVED_FORMS
 #: forms of a v-spec (Allgatherv, Gatherv, Scatterv, Alltoallv)
