@@ -116,12 +116,22 @@ PyInit__shortcut(void)
     extent_name = PyUnicode_InternFromString("extent");
     lb_name = PyUnicode_InternFromString("lb");
     is_predefined_name = PyUnicode_InternFromString("is_predefined");
+    combiner_name = PyUnicode_InternFromString("combiner");
+    contents_name = PyUnicode_InternFromString("contents");
     PyObject *mpi_module = PyImport_ImportModule("mpi4py.MPI");
     if (mpi_module == NULL)
         return NULL;
     datatype_type = (PyTypeObject *)PyObject_GetAttrString(mpi_module, "Datatype");
     typedict = PyObject_GetAttrString(mpi_module, "_typedict");  /* type characters */
     in_place = PyObject_GetAttrString(mpi_module, "IN_PLACE");
+    PyObject *contiguous = PyObject_GetAttrString(mpi_module, "COMBINER_CONTIGUOUS");
+    PyObject *dup = PyObject_GetAttrString(mpi_module, "COMBINER_DUP");
+    if (contiguous != NULL && dup != NULL) {
+        combiner_contiguous = PyLong_AsLongLong(contiguous);
+        combiner_dup = PyLong_AsLongLong(dup);
+    }
+    Py_XDECREF(contiguous);
+    Py_XDECREF(dup);
     Py_DECREF(mpi_module);
     if (typedict != NULL && !PyDict_Check(typedict))
         Py_CLEAR(typedict);
@@ -130,7 +140,8 @@ PyInit__shortcut(void)
         return NULL;
     if (nbytes_name == NULL || status_name == NULL || get_count_name == NULL
             || itemsize_name == NULL || size_name == NULL || extent_name == NULL
-            || lb_name == NULL || is_predefined_name == NULL
+            || lb_name == NULL || is_predefined_name == NULL || combiner_name == NULL
+            || contents_name == NULL
             || PyType_Ready(&StateType) < 0 || PyType_Ready(&MethodType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);

@@ -118,6 +118,7 @@ all_positional(Method *self, PyObject *const *args, Py_ssize_t nargs, PyObject *
 static PyObject *nbytes_name, *status_name, *get_count_name, *itemsize_name, *size_name;
 static PyTypeObject *datatype_type;  /* mpi4py.MPI.Datatype */
 
-static PyObject *extent_name, *lb_name, *is_predefined_name;
+static PyObject *extent_name, *lb_name, *is_predefined_name, *combiner_name, *contents_name;
+static long long combiner_contiguous = -1, combiner_dup = -1;  /* MPI.COMBINER_* */
 static PyObject *typedict;  /* mpi4py.MPI._typedict: a type character -> its MPI.Datatype */
 static PyObject *in_place;  /* mpi4py.MPI.IN_PLACE */

@@ -101,10 +101,56 @@ read_spec(PyObject *spec, PyTypeObject *array, Spec *out)
     return out->count >= 0 && out->displ >= 0;
 }
 
+/* whether a datatype is predefined: 1, 0, or -1 on an error (set) */
+static int
+predefined(PyObject *datatype)
+{
+    PyObject *v = PyObject_GetAttr(datatype, is_predefined_name);
+    int yes = v == NULL ? -1 : PyObject_IsTrue(v);
+    Py_XDECREF(v);
+    return yes;
+}
+
+/* whether a datatype's elements come in order: a predefined one, or a contiguous run or a
+ * dup of one in order (read by MPI's contents, whose derived handles are freed after). An
+ * indexed datatype without gaps has a dense one's size, extent and lower bound but may put
+ * its blocks in another order: it goes to the Python method. 1, 0, or -1 on an error
+ * (set). */
+static int
+in_order(PyObject *datatype)
+{
+    int yes = predefined(datatype);
+    if (yes != 0)
+        return yes;
+    long long combiner = int_attr(datatype, combiner_name);
+    if (combiner == -2)
+        return -1;
+    if (combiner != combiner_contiguous && combiner != combiner_dup)
+        return 0;
+    PyObject *contents = PyObject_GetAttr(datatype, contents_name);
+    if (contents == NULL)
+        return -1;
+    PyObject *types = PyTuple_Check(contents) && PyTuple_GET_SIZE(contents) > 0
+                      ? PyTuple_GET_ITEM(contents, PyTuple_GET_SIZE(contents) - 1) : NULL;
+    yes = 0;
+    if (types != NULL && PyList_Check(types) && PyList_GET_SIZE(types) == 1) {
+        PyObject *inner = PyList_GET_ITEM(types, 0);
+        int own = predefined(inner) == 0;  /* a new handle of MPI's: ours to free */
+        yes = in_order(inner);
+        if (own) {
+            PyObject *r = PyObject_CallMethod(inner, "Free", NULL);
+            if (r == NULL && yes >= 0)
+                yes = -1;
+            Py_XDECREF(r);
+        }
+    }
+    Py_DECREF(contents);
+    return yes;
+}
+
 /* the bytes of one unit of a spec: its datatype's size (or the array's itemsize); with
- * `bytes` set, 0 unless the datatype is plain bytes (predefined, its extent its size, its
- * lower bound 0: a derived datatype of that size, extent and lower bound may still put
- * its elements in another order, an indexed one without gaps). -2 on an error (set). */
+ * `bytes` set, 0 unless the datatype is plain bytes (its elements in order (in_order),
+ * its extent its size, its lower bound 0). -2 on an error (set). */
 static long long
 spec_unit(const Spec *s, int bytes)
 {
@@ -113,9 +159,7 @@ spec_unit(const Spec *s, int bytes)
     long long size = int_attr(s->datatype, size_name);
     if (size <= 0 || !bytes)
         return size;
-    PyObject *predefined = PyObject_GetAttr(s->datatype, is_predefined_name);
-    int yes = predefined == NULL ? -1 : PyObject_IsTrue(predefined);
-    Py_XDECREF(predefined);
+    int yes = in_order(s->datatype);
     if (yes <= 0)
         return yes < 0 ? -2 : 0;
     long long extent = int_attr(s->datatype, extent_name);
